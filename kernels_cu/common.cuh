@@ -1,0 +1,59 @@
+// common.cuh: helpers shared by rawgraph's kernels.
+//   - float <-> storage conversions for __half and __nv_bfloat16 (fp32 accumulation everywhere)
+//   - Vec<T, N>: N elements loaded/stored as one aligned vector access (16 bytes for N = 8)
+//   - block_sum: sum of one float per thread over the whole block (blockDim.x % 32 == 0)
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace rg {
+
+template <typename T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <> __device__ __forceinline__ float to_float<float>(float x) { return x; }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+
+// Rounds through the storage type: what a framework computing in T would produce.
+template <typename T> __device__ __forceinline__ float round_to(float x) {
+  return to_float(from_float<T>(x));
+}
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> load(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+template <typename T, int N> __device__ __forceinline__ void store(T* p, const Vec<T, N>& x) {
+  *reinterpret_cast<Vec<T, N>*>(p) = x;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block; every thread gets the result. blockDim.x must be a multiple of 32.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // partial[] may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : 0.f;
+  return warp_sum(v);
+}
+
+}  // namespace rg

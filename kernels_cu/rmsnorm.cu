@@ -1,0 +1,62 @@
+// rmsnorm.cu: RMSNorm of each row, optionally after a fused residual add (LLaMA's
+// "h = x + residual; y = norm(h)" pair in one pass).
+//
+//   extern "C" rmsnorm_f16 / rmsnorm_bf16(
+//       const T* x,            // (rows, dim)
+//       const T* residual,     // (rows, dim) or NULL: no residual add
+//       const T* w,            // (dim,)
+//       T* out,                // (rows, dim)
+//       T* residual_out,       // (rows, dim), written h = T(x + residual) when residual != NULL
+//       int rows, int dim, float eps)
+//   grid (rows), block (256): one block per row. dim % 8 == 0 and 16-byte aligned rows;
+//   out must not alias x, residual_out may alias residual.
+//   Math (as Hugging Face LLaMA does it): h = T(x + r); s = sum(h^2) in fp32;
+//   out = T(float(w) * float(T(h * rsqrt(s / dim + eps)))).
+//   Patchable: rows and grid.x together (grid.x == rows); rows <= the buffers' row count.
+#include "common.cuh"
+
+template <typename T>
+__device__ void rmsnorm_impl(const T* __restrict__ x, const T* residual, const T* __restrict__ w,
+                             T* __restrict__ out, T* residual_out, int rows, int dim, float eps) {
+  // residual and residual_out may be the same buffer (in-place residual stream); each
+  // element is read and then written by the same thread.
+  const int row = blockIdx.x;
+  if (row >= rows) return;
+  const long long base = static_cast<long long>(row) * dim;
+  const T* src = x + base;
+  float ss = 0.f;
+  for (int j = 8 * threadIdx.x; j < dim; j += 8 * blockDim.x) {
+    rg::Vec<T, 8> h = rg::load<T, 8>(src + j);
+    if (residual != nullptr) {
+      const rg::Vec<T, 8> r = rg::load<T, 8>(residual + base + j);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) h.v[k] = rg::from_float<T>(rg::to_float(h.v[k]) + rg::to_float(r.v[k]));
+      rg::store<T, 8>(residual_out + base + j, h);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) ss += rg::to_float(h.v[k]) * rg::to_float(h.v[k]);
+  }
+  const float inv = rsqrtf(rg::block_sum(ss) / dim + eps);
+  // The second pass reads h back: from residual_out (this thread wrote it) or from x.
+  const T* hsrc = residual != nullptr ? residual_out + base : src;
+  for (int j = 8 * threadIdx.x; j < dim; j += 8 * blockDim.x) {
+    const rg::Vec<T, 8> h = rg::load<T, 8>(hsrc + j), g = rg::load<T, 8>(w + j);
+    rg::Vec<T, 8> y;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      y.v[k] = rg::from_float<T>(rg::to_float(g.v[k]) * rg::round_to<T>(rg::to_float(h.v[k]) * inv));
+    rg::store<T, 8>(out + base + j, y);
+  }
+}
+
+extern "C" __global__ void rmsnorm_f16(const __half* x, const __half* residual, const __half* w,
+                                       __half* out, __half* residual_out, int rows, int dim,
+                                       float eps) {
+  rmsnorm_impl(x, residual, w, out, residual_out, rows, dim, eps);
+}
+extern "C" __global__ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual,
+                                        const __nv_bfloat16* w, __nv_bfloat16* out,
+                                        __nv_bfloat16* residual_out, int rows, int dim,
+                                        float eps) {
+  rmsnorm_impl(x, residual, w, out, residual_out, rows, dim, eps);
+}

@@ -1,0 +1,34 @@
+// silu_mul.cu: LLaMA's MLP activation on the fused gate+up projection.
+//
+//   extern "C" silu_mul_f16 / silu_mul_bf16(const T* gate_up, T* out, int rows, int inter)
+//   gate_up (rows, 2 * inter): gate in columns [0, inter), up in [inter, 2 * inter)
+//   out     (rows, inter):     out = T(float(T(silu(gate))) * float(up)), silu(g) = g / (1 + e^-g)
+//   grid (cdiv(inter, 8 * blockDim.x), rows), block (128); inter % 8 == 0, 16-byte aligned.
+//   Patchable: rows and grid.y together (grid.y == rows <= the buffers' row count).
+#include "common.cuh"
+
+template <typename T>
+__device__ void silu_mul_impl(const T* __restrict__ gate_up, T* __restrict__ out, int rows,
+                              int inter) {
+  const int row = blockIdx.y;
+  const int j = 8 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (row >= rows || j >= inter) return;
+  const T* g = gate_up + static_cast<long long>(row) * 2 * inter + j;
+  const rg::Vec<T, 8> gv = rg::load<T, 8>(g), uv = rg::load<T, 8>(g + inter);
+  rg::Vec<T, 8> y;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float a = rg::to_float(gv.v[k]);
+    const float s = rg::round_to<T>(a / (1.f + expf(-a)));
+    y.v[k] = rg::from_float<T>(s * rg::to_float(uv.v[k]));
+  }
+  rg::store<T, 8>(out + static_cast<long long>(row) * inter + j, y);
+}
+
+extern "C" __global__ void silu_mul_f16(const __half* gate_up, __half* out, int rows, int inter) {
+  silu_mul_impl(gate_up, out, rows, inter);
+}
+extern "C" __global__ void silu_mul_bf16(const __nv_bfloat16* gate_up, __nv_bfloat16* out,
+                                         int rows, int inter) {
+  silu_mul_impl(gate_up, out, rows, inter);
+}

@@ -1,0 +1,1 @@
+"""Benchmarks: `rawgraph bench <name>` (timing helpers, result files, one module per bench)."""

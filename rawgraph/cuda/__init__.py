@@ -1,0 +1,1 @@
+"""The CUDA layer: checked driver calls, the device, kernels and their launches."""

@@ -1,0 +1,130 @@
+"""Kernels of kernels_cu/: compiled once through CuPy (NVRTC), launched with cuLaunchKernelEx."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import cupy
+from cuda.bindings import driver
+
+from rawgraph.cuda.check import CompileError, check
+from rawgraph.cuda.device import compute_capability, ensure_context
+from rawgraph.cuda.signature import Signature
+
+KERNELS_DIR = Path(os.environ.get("RAWGRAPH_KERNELS",
+                                  Path(__file__).resolve().parents[2] / "kernels_cu"))
+_STATIC_SMEM_LIMIT = 48 * 1024
+_BY_HANDLE: dict[int, Kernel] = {}  # CUfunction -> Kernel, to decode captured graph nodes
+
+
+def source_path(op: str) -> Path:
+    """kernels_cu/<op>.cu, or FileNotFoundError naming the directory searched."""
+    path = KERNELS_DIR / f"{op}.cu"
+    if not path.is_file():
+        raise FileNotFoundError(f"no kernel source {path} (set RAWGRAPH_KERNELS to the "
+                                f"kernels_cu directory)")
+    return path
+
+
+def _cuda_include() -> list[str]:
+    for root in (os.environ.get("CUDA_PATH"), cupy.cuda.get_cuda_path(), "/usr/local/cuda"):
+        if root and Path(root, "include", "cuda_fp16.h").is_file():
+            return [f"-I{Path(root, 'include')}"]
+    return []  # NVRTC's built-in headers
+
+
+@functools.cache
+def load_module(op: str) -> cupy.RawModule:
+    """Compile kernels_cu/<op>.cu for this device (c++17, include path kernels_cu/), once."""
+    ensure_context()
+    major, minor = compute_capability()
+    opts = ("-std=c++17", f"-I{KERNELS_DIR}", f"--gpu-architecture=sm_{major}{minor}",
+            *_cuda_include())
+    return cupy.RawModule(code=source_path(op).read_text(), options=opts)
+
+
+def kernel_for_handle(handle: int) -> Kernel | None:
+    """The rawgraph Kernel whose CUfunction is `handle`, if any was loaded."""
+    return _BY_HANDLE.get(handle)
+
+
+class Kernel:
+    """A kernel in kernels_cu/<op>.cu: its name, C signature, and function handle.
+
+    The signature is declared here once and checked against the source's `extern "C"`
+    line now (CPU) and against cuFuncGetParamInfo when the function is first loaded (GPU).
+    """
+
+    def __init__(self, op: str, name: str, signature: str):
+        self.op, self.name = op, name
+        self.sig = Signature.parse(signature)
+        in_source = Signature.from_source(source_path(op), name)
+        if in_source != self.sig:
+            raise ValueError(f"{op}.cu: {name} is declared in Python as ({self.sig}) but the "
+                             f"source says ({in_source})")
+        self._function: driver.CUfunction | None = None
+        self._raw: cupy.RawKernel | None = None
+        self._smem_limit = _STATIC_SMEM_LIMIT
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.op}.cu:{self.name}({self.sig}))"
+
+    @property
+    def raw(self) -> cupy.RawKernel:
+        """The CuPy RawKernel (compiles on first use)."""
+        if self._raw is None:
+            try:
+                self._raw = load_module(self.op).get_function(self.name)
+                handle = self._raw.kernel.ptr
+            except cupy.cuda.compiler.CompileException as e:
+                raise CompileError("NVRTC_ERROR_COMPILATION", f"compiling {self.op}.cu",
+                                   log=str(e)) from None
+            self._function = driver.CUfunction(handle)
+            self._check_param_info()
+            _BY_HANDLE[int(handle)] = self
+        return self._raw
+
+    @property
+    def function(self) -> driver.CUfunction:
+        """The driver's CUfunction handle."""
+        if self._function is None:
+            _ = self.raw
+        return self._function
+
+    def param_info(self) -> list[tuple[int, int]]:
+        """(offset, size) of each parameter as the compiled function lays them out."""
+        out, i = [], 0
+        while True:
+            err, off, size = driver.cuFuncGetParamInfo(self._function, i)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                return out
+            out.append((off, size))
+            i += 1
+
+    def _check_param_info(self) -> None:
+        info = self.param_info()
+        sizes = [s for _, s in info]
+        want = [p.size for p in self.sig.params]
+        if sizes != want:
+            raise ValueError(f"{self.name}: compiled parameter sizes {sizes} do not match the "
+                             f"declared signature ({self.sig}) sizes {want}")
+
+    def allow_shared_memory(self, nbytes: int) -> None:
+        """Opt in to more than 48 KiB of dynamic shared memory for this kernel."""
+        if nbytes > self._smem_limit:
+            check(driver.cuFuncSetAttribute(
+                self.function,
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                nbytes), f"{self.name}: allow {nbytes} B of shared memory")
+            self._smem_limit = nbytes
+
+    def launch(self, grid: Any, block: Any, args: tuple, stream: Any = None, *,
+               smem: int = 0, pdl: bool = False, symbols: Any = None) -> None:
+        """Launch now on `stream` (validated first; grid/args may be symbol expressions)."""
+        from rawgraph.cuda.launch import Launch  # launch.py imports this module
+
+        Launch(self, grid, block, args, smem=smem, pdl=pdl, symbols=symbols).launch(stream)
+

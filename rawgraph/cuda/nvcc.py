@@ -1,0 +1,73 @@
+"""Offline kernel check: compile kernels_cu/*.cu with nvcc and read ptxas' resource report.
+
+No GPU needed; CI runs it to catch compile errors and register spills for sm_90.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rawgraph.cuda.kernel import KERNELS_DIR
+
+_FUNC = re.compile(r"Compiling entry function '(\w+)'")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Used (\d+) registers")
+
+
+@dataclass
+class Report:
+    """What ptxas said about one .cu file."""
+
+    path: Path
+    returncode: int
+    log: str
+    registers: dict[str, int] = field(default_factory=dict)
+    spills: dict[str, int] = field(default_factory=dict)  # kernel -> spilled bytes
+
+    @property
+    def ok(self) -> bool:
+        """Compiled, and no kernel spilled."""
+        return self.returncode == 0 and not any(self.spills.values())
+
+    def summary(self) -> str:
+        """One line per file."""
+        status = "ok" if self.ok else ("SPILLS" if self.returncode == 0 else "ERROR")
+        regs = ", ".join(f"{k}:{v}r" for k, v in sorted(self.registers.items()))
+        return f"{status:6s} {self.path.name}: {regs}"
+
+
+def parse_ptxas(log: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(registers, spilled bytes) per kernel from `-Xptxas -v` output."""
+    regs, spills, current = {}, {}, None
+    for line in log.splitlines():
+        if m := _FUNC.search(line):
+            current = m.group(1)
+        elif current and (m := _SPILL.search(line)):
+            spills[current] = int(m.group(1)) + int(m.group(2))
+        elif current and (m := _REGS.search(line)):
+            regs[current] = int(m.group(1))
+    return regs, spills
+
+
+def compile_file(path: Path, arch: str = "sm_90") -> Report:
+    """nvcc -cubin one file with -Xptxas -v."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, f"-arch={arch}", "-std=c++17", f"-I{KERNELS_DIR}", "-Xptxas", "-v",
+               "-cubin", "-o", str(Path(tmp) / "k.cubin"), str(path)]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+    log = p.stdout + p.stderr
+    regs, spills = parse_ptxas(log)
+    return Report(path, p.returncode, log, regs, spills)
+
+
+def compile_all(arch: str = "sm_90") -> list[Report]:
+    """Compile every kernels_cu/*.cu."""
+    return [compile_file(p, arch) for p in sorted(KERNELS_DIR.glob("*.cu"))]

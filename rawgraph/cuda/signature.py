@@ -1,0 +1,202 @@
+"""C signatures of kernels: parsing, value checking, and rawgraph-owned argument storage.
+
+A signature is declared once in Python as the kernel's C parameter list, e.g.
+`"const __half* x, __half* y, int n, float eps"`, and cross-checked against the
+`extern "C"` line of the .cu file (here, on the CPU) and cuFuncGetParamInfo (on the GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# C scalar type -> (struct format, size)
+_SCALARS: dict[str, tuple[str, int]] = {
+    "int": ("i", 4), "int32_t": ("i", 4), "unsigned int": ("I", 4), "unsigned": ("I", 4),
+    "uint32_t": ("I", 4), "long long": ("q", 8), "int64_t": ("q", 8),
+    "unsigned long long": ("Q", 8), "uint64_t": ("Q", 8), "size_t": ("Q", 8),
+    "float": ("f", 4), "double": ("d", 8),
+}
+# pointee type -> numpy dtype a pointer argument must carry (void*: any)
+_POINTEE_DTYPES: dict[str, str] = {
+    "__half": "float16", "half": "float16", "__nv_bfloat16": "uint16",  # bf16 bits (see dtypes)
+    "float": "float32",
+    "double": "float64", "int": "int32", "int32_t": "int32", "unsigned int": "uint32",
+    "uint32_t": "uint32", "long long": "int64", "int64_t": "int64", "uint64_t": "uint64",
+    "unsigned long long": "uint64", "uint8_t": "uint8", "unsigned char": "uint8",
+    "int8_t": "int8", "char": "int8",
+}
+_SLOT = 8  # every argument gets an 8-byte, 8-aligned slot in rawgraph's storage
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: its name, C type, and how it is stored."""
+
+    name: str
+    ctype: str          # normalised, e.g. "const __half*", "int"
+    fmt: str            # struct format of the stored value
+    size: int           # bytes the kernel reads
+
+    @property
+    def is_pointer(self) -> bool:
+        """True for `T*` parameters."""
+        return self.ctype.endswith("*")
+
+    @property
+    def is_output(self) -> bool:
+        """True for non-const pointers: memory the kernel may write."""
+        return self.is_pointer and not self.ctype.startswith("const ")
+
+    @property
+    def pointee(self) -> str:
+        """`T` of a `T*` parameter (without const)."""
+        return self.ctype.removeprefix("const ").removesuffix("*").strip()
+
+
+def _normalise_type(t: str) -> str:
+    t = re.sub(r"\b(__restrict__|__restrict|restrict)\b", "", t)
+    t = re.sub(r"\s*\*\s*", "*", t)
+    t = re.sub(r"\s+", " ", t).strip()
+    return t.replace(" *", "*")
+
+
+def _parse_param(text: str) -> Param:
+    m = re.fullmatch(r"(.*?[\s*])([A-Za-z_]\w*)", text.strip())
+    if not m:
+        raise ValueError(f"cannot parse kernel parameter {text!r}")
+    ctype, name = _normalise_type(m.group(1)), m.group(2)
+    if ctype.endswith("*"):
+        return Param(name, ctype, "Q", 8)
+    if ctype not in _SCALARS:
+        raise ValueError(f"parameter {name!r}: unsupported C type {ctype!r} "
+                         f"(supported: pointers, {', '.join(sorted(_SCALARS))})")
+    fmt, size = _SCALARS[ctype]
+    return Param(name, ctype, fmt, size)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A kernel's parameter list."""
+
+    params: tuple[Param, ...]
+
+    @staticmethod
+    def parse(text: str) -> Signature:
+        """Parse a C parameter list such as `"const float* x, float* y, int n"`."""
+        parts = [p for p in (s.strip() for s in text.split(",")) if p]
+        if parts == ["void"]:
+            parts = []
+        sig = Signature(tuple(_parse_param(p) for p in parts))
+        names = [p.name for p in sig.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate parameter names in {text!r}")
+        return sig
+
+    @staticmethod
+    def from_source(path: Path, kernel: str) -> Signature:
+        """The signature on the `extern "C" __global__ void kernel(...)` line of a .cu file."""
+        src = re.sub(r"//[^\n]*|/\*.*?\*/", "", path.read_text(), flags=re.S)
+        bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+        pat = (rf'extern\s+"C"\s+__global__\s+{bounds}void\s+{bounds}'
+               + re.escape(kernel) + r"\s*\(([^)]*)\)")
+        m = re.search(pat, src)
+        if not m:
+            raise ValueError(f'{path.name}: no `extern "C" __global__ void {kernel}(...)`')
+        return Signature.parse(m.group(1))
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{p.ctype} {p.name}" for p in self.params)
+
+    def convert(self, values: tuple | list, kernel: str = "kernel") -> tuple:
+        """Check `values` against the parameters and return them as plain Python numbers.
+
+        Pointers accept CuPy arrays (dtype checked against the pointee type), objects with
+        `__cuda_array_interface__`, ints (raw addresses) and None (NULL).
+        """
+        if len(values) != len(self.params):
+            raise TypeError(f"{kernel}: expected {len(self.params)} arguments "
+                            f"({self}), got {len(values)}")
+        return tuple(_convert(p, v, kernel) for p, v in zip(self.params, values))
+
+
+def _convert(p: Param, v: Any, kernel: str) -> int | float:
+    where = f"{kernel}: argument {p.name!r} ({p.ctype})"
+    if p.is_pointer:
+        return _address(p, v, where)
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{where} got a bool")
+    if p.fmt in "fd":
+        if not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{where} needs a number, got {type(v).__name__}")
+        return float(v)
+    if not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{where} needs an integer, got {type(v).__name__}")
+    v = int(v)
+    bits = 8 * p.size
+    lo, hi = (0, 2**bits - 1) if p.fmt.isupper() else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    if not lo <= v <= hi:
+        raise ValueError(f"{where} = {v} is outside [{lo}, {hi}]")
+    return v
+
+
+def _address(p: Param, v: Any, where: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        if not 0 <= int(v) < 2**64:
+            raise ValueError(f"{where}: address {v} out of range")
+        return int(v)
+    dtype = getattr(v, "dtype", None)
+    want = _POINTEE_DTYPES.get(p.pointee)
+    if dtype is not None and want is not None and str(np.dtype(dtype)) != want:
+        raise TypeError(f"{where} needs {want} data, got {np.dtype(dtype)}")
+    data = getattr(v, "data", None)
+    if data is not None and hasattr(data, "ptr"):
+        return int(data.ptr)
+    cai = getattr(v, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    raise TypeError(f"{where} needs a device array or an address, got {type(v).__name__}")
+
+
+class ArgPack:
+    """rawgraph-owned argument storage: one 8-byte slot per parameter and a `void**` to them.
+
+    `address` is what `kernelParams` takes. The storage lives as long as this object, so
+    the driver never sees memory it handed out itself (we never write into GetParams memory).
+    """
+
+    def __init__(self, sig: Signature):
+        self.sig = sig
+        n = max(len(sig), 1)
+        self._slots = ctypes.create_string_buffer(_SLOT * n)
+        base = ctypes.addressof(self._slots)
+        self._ptrs = (ctypes.c_void_p * n)(*(base + _SLOT * i for i in range(n)))
+        self.address = ctypes.addressof(self._ptrs)
+        self.values: tuple = ()
+
+    def write(self, values: tuple) -> None:
+        """Store already-converted values (see Signature.convert); cannot fail."""
+        for i, (p, v) in enumerate(zip(self.sig.params, values)):
+            struct.pack_into(p.fmt, self._slots, _SLOT * i, v)
+        self.values = values
+
+
+def decode(sig: Signature, kernel_params: int) -> tuple:
+    """Read argument values through a `void**` (for example a graph node's kernelParams).
+
+    Reads only; the memory may belong to the driver.
+    """
+    ptrs = (ctypes.c_void_p * max(len(sig), 1)).from_address(kernel_params)
+    return tuple(struct.unpack(p.fmt, ctypes.string_at(ptrs[i], p.size))[0]
+                 for i, p in enumerate(sig.params))

@@ -1,0 +1,1 @@
+"""Graphs: capture, inspect, instantiate, patch in place, update, verify."""

@@ -1,0 +1,136 @@
+"""capture(stream): record launches into a CUDA graph, or fail cleanly.
+
+An exception inside the block ends and discards the capture, leaves the stream usable and
+re-raises; an operation that invalidates the capture (a synchronize, a cudaMalloc, ...) comes
+out as one CaptureError naming it. CuPy allocations inside the block raise by default
+(a graph freezes addresses: allocate before capturing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import cupy
+from cuda.bindings import driver, runtime
+
+from rawgraph.cuda.check import CudaError, check
+from rawgraph.cuda.device import ensure_context
+from rawgraph.cuda.launch import Launch, observers
+from rawgraph.cuda.stream import stream_handle
+from rawgraph.graph.graph import Graph
+
+MODES = {
+    "global": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
+    "thread_local": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    "relaxed": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED,
+}
+_ACTIVE = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+class CaptureError(RuntimeError):
+    """A capture could not be completed; the stream is usable again."""
+
+
+class CaptureAllocationError(CaptureError):
+    """A CuPy allocation was attempted while capturing."""
+
+
+class Capture:
+    """What one capture recorded: (node, Launch) pairs in launch order, then the Graph."""
+
+    def __init__(self, name: str, stream: int):
+        self.name, self.stream = name, stream
+        self.records: list[tuple[Any, Launch]] = []
+        self.graph: Graph | None = None
+        self.id = 0
+
+    def _observe(self, stream: int, launch: Launch) -> None:
+        # A launch on our stream, or on another stream joined into this capture by an event.
+        err, status, cid, _, deps, _, n = driver.cuStreamGetCaptureInfo(driver.CUstream(stream))
+        if err != driver.CUresult.CUDA_SUCCESS or status != _ACTIVE or int(cid) != self.id:
+            return
+        if n != 1:
+            raise CaptureError(f"capture {self.name!r}: cannot tell which node {launch.kernel.name}"
+                               f" became ({n} dependencies)")
+        self.records.append((deps[0], launch))
+
+
+def capture_status(stream: Any = None) -> str:
+    """'none', 'active' or 'invalidated' for `stream`."""
+    err, status, *_ = driver.cuStreamGetCaptureInfo(driver.CUstream(stream_handle(stream)))
+    check((err,), "query capture status")
+    return status.name.removeprefix("CU_STREAM_CAPTURE_STATUS_").lower()
+
+
+def _forbid_allocation(name: str) -> Callable[[int], Any]:
+    def alloc(nbytes: int) -> Any:
+        raise CaptureAllocationError(
+            f"allocation of {nbytes} bytes while capturing {name!r}: a graph freezes addresses, "
+            f"so allocate every buffer before the capture (or pass allocations= a scratch "
+            f"allocator)")
+    return alloc
+
+
+def _abort(stream: int) -> None:
+    """End a capture that failed, drop its graph, clear the sticky last error."""
+    err, graph = driver.cuStreamEndCapture(driver.CUstream(stream))
+    if err == driver.CUresult.CUDA_SUCCESS and graph is not None and int(graph):
+        driver.cuGraphDestroy(graph)
+    runtime.cudaGetLastError()
+
+
+def _broke_capture(e: BaseException) -> bool:
+    text = f"{getattr(e, 'name', '')} {e}"
+    return isinstance(e, (CudaError, cupy.cuda.runtime.CUDARuntimeError)) and (
+        "Capture" in text or "CAPTURE" in text)
+
+
+@contextlib.contextmanager
+def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_local",
+            allocations: str | Callable[[int], Any] = "forbid") -> Iterator[Capture]:
+    """Capture the launches issued in the block on `stream` into `cap.graph`.
+
+    mode: 'thread_local' (default), 'global' or 'relaxed' (cudaStreamCaptureMode).
+    allocations: 'forbid' (CuPy allocations raise), 'allow', or an allocator function
+    `nbytes -> MemoryPointer` used for CuPy allocations inside the block.
+    """
+    if mode not in MODES:
+        raise ValueError(f"capture mode {mode!r}: choose one of {sorted(MODES)}")
+    ensure_context()
+    h = stream_handle(stream)
+    if h in (0, 1):
+        raise ValueError("cannot capture the legacy default stream: pass a stream made with "
+                         "rawgraph.new_stream() or cupy.cuda.Stream(non_blocking=True)")
+    if capture_status(h) != "none":
+        raise CaptureError(f"stream {h:#x} is already capturing")
+    cap = Capture(name, h)
+    check(driver.cuStreamBeginCapture(driver.CUstream(h), MODES[mode]), f"begin capture {name!r}")
+    cap.id = int(driver.cuStreamGetCaptureInfo(driver.CUstream(h))[2])
+    alloc = {"forbid": _forbid_allocation(name), "allow": None}.get(allocations, allocations)
+    if isinstance(alloc, str):
+        raise ValueError(f"allocations={allocations!r}: use 'forbid', 'allow' or an allocator")
+    observers().append(cap._observe)
+    try:
+        with cupy.cuda.using_allocator(alloc) if alloc else contextlib.nullcontext():
+            yield cap
+    except BaseException as e:
+        _abort(h)
+        if _broke_capture(e):
+            raise CaptureError(
+                f"capture {name!r} on stream {h:#x} was invalidated by a forbidden operation: "
+                f"{e}. Synchronizing, cudaMalloc, event or stream queries and work on the legacy "
+                f"default stream are not allowed while capturing; do them before the capture"
+            ) from e
+        raise
+    finally:
+        observers().remove(cap._observe)
+    err, graph = driver.cuStreamEndCapture(driver.CUstream(h))
+    if err != driver.CUresult.CUDA_SUCCESS:
+        runtime.cudaGetLastError()
+        raise CaptureError(
+            f"capture {name!r} on stream {h:#x} failed at its end with {err.name}: an operation "
+            f"in the block (a synchronize, a cudaMalloc, an event query, work on the legacy "
+            f"stream, or a stream forked and not joined back) invalidated it")
+    cap.graph = Graph(graph, cap.records, name=name)

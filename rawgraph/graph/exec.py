@@ -1,0 +1,159 @@
+"""GraphExec: an instantiated graph; launch, upload, patch in place, ExecUpdate, verify."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cuda.bindings import driver
+
+from rawgraph.cuda.check import check
+from rawgraph.cuda.launch import Launch
+from rawgraph.cuda.stream import stream_handle
+from rawgraph.graph.plan import PatchPlan
+
+if TYPE_CHECKING:
+    from rawgraph.graph.graph import Graph
+
+_UPDATE_REASONS = {
+    "CU_GRAPH_EXEC_UPDATE_ERROR": "the update failed for an unlisted reason",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED": "the graph's topology changed "
+                                                   "(nodes or edges added, removed or reordered)",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED": "a node's type changed",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED": "a kernel node's function changed",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED": "a node's parameters changed in a way "
+                                                     "that cannot be updated",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED": "a node's type or configuration is not "
+                                                "supported by update",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE": "a kernel's function changed in "
+                                                              "an unsupported way",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED": "a node's attributes changed",
+}
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """How `GraphExec.update` went: in place, or re-instantiated with the reason."""
+
+    in_place: bool
+    reason: str = ""
+
+
+class GraphExec:
+    """An executable graph, patchable through the symbols its launches were captured with."""
+
+    def __init__(self, graph: Graph, upload_stream: Any = None):
+        graph._alive()
+        self.graph = graph
+        self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
+                            f"instantiate graph {graph.name!r}")
+        graph._execs += 1
+        self.plan = PatchPlan(graph.records)
+        self._params: dict[int, driver.CUDA_KERNEL_NODE_PARAMS] = {}
+        self.patched_total = 0  # nodes patched over this executable's life
+        self.patched_last = 0   # nodes patched by the last set()
+        if upload_stream is not None:
+            self.upload(upload_stream)
+
+    # ---- running ----------------------------------------------------------------------
+    def launch(self, stream: Any = None) -> None:
+        """Launch the whole graph on `stream`: one host call."""
+        check(driver.cuGraphLaunch(self.handle, driver.CUstream(stream_handle(stream))),
+              f"launch graph {self.graph.name!r}")
+
+    def upload(self, stream: Any = None) -> None:
+        """Upload the executable to the device ahead of the first launch."""
+        check(driver.cuGraphUpload(self.handle, driver.CUstream(stream_handle(stream))),
+              f"upload graph {self.graph.name!r}")
+
+    # ---- patching ---------------------------------------------------------------------
+    @property
+    def symbols(self) -> dict[str, int]:
+        """The symbol values the executable currently computes with."""
+        return dict(self.plan.env)
+
+    def set(self, **values: Any) -> int:
+        """Set symbols; patch in place only the nodes whose grid or arguments change.
+
+        Returns the number of nodes patched. Unknown symbols, wrong types and values outside
+        the declared ranges raise before anything is patched.
+        """
+        n = self.plan.apply(values, self._set_node)
+        self.patched_last = n
+        self.patched_total += n
+        return n
+
+    def _set_node(self, node: Any, L: Launch) -> None:
+        p = self._params.get(id(L))
+        if p is None:  # one params struct per node; its kernelParams point at rawgraph storage
+            p = self._params[id(L)] = driver.CUDA_KERNEL_NODE_PARAMS()
+            p.func = L.kernel.function
+            p.kernelParams = L.pack.address
+            p.extra = 0
+            p.blockDimX, p.blockDimY, p.blockDimZ = L.block
+            p.sharedMemBytes = L.smem
+        p.gridDimX, p.gridDimY, p.gridDimZ = L.grid
+        check(driver.cuGraphExecKernelNodeSetParams(self.handle, node, p),
+              f"patch {L.kernel.name} in graph {self.graph.name!r}")
+
+    def launches(self) -> list[Launch]:
+        """Every captured launch in order, with the values this executable uses now."""
+        return self.plan.launches(self.graph.records)
+
+    # ---- whole-graph update -----------------------------------------------------------
+    def update(self, graph: Graph) -> UpdateResult:
+        """Take `graph`'s parameters: cudaGraphExecUpdate, else re-instantiate from `graph`.
+
+        Patchable nodes afterwards follow `graph`'s launches (matched to this executable's
+        nodes by position).
+        """
+        graph._alive()
+        err, info = driver.cuGraphExecUpdate(self.handle, graph.handle)
+        if err == driver.CUresult.CUDA_SUCCESS:
+            by_pos = {int(n.handle): i for i, n in enumerate(graph.nodes)}
+            mine = self.graph.nodes
+            self.plan = PatchPlan([(mine[by_pos[int(node)]].handle, L)
+                                   for node, L in graph.records])
+            self._params.clear()
+            return UpdateResult(True)
+        name = info.result.name if info is not None else err.name
+        reason = _UPDATE_REASONS.get(name, name)
+        bad = info.errorNode if info is not None else None
+        if bad is not None and int(bad):
+            where = next((n for n in graph.nodes if int(n.handle) == int(bad)), None)
+            if where is not None:
+                reason += f" (at node {where.index}: {where.describe()})"
+        self._close_handle()
+        self.graph = graph
+        self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
+                            f"re-instantiate graph {graph.name!r}")
+        graph._execs += 1
+        self.plan = PatchPlan(graph.records)
+        self._params.clear()
+        return UpdateResult(False, reason)
+
+    def verify(self, buffers: list, stream: Any = None) -> None:
+        """Replay this graph and the same launches eagerly; raise unless every buffer in
+        `buffers` comes out bit-identical (see rawgraph.graph.verify)."""
+        from rawgraph.graph.verify import verify
+
+        verify(self, buffers, stream)
+
+    # ---- lifetime ---------------------------------------------------------------------
+    def _close_handle(self) -> None:
+        check(driver.cuGraphExecDestroy(self.handle), "destroy executable graph")
+        self.handle = None
+        self.graph._execs -= 1
+        if self.graph._closed:
+            self.graph.close()
+
+    def close(self) -> None:
+        """Destroy the executable graph."""
+        if self.handle is not None:
+            self._close_handle()
+
+    def __enter__(self) -> GraphExec:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

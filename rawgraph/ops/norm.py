@@ -1,0 +1,43 @@
+"""RMSNorm, optionally fused with the residual add before it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rawgraph.cuda.kernel import Kernel
+from rawgraph.ops import shapes
+from rawgraph.symbols import Symbols
+
+_SIG = "const {t}* x, const {t}* residual, const {t}* w, {t}* out, {t}* residual_out, " \
+       "int rows, int dim, float eps"
+RMSNORM = {
+    "float16": Kernel("rmsnorm", "rmsnorm_f16", _SIG.format(t="__half")),
+    "bfloat16": Kernel("rmsnorm", "rmsnorm_bf16", _SIG.format(t="__nv_bfloat16")),
+}
+BLOCK = 256
+
+
+def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any = None,
+            rows: Any = None, eps: float = 1e-5, stream: Any = None,
+            symbols: Symbols | None = None) -> None:
+    """out = rmsnorm(x [+ residual]) * w over the first `rows` rows (rows may be symbolic).
+
+    With `residual`, also writes residual_out = x + residual (it may be `residual` itself).
+    """
+    if getattr(x, "ndim", 0) != 2:
+        raise ValueError(f"x must be (rows, dim), got shape {getattr(x, 'shape', '?')}")
+    cap, dim = x.shape
+    shapes.multiple(dim, 8, "dim")
+    dt = shapes.tensor(x, "x")
+    shapes.tensor(w, "w", (dim,), dt)
+    shapes.tensor(out, "out", x.shape, dt)
+    if out is x:
+        raise ValueError("out must not be x (the kernel reads x after writing out)")
+    if (residual is None) != (residual_out is None):
+        raise ValueError("pass residual and residual_out together")
+    if residual is not None:
+        shapes.tensor(residual, "residual", x.shape, dt)
+        shapes.tensor(residual_out, "residual_out", x.shape, dt)
+    rows = shapes.count(rows, cap, "rows", symbols)
+    RMSNORM[dt].launch(rows, BLOCK, (x, residual, w, out, residual_out, rows, dim, eps),
+                       stream, symbols=symbols)

@@ -1,0 +1,63 @@
+"""Input checks at the Python boundary: shapes, dtypes, contiguity, alignment, row counts.
+
+Every op checks its inputs here and raises ValueError naming the problem before launching.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rawgraph.dtypes import kind_of
+from rawgraph.symbols import Expr, Range, Symbols
+
+
+def tensor(arr: Any, name: str, shape: tuple | None = None, dtype: str | None = None,
+           align: int = 16) -> str:
+    """Check one device tensor; returns its rawgraph dtype ('float16'/'bfloat16')."""
+    if not hasattr(arr, "data") or not hasattr(arr, "shape"):
+        raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
+    kind = kind_of(arr)
+    if dtype is not None and kind != dtype:
+        raise ValueError(f"{name} is {kind}, expected {dtype}")
+    if shape is not None and tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected {tuple(shape)}")
+    if not arr.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    if arr.data.ptr % align:
+        raise ValueError(f"{name} must be {align}-byte aligned (address {arr.data.ptr:#x})")
+    return kind
+
+
+def multiple(v: int, k: int, what: str) -> None:
+    """ValueError unless v % k == 0."""
+    if v % k:
+        raise ValueError(f"{what} = {v} must be a multiple of {k}")
+
+
+def count(n: Any, capacity: int, what: str, symbols: Symbols | None) -> Any:
+    """Check a row/element count, concrete or symbolic, against the buffers' capacity.
+
+    For an expression, every symbol it reads must have a Range, and the expression at the
+    top of those ranges (and its current value) must fit: a later patch can then never make
+    the kernel touch memory past the buffers. (Assumes the count grows with its symbols,
+    as lengths do.)
+    """
+    if n is None:
+        return capacity
+    if isinstance(n, Expr):
+        if symbols is None:
+            raise ValueError(f"{what} is symbolic ({n!r}): pass symbols=")
+        top = {}
+        for s in n.symbols():
+            spec = symbols.specs.get(s)
+            if not isinstance(spec, Range):
+                raise ValueError(f"{what} reads symbol {s!r}, which needs a Range")
+            top[s] = spec.hi
+        hi = n.eval(top)
+        if hi > capacity:
+            raise ValueError(f"{what} = {n!r} reaches {hi} at the top of its symbols' ranges, "
+                             f"more than the buffers hold ({capacity})")
+        return n
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= capacity:
+        raise ValueError(f"{what} = {n!r} must be an integer in [1, {capacity}]")
+    return n

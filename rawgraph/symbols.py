@@ -1,0 +1,223 @@
+"""Named symbols (seq_len, past_len, batch, buffer pointers) and expressions over them.
+
+Kernel arguments and grid dims may be expressions such as `cdiv(seq_len, 128)`. An eager
+launch evaluates them with the symbols' current values; a captured launch also remembers
+them, so the graph can later be patched in place when a symbol changes.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class Expr:
+    """An integer expression over symbols; build with + - * // % and cdiv/smin/smax."""
+
+    def eval(self, env: Mapping[str, int]) -> int:
+        """The value under `env` (symbol name -> int)."""
+        raise NotImplementedError
+
+    def symbols(self) -> frozenset[str]:
+        """Names of the symbols this expression reads."""
+        raise NotImplementedError
+
+    def _op(self, name: str, fn: Callable, other: Any, flip: bool = False) -> Expr:
+        other = other if isinstance(other, Expr) else _Const(_int(other))
+        return _Op(name, fn, other, self) if flip else _Op(name, fn, self, other)
+
+    def __add__(self, o: Any) -> Expr:
+        return self._op("+", operator.add, o)
+
+    def __radd__(self, o: Any) -> Expr:
+        return self._op("+", operator.add, o, True)
+
+    def __sub__(self, o: Any) -> Expr:
+        return self._op("-", operator.sub, o)
+
+    def __rsub__(self, o: Any) -> Expr:
+        return self._op("-", operator.sub, o, True)
+
+    def __mul__(self, o: Any) -> Expr:
+        return self._op("*", operator.mul, o)
+
+    def __rmul__(self, o: Any) -> Expr:
+        return self._op("*", operator.mul, o, True)
+
+    def __floordiv__(self, o: Any) -> Expr:
+        return self._op("//", operator.floordiv, o)
+
+    def __rfloordiv__(self, o: Any) -> Expr:
+        return self._op("//", operator.floordiv, o, True)
+
+    def __mod__(self, o: Any) -> Expr:
+        return self._op("%", operator.mod, o)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
+        raise TypeError(f"symbol expressions take integers, got {v!r}")
+    return operator.index(v)
+
+
+@dataclass(frozen=True, eq=False)
+class Sym(Expr):
+    """A named symbol; its value comes from a Symbols table."""
+
+    name: str
+
+    def eval(self, env: Mapping[str, int]) -> int:
+        return env[self.name]
+
+    def symbols(self) -> frozenset[str]:
+        return frozenset((self.name,))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, eq=False)
+class _Const(Expr):
+    value: int
+
+    def eval(self, env: Mapping[str, int]) -> int:
+        return self.value
+
+    def symbols(self) -> frozenset[str]:
+        return frozenset()
+
+    def __repr__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, eq=False)
+class _Op(Expr):
+    name: str
+    fn: Callable[[int, int], int]
+    a: Expr
+    b: Expr
+
+    def eval(self, env: Mapping[str, int]) -> int:
+        return self.fn(self.a.eval(env), self.b.eval(env))
+
+    def symbols(self) -> frozenset[str]:
+        return self.a.symbols() | self.b.symbols()
+
+    def __repr__(self) -> str:
+        if self.name.isalpha():
+            return f"{self.name}({self.a!r}, {self.b!r})"
+        return f"({self.a!r} {self.name} {self.b!r})"
+
+
+def _lift(x: Any) -> Expr:
+    return x if isinstance(x, Expr) else _Const(_int(x))
+
+
+def cdiv(a: Any, b: Any) -> Any:
+    """Ceiling division; symbolic when either side is an expression."""
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return _Op("cdiv", lambda x, y: -(-x // y), _lift(a), _lift(b))
+    return -(-a // b)
+
+
+def smin(a: Any, b: Any) -> Any:
+    """min() that stays symbolic when either side is an expression."""
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return _Op("min", min, _lift(a), _lift(b))
+    return min(a, b)
+
+
+def smax(a: Any, b: Any) -> Any:
+    """max() that stays symbolic when either side is an expression."""
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return _Op("max", max, _lift(a), _lift(b))
+    return max(a, b)
+
+
+def resolve(x: Any, env: Mapping[str, int] | None) -> Any:
+    """Evaluate `x` if it is an expression, else return it unchanged."""
+    if isinstance(x, Expr):
+        if env is None:
+            raise ValueError(f"expression {x!r} needs symbol values: pass symbols=")
+        try:
+            return x.eval(env)
+        except KeyError as e:
+            raise KeyError(f"expression {x!r} reads symbol {e.args[0]!r}, "
+                           f"which has no value") from None
+    return x
+
+
+@dataclass(frozen=True)
+class Range:
+    """An integer symbol allowed in [lo, hi]: the bounds the graph's buffers were sized for."""
+
+    lo: int
+    hi: int
+
+    def check(self, name: str, v: Any) -> int:
+        """The value as int, or ValueError/TypeError naming the symbol and its range."""
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise TypeError(f"symbol {name!r} needs an integer, got {type(v).__name__}")
+        v = operator.index(v)
+        if not self.lo <= v <= self.hi:
+            raise ValueError(f"symbol {name!r} = {v} is outside [{self.lo}, {self.hi}], "
+                             f"the range the graph's buffers were sized for")
+        return v
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """A pointer symbol: a device array of at least `nbytes` bytes (and `dtype`, if given)."""
+
+    nbytes: int = 0
+    dtype: str | None = None
+
+    def check(self, name: str, v: Any) -> int:
+        """The array's device address, after checking its size and dtype."""
+        data = getattr(v, "data", None)
+        if data is None or not hasattr(data, "ptr"):
+            raise TypeError(f"symbol {name!r} needs a device array, got {type(v).__name__}")
+        if v.nbytes < self.nbytes:
+            raise ValueError(f"symbol {name!r}: array of {v.nbytes} bytes is smaller than "
+                             f"the {self.nbytes} bytes the graph was captured with")
+        if self.dtype is not None and str(v.dtype) != self.dtype:
+            raise TypeError(f"symbol {name!r} needs {self.dtype} data, got {v.dtype}")
+        return int(data.ptr)
+
+
+Spec = Range | Pointer
+
+
+class Symbols:
+    """A table of symbols: their specs (what values are valid) and current values.
+
+    `S = Symbols(seq_len=Range(1, 4096)); S.seq_len` is the symbol; `S.set(seq_len=7)`
+    validates and stores; `S.env` maps names to ints (addresses for pointers).
+    """
+
+    def __init__(self, **specs: Spec):
+        for name, spec in specs.items():
+            if not isinstance(spec, (Range, Pointer)):
+                raise TypeError(f"symbol {name!r}: spec must be Range or Pointer, got {spec!r}")
+        self.specs: dict[str, Spec] = specs
+        self.env: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Sym:
+        if name.startswith("_") or name not in self.__dict__.get("specs", {}):
+            raise AttributeError(f"no symbol {name!r}")
+        return Sym(name)
+
+    def validate(self, values: Mapping[str, Any]) -> dict[str, int]:
+        """Check values against the specs; return them as ints. Raises before changing anything."""
+        out = {}
+        for name, v in values.items():
+            if name not in self.specs:
+                raise KeyError(f"unknown symbol {name!r}; known: {sorted(self.specs)}")
+            out[name] = self.specs[name].check(name, v)
+        return out
+
+    def set(self, **values: Any) -> None:
+        """Validate and store new values."""
+        self.env.update(self.validate(values))

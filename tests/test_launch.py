@@ -1,0 +1,43 @@
+"""Launch validation happens before anything touches the GPU."""
+
+import pytest
+
+from rawgraph.cuda.launch import Launch
+from rawgraph.ops.elementwise import ADD
+from rawgraph.symbols import Range, Symbols
+
+K = ADD["float16"]
+ARGS = (0x1000, 0x2000, 0x3000, 8)
+
+
+@pytest.mark.parametrize(("grid", "block", "kw", "match"), [
+    (0, 256, {}, "grid"),
+    ((1, 70000), 256, {}, "grid"),
+    (1.0, 256, {}, "grid"),
+    (1, 2048, {}, "block"),
+    (1, (32, 32, 2), {}, "more than 1024"),
+    (1, (1, 1, 1, 1), {}, "1 to 3"),
+    (1, 256, {"smem": -1}, "shared memory"),
+])
+def test_bad_geometry_raises(grid, block, kw, match):
+    with pytest.raises(ValueError, match=match):
+        Launch(K, grid, block, ARGS, **kw)
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(TypeError, match="expected 4 arguments"):
+        Launch(K, 1, 256, ARGS[:3])
+    with pytest.raises(TypeError, match="'n'"):
+        Launch(K, 1, 256, (*ARGS[:3], "8"))
+
+
+def test_symbolic_launch_needs_symbols_and_resolves():
+    S = Symbols(n=Range(1, 64))
+    with pytest.raises(ValueError, match="symbols="):
+        Launch(K, 1, 256, (*ARGS[:3], S.n))
+    S.set(n=33)
+    L = Launch(K, S.n // 8, 256, (*ARGS[:3], S.n), symbols=S)
+    assert L.grid == (4, 1, 1) and L.args[3] == 33 and L.reads == {"n"} and L.env == {"n": 33}
+    c = L.clone()
+    c.write(*c.resolve({"n": 64}), {"n": 64})
+    assert (L.grid, L.args[3]) == ((4, 1, 1), 33) and (c.grid, c.args[3]) == ((8, 1, 1), 64)

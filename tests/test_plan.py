@@ -1,0 +1,127 @@
+"""Patch planning without a GPU: which nodes change, what they get, and what invalid input does."""
+
+import pytest
+
+from rawgraph.cuda.launch import Launch
+from rawgraph.graph.plan import PatchPlan
+from rawgraph.ops.elementwise import ADD, SILU_MUL
+from rawgraph.ops.norm import RMSNORM
+from rawgraph.symbols import Range, Symbols, cdiv
+
+X, W, Y = 0x10000, 0x20000, 0x30000  # fake device addresses: nothing is launched here
+
+
+def _records(S: Symbols) -> list:
+    dim = 2048
+    norm = Launch(RMSNORM["float16"], S.seq, 256, (X, None, W, Y, None, S.seq, dim, 1e-5),
+                  symbols=S)
+    add = Launch(ADD["float16"], cdiv(S.seq * dim, 2048), 256, (X, Y, X, S.seq * dim),
+                 symbols=S)
+    static = Launch(SILU_MUL["float16"], (2, 4), 128, (X, Y, 4, 2048))
+    attn = Launch(ADD["float16"], S.past + 1, 256, (X, Y, X, S.past + 1), symbols=S)
+    return [("n0", norm), ("n1", add), ("n2", static), ("n3", attn)]
+
+
+def _plan():
+    S = Symbols(seq=Range(1, 512), past=Range(0, 1000), unused=Range(0, 9))
+    S.set(seq=16, past=0, unused=0)
+    return S, _records(S)
+
+
+class Recorder:
+    def __init__(self, fail_at: int | None = None):
+        self.calls, self.fail_at = [], fail_at
+
+    def __call__(self, node, launch):
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            self.fail_at = None
+            raise RuntimeError("driver says no")
+        self.calls.append((node, launch.grid, launch.args))
+
+
+@pytest.mark.parametrize(("change", "patched", "check"), [
+    # (symbols set, nodes patched, {node: (grid.x, an argument index, its value)})
+    ({"seq": 16}, [], {}),
+    ({"unused": 3}, [], {}),
+    ({"seq": 300}, ["n0", "n1"], {"n0": (300, 5, 300), "n1": (300, 3, 300 * 2048)}),
+    ({"seq": 1}, ["n0", "n1"], {"n0": (1, 5, 1), "n1": (1, 3, 2048)}),
+    ({"past": 41}, ["n3"], {"n3": (42, 3, 42)}),
+    ({"seq": 512, "past": 1000}, ["n0", "n1", "n3"], {"n3": (1001, 3, 1001)}),
+])
+def test_set_patches_exactly_the_changed_nodes(change, patched, check):
+    S, records = _plan()
+    plan = PatchPlan(records)
+    rec = Recorder()
+    assert plan.apply(change, rec) == len(patched)
+    assert [c[0] for c in rec.calls] == patched
+    for node, grid, args in rec.calls:
+        if node in check:
+            gx, i, v = check[node]
+            assert grid[0] == gx and args[i] == v
+    assert plan.apply(change, rec) == 0  # the same values again patch nothing
+
+
+@pytest.mark.parametrize(("change", "err"), [
+    ({"nope": 3}, KeyError),
+    ({"seq": 0}, ValueError),
+    ({"seq": 513}, ValueError),
+    ({"seq": "7"}, TypeError),
+    ({"seq": 100, "past": -1}, ValueError),
+])
+def test_invalid_patch_raises_and_changes_nothing(change, err):
+    S, records = _plan()
+    plan = PatchPlan(records)
+    before = [(L.grid, L.args) for _, _, L in plan.entries]
+    rec = Recorder()
+    with pytest.raises(err):
+        plan.apply(change, rec)
+    assert rec.calls == [] and plan.env == {"seq": 16, "past": 0}
+    assert [(L.grid, L.args) for _, _, L in plan.entries] == before
+
+
+def test_rule_giving_an_invalid_grid_is_refused_before_any_patch():
+    S = Symbols(k=Range(-5, 5))
+    S.set(k=3)
+    plan = PatchPlan([("a", Launch(ADD["float16"], S.k, 256, (X, Y, X, 8), symbols=S)),
+                      ("b", Launch(ADD["float16"], 1, 256, (X, Y, X, S.k + 10), symbols=S))])
+    rec = Recorder()
+    with pytest.raises(ValueError, match="grid"):
+        plan.apply({"k": 0}, rec)
+    assert rec.calls == [] and plan.env == {"k": 3}
+
+
+def test_driver_failure_midway_restores_patched_nodes():
+    S, records = _plan()
+    plan = PatchPlan(records)
+    rec = Recorder(fail_at=1)  # first node patches, second fails
+    with pytest.raises(RuntimeError, match="driver says no"):
+        plan.apply({"seq": 300}, rec)
+    # the first node was put back to its old values through the setter
+    assert rec.calls[0][1][0] == 300 and rec.calls[-1][1][0] == 16
+    assert [L.grid[0] for _, _, L in plan.entries[:2]] == [16, 16]
+    assert plan.env["seq"] == 16
+
+
+def test_plan_owns_copies_and_launches_reflect_patches():
+    S, records = _plan()
+    plan = PatchPlan(records)
+    plan.apply({"seq": 64}, Recorder())
+    assert records[0][1].grid[0] == 16  # the graph's record is untouched
+    launches = plan.launches(records)
+    assert launches[0].grid[0] == 64 and launches[2] is records[2][1]
+
+
+def test_symbols_changed_during_capture_is_an_error():
+    S = Symbols(n=Range(1, 100))
+    S.set(n=4)
+    a = Launch(ADD["float16"], 1, 256, (X, Y, X, S.n), symbols=S)
+    S.set(n=5)
+    b = Launch(ADD["float16"], 1, 256, (X, Y, X, S.n), symbols=S)
+    with pytest.raises(ValueError, match="changed during capture"):
+        PatchPlan([("a", a), ("b", b)])
+
+
+def test_graph_without_symbols_cannot_be_set():
+    plan = PatchPlan([("a", Launch(ADD["float16"], 1, 256, (X, Y, X, 8)))])
+    with pytest.raises(KeyError, match="no patchable nodes"):
+        plan.apply({"n": 1}, Recorder())

@@ -1,0 +1,91 @@
+"""Signatures: parsing, cross-check against the .cu source, value checks, argument storage."""
+
+import ctypes
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
+from rawgraph.cuda.signature import ArgPack, Signature, decode
+from rawgraph.ops.elementwise import ADD, SILU_MUL
+from rawgraph.ops.norm import RMSNORM
+
+
+def test_parse_normalises_types_and_names():
+    sig = Signature.parse("const __half* __restrict__ x, float  *y, unsigned int n, float eps")
+    assert [(p.name, p.ctype) for p in sig.params] == [
+        ("x", "const __half*"), ("y", "float*"), ("n", "unsigned int"), ("eps", "float")]
+    assert [p.size for p in sig.params] == [8, 8, 4, 4]
+    assert [p.is_output for p in sig.params] == [False, True, False, False]
+    assert sig.params[0].pointee == "__half"
+
+
+@pytest.mark.parametrize("bad", ["struct foo x", "int", "int a, int a", "float3 v"])
+def test_parse_rejects(bad):
+    with pytest.raises(ValueError):
+        Signature.parse(bad)
+
+
+def test_from_source_reads_extern_c_line(tmp_path: Path):
+    src = tmp_path / "k.cu"
+    src.write_text('// extern "C" __global__ void k(int wrong)\n'
+                   'extern "C" __global__ void __launch_bounds__(256) k(const float* a,\n'
+                   '    float* b, int n) { }\n')
+    assert Signature.from_source(src, "k") == Signature.parse("const float* a, float* b, int n")
+    with pytest.raises(ValueError, match="no `extern"):
+        Signature.from_source(src, "other")
+
+
+@pytest.mark.parametrize("kernel", [*ADD.values(), *SILU_MUL.values(), *RMSNORM.values()])
+def test_every_declared_kernel_matches_its_source(kernel):
+    assert kernel.sig == Signature.from_source(KERNELS_DIR / f"{kernel.op}.cu", kernel.name)
+
+
+def test_declared_signature_mismatch_raises():
+    with pytest.raises(ValueError, match="declared in Python"):
+        Kernel("add", "add_f16", "const __half* a, const __half* b, __half* out, long long n")
+
+
+def test_missing_source_raises():
+    with pytest.raises(FileNotFoundError, match="no kernel source"):
+        Kernel("no_such_op", "k", "int n")
+
+
+def _arr(ptr, dtype):
+    return SimpleNamespace(data=SimpleNamespace(ptr=ptr), dtype=np.dtype(dtype))
+
+
+def test_convert_accepts_arrays_ints_none_and_numpy_scalars():
+    sig = Signature.parse("const __half* x, __nv_bfloat16* y, void* z, int n, float eps")
+    got = sig.convert([_arr(0x1000, "float16"), _arr(0x2000, "uint16"), None, np.int32(5), 1])
+    assert got == (0x1000, 0x2000, 0, 5, 1.0)
+
+
+@pytest.mark.parametrize(("values", "err", "match"), [
+    ([_arr(16, "float32"), 1], TypeError, "needs float16"),
+    ([_arr(16, "float16")], TypeError, "expected 2 arguments"),
+    ([_arr(16, "float16"), 2**31], ValueError, "outside"),
+    ([_arr(16, "float16"), 1.5], TypeError, "needs an integer"),
+    ([_arr(16, "float16"), True], TypeError, "bool"),
+    (["x", 1], TypeError, "device array"),
+    ([-1, 1], ValueError, "address"),
+])
+def test_convert_rejects_with_the_parameter_named(values, err, match):
+    sig = Signature.parse("const __half* x, int n")
+    with pytest.raises(err, match=match):
+        sig.convert(values, "k")
+
+
+def test_argpack_layout_and_decode_roundtrip():
+    sig = Signature.parse("const float* x, int n, float eps, unsigned long long big, double d")
+    pack = ArgPack(sig)
+    vals = sig.convert([0xDEADBEEF000, -7, 0.25, 2**63 + 5, -1.5])
+    pack.write(vals)
+    ptrs = (ctypes.c_void_p * 5).from_address(pack.address)
+    assert struct.unpack("i", ctypes.string_at(ptrs[1], 4))[0] == -7
+    assert decode(sig, pack.address) == vals
+    pack.write(sig.convert([1, 2, 3.0, 4, 5.0]))
+    assert decode(sig, pack.address) == (1, 2, 3.0, 4, 5.0)

@@ -1,0 +1,62 @@
+"""Symbols and expressions: arithmetic, evaluation, specs and their errors."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rawgraph.symbols import Pointer, Range, Sym, Symbols, cdiv, resolve, smax, smin
+
+
+@given(st.integers(0, 10**6), st.integers(1, 10**4), st.integers(-50, 50))
+def test_expressions_match_python(a, b, c):
+    x, y = Sym("x"), Sym("y")
+    env = {"x": a, "y": b}
+    assert (x + c).eval(env) == a + c and (c - x).eval(env) == c - a
+    assert (2 * x * y).eval(env) == 2 * a * b
+    assert (x // y).eval(env) == a // b and (x % y).eval(env) == a % b
+    assert cdiv(x, y).eval(env) == -(-a // b) and cdiv(a, b) == -(-a // b)
+    assert smin(x, y + c).eval(env) == min(a, b + c) and smax(x, 3).eval(env) == max(a, 3)
+    assert (cdiv(x, 128) * y).symbols() == {"x", "y"}
+
+
+def test_resolve_passes_plain_values_and_names_missing_symbols():
+    assert resolve(5, None) == 5
+    with pytest.raises(ValueError, match="symbols="):
+        resolve(Sym("n") + 1, None)
+    with pytest.raises(KeyError, match="'n'"):
+        resolve(Sym("n") + 1, {})
+
+
+def test_expression_rejects_non_integers():
+    with pytest.raises(TypeError):
+        Sym("n") * 1.5
+
+
+def test_table_validates_before_storing():
+    S = Symbols(seq_len=Range(1, 4096), past=Range(0, 100))
+    S.set(seq_len=10, past=0)
+    for bad, err in [({"seq_len": 0}, ValueError), ({"seq_len": 4097}, ValueError),
+                     ({"seq_len": 2.0}, TypeError), ({"nope": 1}, KeyError),
+                     ({"past": 5, "seq_len": True}, TypeError)]:
+        with pytest.raises(err):
+            S.set(**bad)
+        assert S.env == {"seq_len": 10, "past": 0}
+    S.set(seq_len=np.int64(4096))
+    assert S.env["seq_len"] == 4096 and isinstance(S.seq_len, Sym)
+    with pytest.raises(AttributeError):
+        _ = S.other
+
+
+def test_pointer_spec_checks_size_and_dtype():
+    spec = Pointer(nbytes=64, dtype="float16")
+    ok = SimpleNamespace(data=SimpleNamespace(ptr=4096), nbytes=128, dtype="float16")
+    assert spec.check("x", ok) == 4096
+    with pytest.raises(ValueError, match="smaller"):
+        spec.check("x", SimpleNamespace(data=SimpleNamespace(ptr=1), nbytes=32, dtype="float16"))
+    with pytest.raises(TypeError, match="float16"):
+        spec.check("x", SimpleNamespace(data=SimpleNamespace(ptr=1), nbytes=64, dtype="float32"))
+    with pytest.raises(TypeError, match="device array"):
+        spec.check("x", 1234)
