@@ -24,6 +24,10 @@ class Expr:
         """Names of the symbols this expression reads."""
         raise NotImplementedError
 
+    def render(self) -> str:
+        """Python source computing the value from a dict `e` of symbol values."""
+        raise NotImplementedError
+
     def _op(self, name: str, fn: Callable, other: Any, flip: bool = False) -> Expr:
         other = other if isinstance(other, Expr) else _Const(_int(other))
         return _Op(name, fn, other, self) if flip else _Op(name, fn, self, other)
@@ -57,7 +61,7 @@ class Expr:
 
 
 def _int(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
         raise TypeError(f"symbol expressions take integers, got {v!r}")
     return operator.index(v)
 
@@ -74,6 +78,9 @@ class Sym(Expr):
     def symbols(self) -> frozenset[str]:
         return frozenset((self.name,))
 
+    def render(self) -> str:
+        return f"e[{self.name!r}]"
+
     def __repr__(self) -> str:
         return self.name
 
@@ -87,6 +94,9 @@ class _Const(Expr):
 
     def symbols(self) -> frozenset[str]:
         return frozenset()
+
+    def render(self) -> str:
+        return repr(self.value)
 
     def __repr__(self) -> str:
         return str(self.value)
@@ -104,6 +114,14 @@ class _Op(Expr):
 
     def symbols(self) -> frozenset[str]:
         return self.a.symbols() | self.b.symbols()
+
+    def render(self) -> str:
+        a, b = self.a.render(), self.b.render()
+        if self.name == "cdiv":
+            return f"(-(-{a} // {b}))"
+        if self.name.isalpha():
+            return f"{self.name}({a}, {b})"
+        return f"({a} {self.name} {b})"
 
     def __repr__(self) -> str:
         if self.name.isalpha():
@@ -158,9 +176,10 @@ class Range:
 
     def check(self, name: str, v: Any) -> int:
         """The value as int, or ValueError/TypeError naming the symbol and its range."""
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise TypeError(f"symbol {name!r} needs an integer, got {type(v).__name__}")
-        v = operator.index(v)
+        if type(v) is not int:  # fast path for plain ints; numpy integers are fine too
+            if isinstance(v, bool) or not hasattr(v, "__index__"):
+                raise TypeError(f"symbol {name!r} needs an integer, got {type(v).__name__}")
+            v = operator.index(v)
         if not self.lo <= v <= self.hi:
             raise ValueError(f"symbol {name!r} = {v} is outside [{self.lo}, {self.hi}], "
                              f"the range the graph's buffers were sized for")
@@ -211,12 +230,13 @@ class Symbols:
 
     def validate(self, values: Mapping[str, Any]) -> dict[str, int]:
         """Check values against the specs; return them as ints. Raises before changing anything."""
-        out = {}
-        for name, v in values.items():
-            if name not in self.specs:
-                raise KeyError(f"unknown symbol {name!r}; known: {sorted(self.specs)}")
-            out[name] = self.specs[name].check(name, v)
-        return out
+        specs = self.specs
+        try:
+            return {name: specs[name].check(name, v) for name, v in values.items()}
+        except KeyError as e:
+            if e.args and e.args[0] in values and e.args[0] not in specs:
+                raise KeyError(f"unknown symbol {e.args[0]!r}; known: {sorted(specs)}") from None
+            raise
 
     def set(self, **values: Any) -> None:
         """Validate and store new values."""

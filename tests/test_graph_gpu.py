@@ -21,8 +21,7 @@ def test_replay_equals_eager_over_many_replays(stream, rng):
         layer(b, stream)
     assert capture_status(stream) == "none"
     stream.synchronize()
-    assert snapshot(b.outputs()) == snapshot(b.outputs())  # capture ran nothing...
-    assert all((s == 0x7E00).all() for s in snapshot(b.outputs()))  # ...outputs still poisoned
+    assert all((s == 0x7E00).all() for s in snapshot(b.outputs()))  # capture ran nothing
     with cap.graph as g, g.instantiate(upload_stream=stream) as ex:
         for _ in range(6):
             b.poison()

@@ -39,5 +39,5 @@ def test_symbolic_launch_needs_symbols_and_resolves():
     L = Launch(K, S.n // 8, 256, (*ARGS[:3], S.n), symbols=S)
     assert L.grid == (4, 1, 1) and L.args[3] == 33 and L.reads == {"n"} and L.env == {"n": 33}
     c = L.clone()
-    c.write(*c.resolve({"n": 64}), {"n": 64})
+    c.write(c.resolve({"n": 64}))
     assert (L.grid, L.args[3]) == ((4, 1, 1), 33) and (c.grid, c.args[3]) == ((8, 1, 1), 64)

@@ -88,7 +88,7 @@ def run(sizes: tuple[int, ...] = (50, 200, 1000)) -> list[dict[str, Any]]:
     row("patch 1 node: ex.set(n=...)", one, "us", 200, "<= 2 us", one <= 2.0)
     L = ex.plan.entries[0][2]
     ex.set(n=N // 2)
-    p = ex._params[id(L)]
+    p = L.node_params
     node = ex.plan.entries[0][1]
     raw_set = host_us(lambda: driver.cuGraphExecKernelNodeSetParams(ex.handle, node, p),
                       calls=500)

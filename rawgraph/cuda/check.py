@@ -6,10 +6,6 @@ from typing import Any
 
 from cuda.bindings import driver, nvrtc, runtime
 
-_SUCCESS = (driver.CUresult.CUDA_SUCCESS, runtime.cudaError_t.cudaSuccess,
-            nvrtc.nvrtcResult.NVRTC_SUCCESS)
-
-
 class CudaError(RuntimeError):
     """A failed CUDA driver/runtime/NVRTC call; `.name` is the error's enum name."""
 
@@ -54,12 +50,10 @@ def check(result: Any, what: str = "") -> Any:
     """
     if not isinstance(result, tuple):
         result = (result,)
-    err, *values = result
-    if err not in _SUCCESS:
-        raise CudaError(err, what)
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
+    if result[0] != 0:  # every success code is 0 (the enums are ints)
+        raise CudaError(result[0], what)
+    n = len(result)
+    return None if n == 1 else result[1] if n == 2 else result[1:]
 
 
 def is_error(result: Any, name: str) -> bool:

@@ -96,9 +96,9 @@ class Kernel:
 
     def param_info(self) -> list[tuple[int, int]]:
         """(offset, size) of each parameter as the compiled function lays them out."""
-        out, i = [], 0
+        out, i, fn = [], 0, self.function
         while True:
-            err, off, size = driver.cuFuncGetParamInfo(self._function, i)
+            err, off, size = driver.cuFuncGetParamInfo(fn, i)
             if err != driver.CUresult.CUDA_SUCCESS:
                 return out
             out.append((off, size))

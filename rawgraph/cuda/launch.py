@@ -2,22 +2,25 @@
 
 A `Launch` keeps the templates it was built from (values or symbol expressions), the values
 they resolved to, and rawgraph-owned `void**` storage. Captures observe launches on their
-streams and keep the `Launch` as the record of the graph node it became.
+streams and keep the `Launch` as the record of the graph node it became. The expressions of
+a launch are compiled into one small Python function, so re-resolving them when a symbol
+changes (the patch hot path) costs a call, not a tree walk.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from cuda.bindings import driver
 
-from rawgraph.cuda.check import check
+from rawgraph.cuda.check import CudaError
 from rawgraph.cuda.kernel import Kernel
-from rawgraph.cuda.signature import ArgPack
+from rawgraph.cuda.signature import ArgPack, convert_value, int_bounds
 from rawgraph.cuda.stream import stream_handle
-from rawgraph.symbols import Expr, Symbols, resolve
+from rawgraph.symbols import Expr, Symbols
 
 Dims = tuple[int, int, int]
 _GRID_MAX = (2**31 - 1, 65535, 65535)
@@ -45,9 +48,18 @@ def _as_dims(x: Any, what: str) -> tuple:
 
 def _check_dims(d: tuple, limits: Dims, what: str, kernel: str) -> Dims:
     for v, hi in zip(d, limits):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+        if type(v) is not int or not 1 <= v <= hi:
             raise ValueError(f"{kernel}: {what} {d} must be integers in [1, {list(limits)}]")
     return d  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(src: str) -> Callable[[dict], tuple]:
+    return eval(src, {"__builtins__": {}, "min": min, "max": max})  # our own rendered source
+
+
+def _render(t: Any) -> str:
+    return t.render() if isinstance(t, Expr) else repr(t)
 
 
 class Launch:
@@ -55,53 +67,86 @@ class Launch:
 
     def __init__(self, kernel: Kernel, grid: Any, block: Any, args: tuple, *, smem: int = 0,
                  pdl: bool = False, symbols: Symbols | None = None):
+        name = kernel.name
         self.kernel = kernel
         self.grid_t = _as_dims(grid, "grid")
         self.args_t = tuple(args)
-        self.block = _check_dims(_as_dims(block, "block"), _BLOCK_MAX, "block", kernel.name)
+        self.block = _check_dims(_as_dims(block, "block"), _BLOCK_MAX, "block", name)
         if self.block[0] * self.block[1] * self.block[2] > 1024:
-            raise ValueError(f"{kernel.name}: block {self.block} has more than 1024 threads")
-        if not isinstance(smem, int) or smem < 0:
-            raise ValueError(f"{kernel.name}: shared memory {smem!r} must be an int >= 0")
+            raise ValueError(f"{name}: block {self.block} has more than 1024 threads")
+        if type(smem) is not int or smem < 0:
+            raise ValueError(f"{name}: shared memory {smem!r} must be an int >= 0")
         self.smem, self.pdl, self.symbols = smem, pdl, symbols
+        params = kernel.sig.params
+        if len(self.args_t) != len(params):
+            raise TypeError(f"{name}: expected {len(params)} arguments ({kernel.sig}), "
+                            f"got {len(self.args_t)}")
         # which symbols the launch reads: what makes it a patchable node
         self.reads = frozenset().union(*(t.symbols() for t in (*self.grid_t, *self.args_t)
                                          if isinstance(t, Expr)))
-        if self.reads and symbols is None:
-            raise ValueError(f"{kernel.name}: arguments use symbols {sorted(self.reads)}; "
-                             f"pass symbols=")
+        self._dyn = tuple(i for i, t in enumerate(self.args_t) if isinstance(t, Expr))
+        base = tuple(0 if isinstance(t, Expr) else convert_value(p, t, name)
+                     for p, t in zip(params, self.args_t))
         self.pack = ArgPack(kernel.sig)
+        self.pack.write(base)
+        self._config: driver.CUlaunchConfig | None = None
+        self.node_params: Any = None  # driver params of the graph node this launch patches
+        if not self.reads:
+            self.env: dict[str, int] = {}
+            self.grid = _check_dims(self.grid_t, _GRID_MAX, "grid", name)
+            self.cur = (self.grid, ())  # (grid, values of the symbolic arguments)
+            return
+        if symbols is None:
+            raise ValueError(f"{name}: arguments use symbols {sorted(self.reads)}; pass symbols=")
+        self._grid_dyn = any(isinstance(g, Expr) for g in self.grid_t)
+        self._bounds = tuple(int_bounds(params[i]) if params[i].fmt not in "fd" else None
+                             for i in self._dyn)
+        self._floats = None in self._bounds
+        self._rule = _compile("lambda e: ((%s), (%s))" % (
+            ", ".join(map(_render, self.grid_t)),
+            "".join(_render(self.args_t[i]) + ", " for i in self._dyn)))
         # the symbol values this launch was resolved with (only those it reads)
-        self.env = {k: symbols.env[k] for k in self.reads if k in symbols.env} if symbols else {}
-        self.grid, args_v = self.resolve(self.env)
-        self.pack.write(args_v)
-        self._config = driver.CUlaunchConfig()
-        self._set_config()
+        self.env = {k: symbols.env[k] for k in self.reads if k in symbols.env}
+        self.write(self.resolve(self.env))
 
-    def resolve(self, env: dict[str, int] | None) -> tuple[Dims, tuple]:
-        """(grid, converted args) under `env`, validated; changes nothing."""
-        name = self.kernel.name
-        grid = _check_dims(tuple(resolve(g, env) for g in self.grid_t), _GRID_MAX, "grid", name)
-        args = self.kernel.sig.convert([resolve(a, env) for a in self.args_t], name)
-        return grid, args
+    def resolve(self, env: dict[str, int]) -> tuple[Dims, tuple]:
+        """(grid, values of the symbolic arguments) under `env`, validated; changes nothing.
 
-    def write(self, grid: Dims, args: tuple, env: dict[str, int] | None = None) -> None:
-        """Store resolved values (from resolve) as this launch's current ones."""
-        self.grid = grid
-        self.pack.write(args)
-        if env is not None:
-            self.env = {k: env[k] for k in self.reads}
-        self._set_config()
+        This is the patch hot path: one call of the compiled rule, then bounds checks.
+        """
+        if not self.reads:
+            return self.cur
+        try:
+            new = self._rule(env)
+        except KeyError as e:
+            raise KeyError(f"{self.kernel.name}: symbol {e.args[0]!r} has no value") from None
+        grid, dyn = new
+        if self._grid_dyn and not (0 < grid[0] <= _GRID_MAX[0] and 0 < grid[1] <= _GRID_MAX[1]
+                                   and 0 < grid[2] <= _GRID_MAX[2]):
+            _check_dims(grid, _GRID_MAX, "grid", self.kernel.name)  # raises, naming the dims
+        for i, v, b in zip(self._dyn, dyn, self._bounds):
+            if b is not None and not b[0] <= v <= b[1]:
+                convert_value(self.kernel.sig.params[i], v, self.kernel.name)  # raises
+        if self._floats:  # float parameters computed from integer symbols
+            new = grid, tuple(float(x) if b is None else x for x, b in zip(dyn, self._bounds))
+        return new
+
+    def write(self, new: tuple[Dims, tuple]) -> None:
+        """Make `new` = (grid, symbolic argument values), from resolve, the current values."""
+        self.cur = new
+        self.grid = new[0]
+        self.pack.write_slots(self._dyn, new[1])
+        self._config = None
 
     def clone(self) -> Launch:
         """The same launch with its own argument storage (current values copied)."""
         new = object.__new__(Launch)
         new.__dict__.update(self.__dict__)
         new.pack = ArgPack(self.kernel.sig)
-        new.pack.write(self.pack.values)
+        new.pack.write(self.pack.values)  # (cur, a tuple, is shared safely)
         new.env = dict(self.env)
-        new._config = driver.CUlaunchConfig()
-        new._set_config()
+        new._config = None
+        new.node_params = None
         return new
 
     @property
@@ -109,8 +154,8 @@ class Launch:
         """The current argument values."""
         return self.pack.values
 
-    def _set_config(self) -> None:
-        c = self._config
+    def _make_config(self) -> driver.CUlaunchConfig:
+        c = driver.CUlaunchConfig()
         c.gridDimX, c.gridDimY, c.gridDimZ = self.grid
         c.blockDimX, c.blockDimY, c.blockDimZ = self.block
         c.sharedMemBytes = self.smem
@@ -119,16 +164,20 @@ class Launch:
             attr.id = _PDL
             attr.value.programmaticStreamSerializationAllowed = 1
             c.attrs, c.numAttrs = [attr], 1
+        return c
 
     def launch(self, stream: Any = None) -> None:
         """Launch with the current values on `stream`."""
         fn = self.kernel.function  # compiles on first use
         if self.smem:
             self.kernel.allow_shared_memory(self.smem)
+        if self._config is None:
+            self._config = self._make_config()
         h = stream_handle(stream)
         self._config.hStream = driver.CUstream(h)
-        check(driver.cuLaunchKernelEx(self._config, fn, self.pack.address, 0),
-              f"launch {self.kernel.name} grid={self.grid} block={self.block}")
+        err, = driver.cuLaunchKernelEx(self._config, fn, self.pack.address, 0)
+        if err:  # (the message is built only on failure: this is the hot path)
+            raise CudaError(err, f"launch {self.kernel.name} grid={self.grid} block={self.block}")
         for fn_obs in observers():
             fn_obs(h, self)
 

@@ -126,47 +126,57 @@ class Signature:
         if len(values) != len(self.params):
             raise TypeError(f"{kernel}: expected {len(self.params)} arguments "
                             f"({self}), got {len(values)}")
-        return tuple(_convert(p, v, kernel) for p, v in zip(self.params, values))
+        return tuple(convert_value(p, v, kernel) for p, v in zip(self.params, values))
 
 
-def _convert(p: Param, v: Any, kernel: str) -> int | float:
-    where = f"{kernel}: argument {p.name!r} ({p.ctype})"
+def _where(p: Param, kernel: str) -> str:
+    return f"{kernel}: argument {p.name!r} ({p.ctype})"
+
+
+def int_bounds(p: Param) -> tuple[int, int]:
+    """The values an integer (or pointer) parameter can hold."""
+    bits = 8 * p.size
+    return (0, 2**bits - 1) if p.fmt.isupper() else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def convert_value(p: Param, v: Any, kernel: str) -> int | float:
+    """One argument value, checked against its parameter (messages name both)."""
     if p.is_pointer:
-        return _address(p, v, where)
+        return _address(p, v, kernel)
     if isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{where} got a bool")
+        raise TypeError(f"{_where(p, kernel)} got a bool")
     if p.fmt in "fd":
         if not isinstance(v, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{where} needs a number, got {type(v).__name__}")
+            raise TypeError(f"{_where(p, kernel)} needs a number, got {type(v).__name__}")
         return float(v)
     if not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{where} needs an integer, got {type(v).__name__}")
+        raise TypeError(f"{_where(p, kernel)} needs an integer, got {type(v).__name__}")
     v = int(v)
-    bits = 8 * p.size
-    lo, hi = (0, 2**bits - 1) if p.fmt.isupper() else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    lo, hi = int_bounds(p)
     if not lo <= v <= hi:
-        raise ValueError(f"{where} = {v} is outside [{lo}, {hi}]")
+        raise ValueError(f"{_where(p, kernel)} = {v} is outside [{lo}, {hi}]")
     return v
 
 
-def _address(p: Param, v: Any, where: str) -> int:
+def _address(p: Param, v: Any, kernel: str) -> int:
     if v is None:
         return 0
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         if not 0 <= int(v) < 2**64:
-            raise ValueError(f"{where}: address {v} out of range")
+            raise ValueError(f"{_where(p, kernel)}: address {v} out of range")
         return int(v)
     dtype = getattr(v, "dtype", None)
     want = _POINTEE_DTYPES.get(p.pointee)
-    if dtype is not None and want is not None and str(np.dtype(dtype)) != want:
-        raise TypeError(f"{where} needs {want} data, got {np.dtype(dtype)}")
+    if dtype is not None and want is not None and np.dtype(dtype) != want:
+        raise TypeError(f"{_where(p, kernel)} needs {want} data, got {np.dtype(dtype)}")
     data = getattr(v, "data", None)
     if data is not None and hasattr(data, "ptr"):
         return int(data.ptr)
     cai = getattr(v, "__cuda_array_interface__", None)
     if cai is not None:
         return int(cai["data"][0])
-    raise TypeError(f"{where} needs a device array or an address, got {type(v).__name__}")
+    raise TypeError(f"{_where(p, kernel)} needs a device array or an address, "
+                    f"got {type(v).__name__}")
 
 
 class ArgPack:
@@ -183,13 +193,23 @@ class ArgPack:
         base = ctypes.addressof(self._slots)
         self._ptrs = (ctypes.c_void_p * n)(*(base + _SLOT * i for i in range(n)))
         self.address = ctypes.addressof(self._ptrs)
-        self.values: tuple = ()
+        self._fmts = tuple(p.fmt for p in sig.params)
 
     def write(self, values: tuple) -> None:
         """Store already-converted values (see Signature.convert); cannot fail."""
-        for i, (p, v) in enumerate(zip(self.sig.params, values)):
-            struct.pack_into(p.fmt, self._slots, _SLOT * i, v)
-        self.values = values
+        for i, (fmt, v) in enumerate(zip(self._fmts, values)):
+            struct.pack_into(fmt, self._slots, _SLOT * i, v)
+
+    def write_slots(self, slots: tuple[int, ...], values: tuple) -> None:
+        """Store converted values of the parameters at `slots` only."""
+        fmts, buf = self._fmts, self._slots
+        for i, v in zip(slots, values):
+            struct.pack_into(fmts[i], buf, _SLOT * i, v)
+
+    @property
+    def values(self) -> tuple:
+        """The stored values, read back."""
+        return decode(self.sig, self.address)
 
 
 def decode(sig: Signature, kernel_params: int) -> tuple:

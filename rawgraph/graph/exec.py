@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
-from rawgraph.cuda.check import check
+from rawgraph.cuda.check import CudaError, check
 from rawgraph.cuda.launch import Launch
 from rawgraph.cuda.stream import stream_handle
 from rawgraph.graph.plan import PatchPlan
@@ -31,6 +31,25 @@ _UPDATE_REASONS = {
 }
 
 
+def _explain(old: Graph, new: Graph, info: Any) -> str:
+    """Why cudaGraphExecUpdate refused `new`: from the driver's result info when the binding
+    returns it (it does not on failure), else by comparing the two graphs the same way."""
+    if info is not None and int(info.result) != 0:
+        reason = _UPDATE_REASONS.get(info.result.name, info.result.name)
+        bad = next((n for n in new.nodes if int(n.handle) == int(info.errorNode or 0)), None)
+        return reason + (f" (at node {bad.index}: {bad.describe()})" if bad else "")
+    a, b = old.nodes, new.nodes
+    if len(a) != len(b) or old.edges != new.edges:
+        return (f"{_UPDATE_REASONS['CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED']}: "
+                f"{len(a)} nodes/{len(old.edges)} edges before, {len(b)}/{len(new.edges)} now")
+    for x, y in zip(a, b):
+        if x.type != y.type:
+            return f"node {x.index}'s type changed ({x.type} -> {y.type})"
+        if x.kernel != y.kernel:
+            return f"node {x.index}'s kernel changed ({x.kernel} -> {y.kernel})"
+    return _UPDATE_REASONS["CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED"]
+
+
 @dataclass(frozen=True)
 class UpdateResult:
     """How `GraphExec.update` went: in place, or re-instantiated with the reason."""
@@ -49,7 +68,6 @@ class GraphExec:
                             f"instantiate graph {graph.name!r}")
         graph._execs += 1
         self.plan = PatchPlan(graph.records)
-        self._params: dict[int, driver.CUDA_KERNEL_NODE_PARAMS] = {}
         self.patched_total = 0  # nodes patched over this executable's life
         self.patched_last = 0   # nodes patched by the last set()
         if upload_stream is not None:
@@ -58,8 +76,9 @@ class GraphExec:
     # ---- running ----------------------------------------------------------------------
     def launch(self, stream: Any = None) -> None:
         """Launch the whole graph on `stream`: one host call."""
-        check(driver.cuGraphLaunch(self.handle, driver.CUstream(stream_handle(stream))),
-              f"launch graph {self.graph.name!r}")
+        err, = driver.cuGraphLaunch(self.handle, driver.CUstream(stream_handle(stream)))
+        if err:
+            raise CudaError(err, f"launch graph {self.graph.name!r}")
 
     def upload(self, stream: Any = None) -> None:
         """Upload the executable to the device ahead of the first launch."""
@@ -84,17 +103,18 @@ class GraphExec:
         return n
 
     def _set_node(self, node: Any, L: Launch) -> None:
-        p = self._params.get(id(L))
+        p = L.node_params
         if p is None:  # one params struct per node; its kernelParams point at rawgraph storage
-            p = self._params[id(L)] = driver.CUDA_KERNEL_NODE_PARAMS()
+            p = L.node_params = driver.CUDA_KERNEL_NODE_PARAMS()
             p.func = L.kernel.function
             p.kernelParams = L.pack.address
             p.extra = 0
             p.blockDimX, p.blockDimY, p.blockDimZ = L.block
             p.sharedMemBytes = L.smem
         p.gridDimX, p.gridDimY, p.gridDimZ = L.grid
-        check(driver.cuGraphExecKernelNodeSetParams(self.handle, node, p),
-              f"patch {L.kernel.name} in graph {self.graph.name!r}")
+        err, = driver.cuGraphExecKernelNodeSetParams(self.handle, node, p)
+        if err:
+            raise CudaError(err, f"patch {L.kernel.name} in graph {self.graph.name!r}")
 
     def launches(self) -> list[Launch]:
         """Every captured launch in order, with the values this executable uses now."""
@@ -114,22 +134,14 @@ class GraphExec:
             mine = self.graph.nodes
             self.plan = PatchPlan([(mine[by_pos[int(node)]].handle, L)
                                    for node, L in graph.records])
-            self._params.clear()
             return UpdateResult(True)
-        name = info.result.name if info is not None else err.name
-        reason = _UPDATE_REASONS.get(name, name)
-        bad = info.errorNode if info is not None else None
-        if bad is not None and int(bad):
-            where = next((n for n in graph.nodes if int(n.handle) == int(bad)), None)
-            if where is not None:
-                reason += f" (at node {where.index}: {where.describe()})"
+        reason = _explain(self.graph, graph, info)
         self._close_handle()
         self.graph = graph
         self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
                             f"re-instantiate graph {graph.name!r}")
         graph._execs += 1
         self.plan = PatchPlan(graph.records)
-        self._params.clear()
         return UpdateResult(False, reason)
 
     def verify(self, buffers: list, stream: Any = None) -> None:

@@ -37,23 +37,29 @@ class PatchPlan:
                                      f"({self.env[name]} then {v})")
                 self.by_symbol[name].append(j)
 
-    def plan(self, values: dict[str, Any]) -> tuple[dict[str, int], list[tuple[int, tuple, tuple]]]:
-        """Validate new symbol values; return (new env, [(entry, grid, args)] that change).
+    def plan(self, values: dict[str, Any]) -> tuple[dict[str, int], list[tuple[int, tuple]]]:
+        """Validate new symbol values; return (new env, [(entry, (grid, dyn args))] that change).
 
         Raises (KeyError, TypeError, ValueError) before anything is written.
         """
         if self.symbols is None:
             raise KeyError(f"this graph has no patchable nodes; cannot set {sorted(values)}")
         new = self.symbols.validate(values)
-        env = {**self.env, **new}
-        touched = sorted({j for k, v in new.items() if self.env.get(k) != v
-                          for j in self.by_symbol.get(k, ())})
+        old = self.env
+        changed = [k for k, v in new.items() if old.get(k) != v]
+        env = {**old, **new}
+        if not changed:
+            return env, []
+        by = self.by_symbol
+        touched = by.get(changed[0], ()) if len(changed) == 1 else sorted(
+            {j for k in changed for j in by.get(k, ())})
         todo = []
+        entries = self.entries
         for j in touched:
-            L = self.entries[j][2]
-            grid, args = L.resolve(env)
-            if grid != L.grid or args != L.args:
-                todo.append((j, grid, args))
+            L = entries[j][2]
+            cur = L.resolve(env)
+            if cur != L.cur:
+                todo.append((j, cur))
         return env, todo
 
     def apply(self, values: dict[str, Any], setter: Setter) -> int:
@@ -63,22 +69,23 @@ class PatchPlan:
         patched are put back and the error re-raised.
         """
         env, todo = self.plan(values)
-        done: list[tuple[int, tuple, tuple]] = []
+        entries = self.entries
+        done: list[tuple[int, tuple]] = []
         try:
-            for j, grid, args in todo:
-                _, node, L = self.entries[j]
-                old = (j, L.grid, L.args)
-                L.write(grid, args, env)
+            for j, cur in todo:
+                _, node, L = entries[j]
+                old = L.cur
+                L.write(cur)
                 try:
                     setter(node, L)
                 except BaseException:
-                    L.write(old[1], old[2], self.env)
+                    L.write(old)
                     raise
-                done.append(old)
+                done.append((j, old))
         except BaseException:
-            for j, grid, args in reversed(done):
-                _, node, L = self.entries[j]
-                L.write(grid, args, self.env)
+            for j, old in reversed(done):
+                _, node, L = entries[j]
+                L.write(old)
                 setter(node, L)
             raise
         self.env = env
