@@ -49,7 +49,7 @@ class Recorder:
     ({"seq": 512, "past": 1000}, ["n0", "n1", "n3"], {"n3": (1001, 3, 1001)}),
 ])
 def test_set_patches_exactly_the_changed_nodes(change, patched, check):
-    S, records = _plan()
+    _, records = _plan()
     plan = PatchPlan(records)
     rec = Recorder()
     assert plan.apply(change, rec) == len(patched)
@@ -69,7 +69,7 @@ def test_set_patches_exactly_the_changed_nodes(change, patched, check):
     ({"seq": 100, "past": -1}, ValueError),
 ])
 def test_invalid_patch_raises_and_changes_nothing(change, err):
-    S, records = _plan()
+    _, records = _plan()
     plan = PatchPlan(records)
     before = [(L.grid, L.args) for _, _, L in plan.entries]
     rec = Recorder()
@@ -91,7 +91,7 @@ def test_rule_giving_an_invalid_grid_is_refused_before_any_patch():
 
 
 def test_driver_failure_midway_restores_patched_nodes():
-    S, records = _plan()
+    _, records = _plan()
     plan = PatchPlan(records)
     rec = Recorder(fail_at=1)  # first node patches, second fails
     with pytest.raises(RuntimeError, match="driver says no"):
@@ -103,7 +103,7 @@ def test_driver_failure_midway_restores_patched_nodes():
 
 
 def test_plan_owns_copies_and_launches_reflect_patches():
-    S, records = _plan()
+    _, records = _plan()
     plan = PatchPlan(records)
     plan.apply({"seq": 64}, Recorder())
     assert records[0][1].grid[0] == 16  # the graph's record is untouched
@@ -125,3 +125,52 @@ def test_graph_without_symbols_cannot_be_set():
     plan = PatchPlan([("a", Launch(ADD["float16"], 1, 256, (X, Y, X, 8)))])
     with pytest.raises(KeyError, match="no patchable nodes"):
         plan.apply({"n": 1}, Recorder())
+
+
+# ---- compiled patch programs must do exactly what the generic plan does --------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from rawgraph.graph.program import compile_program  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([("seq",), ("past",), ("seq", "past"), ("unused",),
+                                           ("past", "seq")]),
+                          st.integers(-3, 1100), st.integers(-3, 1100)), max_size=12))
+def test_compiled_program_matches_generic_apply(steps):
+    _, rec_a = _plan()
+    _, rec_b = _plan()
+    a, b = PatchPlan(rec_a), PatchPlan(rec_b)
+    ca, cb = Recorder(), Recorder()
+    for names, x, y in steps:
+        values = dict(zip(names, (x, y)))
+        prog = compile_program(b, names)
+        ra = rb = None
+        try:
+            ra = a.apply(values, ca)
+        except (KeyError, TypeError, ValueError) as e:
+            ra = type(e)
+        try:
+            rb = prog(values, cb)
+        except (KeyError, TypeError, ValueError) as e:
+            rb = type(e)
+        assert ra == rb and a.env == b.env and ca.calls == cb.calls
+        assert [L.cur for *_, L in a.entries] == [L.cur for *_, L in b.entries]
+        assert [L.args for *_, L in a.entries] == [L.args for *_, L in b.entries]
+
+
+def test_compiled_program_rolls_back_on_driver_failure():
+    _, records = _plan()
+    plan = PatchPlan(records)
+    prog = compile_program(plan, ("seq",))
+    with pytest.raises(RuntimeError, match="driver says no"):
+        prog({"seq": 300}, Recorder(fail_at=1))
+    assert [L.grid[0] for _, _, L in plan.entries[:2]] == [16, 16] and plan.env["seq"] == 16
+    assert [L.args[5] for _, _, L in plan.entries[:1]] == [16]
+
+
+def test_unknown_symbol_has_no_program():
+    _, records = _plan()
+    assert compile_program(PatchPlan(records), ("nope",)) is None

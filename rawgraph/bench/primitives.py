@@ -101,7 +101,7 @@ def run(sizes: tuple[int, ...] = (50, 200, 1000)) -> list[dict[str, Any]]:
         g = _chain(nodes, 10, S, bufs, s)
         ex = g.instantiate(upload_stream=s)
         patched = ex.set(n=N // 2) or ex.set(n=N)
-        patch = host_us(lambda: ex.set(n=next(values)), calls=50) / 1e3
+        patch = host_us(lambda ex=ex: ex.set(n=next(values)), calls=50) / 1e3
 
         def recapture_instantiate(nodes: int = nodes) -> None:
             g2 = _chain(nodes, 10, S, bufs, s)

@@ -6,6 +6,7 @@ from typing import Any
 
 from cuda.bindings import driver, nvrtc, runtime
 
+
 class CudaError(RuntimeError):
     """A failed CUDA driver/runtime/NVRTC call; `.name` is the error's enum name."""
 

@@ -84,5 +84,7 @@ def compute_capability() -> tuple[int, int]:
     ensure_context()
     dev = check(driver.cuDeviceGet(0))
     attr = driver.CUdevice_attribute
-    return (check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)),
-            check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)))
+    major = attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+    minor = attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+    return (check(driver.cuDeviceGetAttribute(major, dev)),
+            check(driver.cuDeviceGetAttribute(minor, dev)))

@@ -102,9 +102,9 @@ class Launch:
         self._bounds = tuple(int_bounds(params[i]) if params[i].fmt not in "fd" else None
                              for i in self._dyn)
         self._floats = None in self._bounds
-        self._rule = _compile("lambda e: ((%s), (%s))" % (
-            ", ".join(map(_render, self.grid_t)),
-            "".join(_render(self.args_t[i]) + ", " for i in self._dyn)))
+        grid_src = ", ".join(map(_render, self.grid_t))
+        args_src = "".join(_render(self.args_t[i]) + ", " for i in self._dyn)
+        self._rule = _compile(f"lambda e: (({grid_src}), ({args_src}))")
         # the symbol values this launch was resolved with (only those it reads)
         self.env = {k: symbols.env[k] for k in self.reads if k in symbols.env}
         self.write(self.resolve(self.env))
@@ -137,6 +137,14 @@ class Launch:
         self.grid = new[0]
         self.pack.write_slots(self._dyn, new[1])
         self._config = None
+
+    def recipe(self) -> dict[str, Any]:
+        """What a compiled patch program needs to re-resolve this launch without calling it:
+        the rule, which checks apply, and where each symbolic argument is stored."""
+        return {"rule": self._rule, "grid_dyn": self._grid_dyn, "bounds": self._bounds,
+                "floats": self._floats,
+                "slots": [(i, self.pack.fmts[i], self.pack.offset(i)) for i in self._dyn],
+                "buffer": self.pack.buffer}
 
     def clone(self) -> Launch:
         """The same launch with its own argument storage (current values copied)."""

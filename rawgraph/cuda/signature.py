@@ -193,16 +193,22 @@ class ArgPack:
         base = ctypes.addressof(self._slots)
         self._ptrs = (ctypes.c_void_p * n)(*(base + _SLOT * i for i in range(n)))
         self.address = ctypes.addressof(self._ptrs)
-        self._fmts = tuple(p.fmt for p in sig.params)
+        self.fmts = tuple(p.fmt for p in sig.params)
+        self.buffer = self._slots  # for compiled patch programs that pack in place
+
+    @staticmethod
+    def offset(i: int) -> int:
+        """Byte offset of parameter i's slot in `buffer`."""
+        return _SLOT * i
 
     def write(self, values: tuple) -> None:
         """Store already-converted values (see Signature.convert); cannot fail."""
-        for i, (fmt, v) in enumerate(zip(self._fmts, values)):
+        for i, (fmt, v) in enumerate(zip(self.fmts, values)):
             struct.pack_into(fmt, self._slots, _SLOT * i, v)
 
     def write_slots(self, slots: tuple[int, ...], values: tuple) -> None:
         """Store converted values of the parameters at `slots` only."""
-        fmts, buf = self._fmts, self._slots
+        fmts, buf = self.fmts, self._slots
         for i, v in zip(slots, values):
             struct.pack_into(fmts[i], buf, _SLOT * i, v)
 

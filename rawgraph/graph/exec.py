@@ -11,6 +11,7 @@ from rawgraph.cuda.check import CudaError, check
 from rawgraph.cuda.launch import Launch
 from rawgraph.cuda.stream import stream_handle
 from rawgraph.graph.plan import PatchPlan
+from rawgraph.graph.program import Program, compile_program
 
 if TYPE_CHECKING:
     from rawgraph.graph.graph import Graph
@@ -67,7 +68,7 @@ class GraphExec:
         self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
                             f"instantiate graph {graph.name!r}")
         graph._execs += 1
-        self.plan = PatchPlan(graph.records)
+        self._use(PatchPlan(graph.records))
         self.patched_total = 0  # nodes patched over this executable's life
         self.patched_last = 0   # nodes patched by the last set()
         if upload_stream is not None:
@@ -97,10 +98,18 @@ class GraphExec:
         Returns the number of nodes patched. Unknown symbols, wrong types and values outside
         the declared ranges raise before anything is patched.
         """
-        n = self.plan.apply(values, self._set_node)
+        key = tuple(values)
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = self._programs[key] = compile_program(self.plan, key) or self.plan.apply
+        n = prog(values, self._set_node)
         self.patched_last = n
         self.patched_total += n
         return n
+
+    def _use(self, plan: PatchPlan) -> None:
+        self.plan = plan
+        self._programs: dict[tuple[str, ...], Program] = {}  # compiled set() per symbol names
 
     def _set_node(self, node: Any, L: Launch) -> None:
         p = L.node_params
@@ -132,8 +141,8 @@ class GraphExec:
         if err == driver.CUresult.CUDA_SUCCESS:
             by_pos = {int(n.handle): i for i, n in enumerate(graph.nodes)}
             mine = self.graph.nodes
-            self.plan = PatchPlan([(mine[by_pos[int(node)]].handle, L)
-                                   for node, L in graph.records])
+            self._use(PatchPlan([(mine[by_pos[int(node)]].handle, L)
+                                 for node, L in graph.records]))
             return UpdateResult(True)
         reason = _explain(self.graph, graph, info)
         self._close_handle()
@@ -141,7 +150,7 @@ class GraphExec:
         self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
                             f"re-instantiate graph {graph.name!r}")
         graph._execs += 1
-        self.plan = PatchPlan(graph.records)
+        self._use(PatchPlan(graph.records))
         return UpdateResult(False, reason)
 
     def verify(self, buffers: list, stream: Any = None) -> None:

@@ -34,7 +34,7 @@ def add(a: Any, b: Any, out: Any, n: Any = None, *, stream: Any = None,
 
 def silu_mul(gate_up: Any, out: Any, rows: Any = None, *, stream: Any = None,
              symbols: Symbols | None = None) -> None:
-    """out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:] for r < rows (rows may be symbolic)."""
+    """out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:] for r < rows (may be symbolic)."""
     if getattr(gate_up, "ndim", 0) != 2 or gate_up.shape[1] % 2:
         raise ValueError(f"gate_up must be (rows, 2 * inter), got {getattr(gate_up, 'shape', '?')}")
     cap, inter = gate_up.shape[0], gate_up.shape[1] // 2
@@ -42,5 +42,5 @@ def silu_mul(gate_up: Any, out: Any, rows: Any = None, *, stream: Any = None,
     dt = shapes.tensor(gate_up, "gate_up")
     shapes.tensor(out, "out", (cap, inter), dt)
     rows = shapes.count(rows, cap, "rows", symbols)
-    SILU_MUL[dt].launch((cdiv(inter, 8 * SILU_BLOCK), rows), SILU_BLOCK, (gate_up, out, rows, inter),
-                        stream, symbols=symbols)
+    grid = (cdiv(inter, 8 * SILU_BLOCK), rows)
+    SILU_MUL[dt].launch(grid, SILU_BLOCK, (gate_up, out, rows, inter), stream, symbols=symbols)
