@@ -127,3 +127,16 @@ def test_bad_input_raises_before_launch(stream):
     misaligned = cupy.ones(4 * 64 + 1, np.float16)[1:].reshape(4, 64)
     with pytest.raises(ValueError, match="aligned"):
         ops.rmsnorm(misaligned, w, out)
+
+
+def test_compile_error_carries_the_nvrtc_log(tmp_path, monkeypatch):
+    from rawgraph import CompileError, Kernel
+    from rawgraph.cuda import kernel as kmod
+
+    (tmp_path / "broken_op.cu").write_text(
+        'extern "C" __global__ void broken(float* y, int n) { y[0] = undefined_name; }\n')
+    monkeypatch.setattr(kmod, "KERNELS_DIR", tmp_path)
+    k = Kernel("broken_op", "broken", "float* y, int n")
+    with pytest.raises(CompileError, match="undefined_name") as e:
+        k.launch(1, 32, (None, 1))
+    assert "broken_op.cu" in str(e.value) and "undefined_name" in e.value.log

@@ -12,6 +12,7 @@ from cuda.bindings import driver
 
 from rawgraph.cuda.check import CompileError, check
 from rawgraph.cuda.device import compute_capability, ensure_context
+from rawgraph.cuda.launch import Launch, launch_now, observers
 from rawgraph.cuda.signature import Signature
 
 KERNELS_DIR = Path(os.environ.get("RAWGRAPH_KERNELS",
@@ -123,8 +124,13 @@ class Kernel:
 
     def launch(self, grid: Any, block: Any, args: tuple, stream: Any = None, *,
                smem: int = 0, pdl: bool = False, symbols: Any = None) -> None:
-        """Launch now on `stream` (validated first; grid/args may be symbol expressions)."""
-        from rawgraph.cuda.launch import Launch  # launch.py imports this module
+        """Launch now on `stream` (validated first; grid/args may be symbol expressions).
 
-        Launch(self, grid, block, args, smem=smem, pdl=pdl, symbols=symbols).launch(stream)
+        Under a capture (or with symbols) the launch keeps its own storage as the record of
+        the graph node it becomes; otherwise it takes the eager fast path.
+        """
+        if symbols is None and not observers():
+            launch_now(self, grid, block, args, stream, smem=smem, pdl=pdl)
+        else:
+            Launch(self, grid, block, args, smem=smem, pdl=pdl, symbols=symbols).launch(stream)
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
 
 from rawgraph.cuda.check import CudaError
-from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.signature import ArgPack, convert_value, int_bounds
 from rawgraph.cuda.stream import stream_handle
 from rawgraph.symbols import Expr, Symbols
+
+if TYPE_CHECKING:
+    from rawgraph.cuda.kernel import Kernel
 
 Dims = tuple[int, int, int]
 _GRID_MAX = (2**31 - 1, 65535, 65535)
@@ -53,6 +55,52 @@ def _check_dims(d: tuple, limits: Dims, what: str, kernel: str) -> Dims:
     return d  # type: ignore[return-value]
 
 
+def _geometry(kernel: Kernel, grid: Any, block: Any, smem: Any) -> tuple[Dims, Dims]:
+    name = kernel.name
+    block = _check_dims(_as_dims(block, "block"), _BLOCK_MAX, "block", name)
+    if block[0] * block[1] * block[2] > 1024:
+        raise ValueError(f"{name}: block {block} has more than 1024 threads")
+    if type(smem) is not int or smem < 0:
+        raise ValueError(f"{name}: shared memory {smem!r} must be an int >= 0")
+    return _as_dims(grid, "grid"), block
+
+
+def _pdl_attrs() -> list:
+    attr = driver.CUlaunchAttribute()
+    attr.id = _PDL
+    attr.value.programmaticStreamSerializationAllowed = 1
+    return [attr]
+
+
+def launch_now(kernel: Kernel, grid: Any, block: Any, args: tuple, stream: Any = None, *,
+               smem: int = 0, pdl: bool = False) -> None:
+    """Launch with concrete values and keep no record (the eager fast path).
+
+    Arguments go through per-thread scratch storage of the kernel: the driver copies them
+    at launch, so the storage is free again when cuLaunchKernelEx returns.
+    """
+    grid, block = _geometry(kernel, grid, block, smem)
+    grid = _check_dims(grid, _GRID_MAX, "grid", kernel.name)
+    values = kernel.sig.convert(args, kernel.name)
+    fn = kernel.function
+    if smem:
+        kernel.allow_shared_memory(smem)
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = _local.scratch = {}
+    pack, c = scratch.get(kernel) or scratch.setdefault(
+        kernel, (ArgPack(kernel.sig), driver.CUlaunchConfig()))
+    pack.write(values)
+    c.gridDimX, c.gridDimY, c.gridDimZ = grid
+    c.blockDimX, c.blockDimY, c.blockDimZ = block
+    c.sharedMemBytes = smem
+    c.attrs, c.numAttrs = (_pdl_attrs(), 1) if pdl else ([], 0)
+    c.hStream = driver.CUstream(stream_handle(stream))
+    err, = driver.cuLaunchKernelEx(c, fn, pack.address, 0)
+    if err:
+        raise CudaError(err, f"launch {kernel.name} grid={grid} block={block}")
+
+
 @functools.lru_cache(maxsize=4096)
 def _compile(src: str) -> Callable[[dict], tuple]:
     return eval(src, {"__builtins__": {}, "min": min, "max": max})  # our own rendered source
@@ -69,24 +117,22 @@ class Launch:
                  pdl: bool = False, symbols: Symbols | None = None):
         name = kernel.name
         self.kernel = kernel
-        self.grid_t = _as_dims(grid, "grid")
+        self.grid_t, self.block = _geometry(kernel, grid, block, smem)
         self.args_t = tuple(args)
-        self.block = _check_dims(_as_dims(block, "block"), _BLOCK_MAX, "block", name)
-        if self.block[0] * self.block[1] * self.block[2] > 1024:
-            raise ValueError(f"{name}: block {self.block} has more than 1024 threads")
-        if type(smem) is not int or smem < 0:
-            raise ValueError(f"{name}: shared memory {smem!r} must be an int >= 0")
         self.smem, self.pdl, self.symbols = smem, pdl, symbols
         params = kernel.sig.params
         if len(self.args_t) != len(params):
             raise TypeError(f"{name}: expected {len(params)} arguments ({kernel.sig}), "
                             f"got {len(self.args_t)}")
         # which symbols the launch reads: what makes it a patchable node
-        self.reads = frozenset().union(*(t.symbols() for t in (*self.grid_t, *self.args_t)
-                                         if isinstance(t, Expr)))
+        exprs = [t for t in (*self.grid_t, *self.args_t) if isinstance(t, Expr)]
+        self.reads = frozenset().union(*(t.symbols() for t in exprs))
         self._dyn = tuple(i for i, t in enumerate(self.args_t) if isinstance(t, Expr))
-        base = tuple(0 if isinstance(t, Expr) else convert_value(p, t, name)
-                     for p, t in zip(params, self.args_t))
+        if self._dyn:
+            base = tuple(0 if isinstance(t, Expr) else convert_value(p, t, name)
+                         for p, t in zip(params, self.args_t))
+        else:
+            base = kernel.sig.convert(self.args_t, name)
         self.pack = ArgPack(kernel.sig)
         self.pack.write(base)
         self._config: driver.CUlaunchConfig | None = None
@@ -168,10 +214,7 @@ class Launch:
         c.blockDimX, c.blockDimY, c.blockDimZ = self.block
         c.sharedMemBytes = self.smem
         if self.pdl:
-            attr = driver.CUlaunchAttribute()
-            attr.id = _PDL
-            attr.value.programmaticStreamSerializationAllowed = 1
-            c.attrs, c.numAttrs = [attr], 1
+            c.attrs, c.numAttrs = _pdl_attrs(), 1
         return c
 
     def launch(self, stream: Any = None) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cupy
 import numpy as np
 
 # C scalar type -> (struct format, size)
@@ -33,6 +34,7 @@ _POINTEE_DTYPES: dict[str, str] = {
     "int8_t": "int8", "char": "int8",
 }
 _SLOT = 8  # every argument gets an 8-byte, 8-aligned slot in rawgraph's storage
+_NDARRAY = cupy.ndarray
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,19 @@ class Signature:
 
     params: tuple[Param, ...]
 
+    def __post_init__(self) -> None:
+        # (kind, lo, hi, dtype) per parameter for convert()'s fast path
+        fast = []
+        for p in self.params:
+            if p.is_pointer:
+                want = _POINTEE_DTYPES.get(p.pointee)
+                fast.append(("p", 0, 0, None if want is None else np.dtype(want)))
+            elif p.fmt in "fd":
+                fast.append(("f", 0, 0, None))
+            else:
+                fast.append(("i", *int_bounds(p), None))
+        object.__setattr__(self, "_fast", tuple(fast))
+
     @staticmethod
     def parse(text: str) -> Signature:
         """Parse a C parameter list such as `"const float* x, float* y, int n"`."""
@@ -126,7 +141,18 @@ class Signature:
         if len(values) != len(self.params):
             raise TypeError(f"{kernel}: expected {len(self.params)} arguments "
                             f"({self}), got {len(values)}")
-        return tuple(convert_value(p, v, kernel) for p, v in zip(self.params, values))
+        out = []
+        for (kind, lo, hi, want), p, v in zip(self._fast, self.params, values):
+            t = type(v)  # fast paths for the usual cases; anything else gets the full check
+            if kind == "p" and t is _NDARRAY and (want is None or v.dtype == want):
+                out.append(v.data.ptr)
+            elif kind == "i" and t is int and lo <= v <= hi:
+                out.append(v)
+            elif kind == "f" and t is float:
+                out.append(v)
+            else:
+                out.append(convert_value(p, v, kernel))
+        return tuple(out)
 
 
 def _where(p: Param, kernel: str) -> str:
@@ -141,6 +167,8 @@ def int_bounds(p: Param) -> tuple[int, int]:
 
 def convert_value(p: Param, v: Any, kernel: str) -> int | float:
     """One argument value, checked against its parameter (messages name both)."""
+    if hasattr(v, "symbols") and hasattr(v, "render"):  # a symbol expression
+        raise ValueError(f"{_where(p, kernel)} is the expression {v!r}: pass symbols=")
     if p.is_pointer:
         return _address(p, v, kernel)
     if isinstance(v, (bool, np.bool_)):
@@ -189,28 +217,29 @@ class ArgPack:
     def __init__(self, sig: Signature):
         self.sig = sig
         n = max(len(sig), 1)
-        self._slots = ctypes.create_string_buffer(_SLOT * n)
-        base = ctypes.addressof(self._slots)
-        self._ptrs = (ctypes.c_void_p * n)(*(base + _SLOT * i for i in range(n)))
-        self.address = ctypes.addressof(self._ptrs)
+        # one allocation: n pointers (the void**), then n 8-byte value slots they point at
+        self.buffer = ctypes.create_string_buffer(2 * _SLOT * n)
+        self.address = ctypes.addressof(self.buffer)
+        self._base = _SLOT * n
+        struct.pack_into(f"{n}Q", self.buffer, 0,
+                         *range(self.address + self._base, self.address + 2 * self._base, _SLOT))
         self.fmts = tuple(p.fmt for p in sig.params)
-        self.buffer = self._slots  # for compiled patch programs that pack in place
+        self._pack = struct.Struct("<" + "".join(p.fmt if p.size == 8 else p.fmt + "4x"
+                                           for p in sig.params)).pack_into
 
-    @staticmethod
-    def offset(i: int) -> int:
+    def offset(self, i: int) -> int:
         """Byte offset of parameter i's slot in `buffer`."""
-        return _SLOT * i
+        return self._base + _SLOT * i
 
     def write(self, values: tuple) -> None:
         """Store already-converted values (see Signature.convert); cannot fail."""
-        for i, (fmt, v) in enumerate(zip(self.fmts, values)):
-            struct.pack_into(fmt, self._slots, _SLOT * i, v)
+        self._pack(self.buffer, self._base, *values)
 
     def write_slots(self, slots: tuple[int, ...], values: tuple) -> None:
         """Store converted values of the parameters at `slots` only."""
-        fmts, buf = self.fmts, self._slots
+        fmts, buf, base = self.fmts, self.buffer, self._base
         for i, v in zip(slots, values):
-            struct.pack_into(fmts[i], buf, _SLOT * i, v)
+            struct.pack_into(fmts[i], buf, base + _SLOT * i, v)
 
     @property
     def values(self) -> tuple:
