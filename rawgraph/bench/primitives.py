@@ -84,15 +84,18 @@ def run(sizes: tuple[int, ...] = (50, 200, 1000)) -> list[dict[str, Any]]:
     g = _chain(200, 200, S, bufs, s)
     ex = g.instantiate(upload_stream=s)
     values = itertools.cycle((N // 2, N))
-    one = host_us(lambda: ex.set(n=next(values)), calls=500)
+    one = host_us(lambda: ex.set(n=next(values)), calls=2000, batches=15)
     row("patch 1 node: ex.set(n=...)", one, "us", 200, "<= 2 us", one <= 2.0)
-    L = ex.plan.entries[0][2]
-    ex.set(n=N // 2)
+    _, node, L = ex.plan.entries[0]
+    prog = ex._programs[("n",)]
+    row("  compiled program alone (no driver call)", host_us(
+        lambda: prog({"n": next(values)}, lambda node, L: None), calls=2000, batches=15), "us")
+    row("  rawgraph node setter (params struct + SetParams)", host_us(
+        lambda: ex._set_node(node, L), calls=2000, batches=15), "us")
     p = L.node_params
-    node = ex.plan.entries[0][1]
     raw_set = host_us(lambda: driver.cuGraphExecKernelNodeSetParams(ex.handle, node, p),
-                      calls=500)
-    row("  of which cuGraphExecKernelNodeSetParams (prebuilt params)", raw_set, "us", 200)
+                      calls=2000, batches=15)
+    row("  cuGraphExecKernelNodeSetParams alone (prebuilt params)", raw_set, "us", 200)
     ex.close()
     g.close()
 

@@ -137,6 +137,7 @@ class Launch:
         self.pack.write(base)
         self._config: driver.CUlaunchConfig | None = None
         self.node_params: Any = None  # driver params of the graph node this launch patches
+        self.node_grid: Dims | None = None  # the grid those params hold
         if not self.reads:
             self.env: dict[str, int] = {}
             self.grid = _check_dims(self.grid_t, _GRID_MAX, "grid", name)

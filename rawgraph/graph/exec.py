@@ -120,7 +120,9 @@ class GraphExec:
             p.extra = 0
             p.blockDimX, p.blockDimY, p.blockDimZ = L.block
             p.sharedMemBytes = L.smem
-        p.gridDimX, p.gridDimY, p.gridDimZ = L.grid
+            L.node_grid = None
+        if L.grid != L.node_grid:  # most patches change arguments only
+            p.gridDimX, p.gridDimY, p.gridDimZ = L.node_grid = L.grid
         err, = driver.cuGraphExecKernelNodeSetParams(self.handle, node, p)
         if err:
             raise CudaError(err, f"patch {L.kernel.name} in graph {self.graph.name!r}")
