@@ -24,8 +24,9 @@ class Expr:
         """Names of the symbols this expression reads."""
         raise NotImplementedError
 
-    def render(self) -> str:
-        """Python source computing the value from a dict `e` of symbol values."""
+    def render(self, ref: Callable[[str], str] | None = None) -> str:
+        """Python source computing the value; `ref(name)` gives the source reading a symbol
+        (default: `e[name]`, from a dict `e` of symbol values)."""
         raise NotImplementedError
 
     def _op(self, name: str, fn: Callable, other: Any, flip: bool = False) -> Expr:
@@ -78,8 +79,8 @@ class Sym(Expr):
     def symbols(self) -> frozenset[str]:
         return frozenset((self.name,))
 
-    def render(self) -> str:
-        return f"e[{self.name!r}]"
+    def render(self, ref: Callable[[str], str] | None = None) -> str:
+        return ref(self.name) if ref else f"e[{self.name!r}]"
 
     def __repr__(self) -> str:
         return self.name
@@ -95,7 +96,7 @@ class _Const(Expr):
     def symbols(self) -> frozenset[str]:
         return frozenset()
 
-    def render(self) -> str:
+    def render(self, ref: Callable[[str], str] | None = None) -> str:
         return repr(self.value)
 
     def __repr__(self) -> str:
@@ -115,8 +116,8 @@ class _Op(Expr):
     def symbols(self) -> frozenset[str]:
         return self.a.symbols() | self.b.symbols()
 
-    def render(self) -> str:
-        a, b = self.a.render(), self.b.render()
+    def render(self, ref: Callable[[str], str] | None = None) -> str:
+        a, b = self.a.render(ref), self.b.render(ref)
         if self.name == "cdiv":
             return f"(-(-{a} // {b}))"
         if self.name.isalpha():

@@ -1,9 +1,16 @@
 """Patch planning without a GPU: which nodes change, what they get, and what invalid input does."""
 
-import pytest
+from types import SimpleNamespace
 
+import pytest
+from cuda.bindings import driver
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rawgraph.cuda.check import CudaError
 from rawgraph.cuda.launch import Launch
 from rawgraph.graph.plan import PatchPlan
+from rawgraph.graph.program import compile_program
 from rawgraph.ops.elementwise import ADD, SILU_MUL
 from rawgraph.ops.norm import RMSNORM
 from rawgraph.symbols import Range, Symbols, cdiv
@@ -129,10 +136,6 @@ def test_graph_without_symbols_cannot_be_set():
 
 # ---- compiled patch programs must do exactly what the generic plan does --------------------
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from rawgraph.graph.program import compile_program  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)
@@ -140,25 +143,64 @@ from rawgraph.graph.program import compile_program  # noqa: E402
                                            ("past", "seq")]),
                           st.integers(-3, 1100), st.integers(-3, 1100)), max_size=12))
 def test_compiled_program_matches_generic_apply(steps):
-    _, rec_a = _plan()
-    _, rec_b = _plan()
-    a, b = PatchPlan(rec_a), PatchPlan(rec_b)
-    ca, cb = Recorder(), Recorder()
+    plans = [PatchPlan(_plan()[1]) for _ in range(3)]
+    recs = [Recorder(), Recorder(), FakeDriver(plans[2])]
     for names, x, y in steps:
         values = dict(zip(names, (x, y)))
-        prog = compile_program(b, names)
-        ra = rb = None
-        try:
-            ra = a.apply(values, ca)
-        except (KeyError, TypeError, ValueError) as e:
-            ra = type(e)
-        try:
-            rb = prog(values, cb)
-        except (KeyError, TypeError, ValueError) as e:
-            rb = type(e)
-        assert ra == rb and a.env == b.env and ca.calls == cb.calls
-        assert [L.cur for *_, L in a.entries] == [L.cur for *_, L in b.entries]
-        assert [L.args for *_, L in a.entries] == [L.args for *_, L in b.entries]
+        progs = [plans[0].apply, compile_program(plans[1], names),
+                 compile_program(plans[2], names, recs[2].target())]
+        results = []
+        for prog, rec in zip(progs, recs):
+            try:
+                results.append(prog(values, rec))
+            except (KeyError, TypeError, ValueError) as e:
+                results.append(type(e))
+        assert results[0] == results[1] == results[2]
+        assert plans[0].env == plans[1].env == plans[2].env
+        assert recs[0].calls == recs[1].calls == recs[2].calls
+        for p in plans[1:]:
+            assert [L.cur for *_, L in plans[0].entries] == [L.cur for *_, L in p.entries]
+            assert [L.args for *_, L in plans[0].entries] == [L.args for *_, L in p.entries]
+
+
+class FakeDriver:
+    """Stands in for cuGraphExecKernelNodeSetParams in programs that call the driver inline."""
+
+    def __init__(self, plan, fail_at=None):
+        self.calls, self.fail_at = [], fail_at
+        self.launch_of = {node: L for _, node, L in plan.entries}
+
+    def target(self):
+        def params_for(L):
+            L.node_params = L.node_params or SimpleNamespace(gridDimX=0, gridDimY=0, gridDimZ=0)
+            return L.node_params
+
+        def set_params(handle, node, p):
+            if self.fail_at is not None and len(self.calls) == self.fail_at:
+                self.fail_at = None
+                return (driver.CUresult.CUDA_ERROR_INVALID_VALUE,)
+            L = self.launch_of[node]
+            assert (p.gridDimX, p.gridDimY, p.gridDimZ) == L.grid and handle == "exec"
+            self.calls.append((node, L.grid, L.args))
+            return (driver.CUresult.CUDA_SUCCESS,)
+
+        return ("exec", params_for, set_params)
+
+    def __call__(self, node, L):  # the generic setter, used by rollbacks
+        p = L.node_params
+        p.gridDimX, p.gridDimY, p.gridDimZ = L.node_grid = L.grid
+        self.calls.append((node, L.grid, L.args))
+
+
+def test_inline_driver_program_rolls_back_and_names_the_error():
+    _, records = _plan()
+    plan = PatchPlan(records)
+    fake = FakeDriver(plan, fail_at=1)
+    prog = compile_program(plan, ("seq",), fake.target())
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        prog({"seq": 300}, fake)
+    assert [L.grid[0] for _, _, L in plan.entries[:2]] == [16, 16] and plan.env["seq"] == 16
+    assert fake.calls[-1][1][0] == 16  # the first node was set back
 
 
 def test_compiled_program_rolls_back_on_driver_failure():

@@ -106,8 +106,8 @@ def _compile(src: str) -> Callable[[dict], tuple]:
     return eval(src, {"__builtins__": {}, "min": min, "max": max})  # our own rendered source
 
 
-def _render(t: Any) -> str:
-    return t.render() if isinstance(t, Expr) else repr(t)
+def _render(t: Any, ref: Callable[[str], str] | None = None) -> str:
+    return t.render(ref) if isinstance(t, Expr) else repr(t)
 
 
 class Launch:
@@ -185,12 +185,14 @@ class Launch:
         self.pack.write_slots(self._dyn, new[1])
         self._config = None
 
-    def recipe(self) -> dict[str, Any]:
-        """What a compiled patch program needs to re-resolve this launch without calling it:
-        the rule, which checks apply, and where each symbolic argument is stored."""
-        return {"rule": self._rule, "grid_dyn": self._grid_dyn, "bounds": self._bounds,
-                "floats": self._floats,
-                "slots": [(i, self.pack.fmts[i], self.pack.offset(i)) for i in self._dyn],
+    def recipe(self, ref: Callable[[str], str]) -> dict[str, Any]:
+        """What a compiled patch program needs to re-resolve this launch inline: the source of
+        its grid and symbolic arguments (symbols read through `ref`), the checks that apply,
+        and where each symbolic argument is stored."""
+        return {"grid": [_render(g, ref) for g in self.grid_t], "grid_dyn": self._grid_dyn,
+                "args": [_render(self.args_t[i], ref) for i in self._dyn],
+                "bounds": self._bounds, "floats": self._floats,
+                "slots": [(self.pack.fmts[i], self.pack.offset(i)) for i in self._dyn],
                 "buffer": self.pack.buffer}
 
     def clone(self) -> Launch:

@@ -101,7 +101,9 @@ class GraphExec:
         key = tuple(values)
         prog = self._programs.get(key)
         if prog is None:
-            prog = self._programs[key] = compile_program(self.plan, key) or self.plan.apply
+            driver_call = (self.handle, self._node_params, driver.cuGraphExecKernelNodeSetParams)
+            prog = self._programs[key] = (compile_program(self.plan, key, driver_call)
+                                          or self.plan.apply)
         n = prog(values, self._set_node)
         self.patched_last = n
         self.patched_total += n
@@ -111,9 +113,11 @@ class GraphExec:
         self.plan = plan
         self._programs: dict[tuple[str, ...], Program] = {}  # compiled set() per symbol names
 
-    def _set_node(self, node: Any, L: Launch) -> None:
+    @staticmethod
+    def _node_params(L: Launch) -> driver.CUDA_KERNEL_NODE_PARAMS:
+        """The driver params struct of L's node; its kernelParams point at L's storage."""
         p = L.node_params
-        if p is None:  # one params struct per node; its kernelParams point at rawgraph storage
+        if p is None:
             p = L.node_params = driver.CUDA_KERNEL_NODE_PARAMS()
             p.func = L.kernel.function
             p.kernelParams = L.pack.address
@@ -121,6 +125,11 @@ class GraphExec:
             p.blockDimX, p.blockDimY, p.blockDimZ = L.block
             p.sharedMemBytes = L.smem
             L.node_grid = None
+        return p
+
+    def _set_node(self, node: Any, L: Launch) -> None:
+        """Patch one node from L's current values (the generic path and rollbacks)."""
+        p = self._node_params(L)
         if L.grid != L.node_grid:  # most patches change arguments only
             p.gridDimX, p.gridDimY, p.gridDimZ = L.node_grid = L.grid
         err, = driver.cuGraphExecKernelNodeSetParams(self.handle, node, p)
