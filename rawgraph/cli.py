@@ -27,11 +27,13 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.name == "primitives":
         from rawgraph.bench.primitives import run
+    elif args.name == "memory":
+        from rawgraph.bench.memory import run
     else:  # argparse restricts the choices
         raise AssertionError(args.name)
     rows = run()
     path = results.save(args.name, rows, args.out)
-    print(results.table(rows, ["metric", "nodes", "value", "unit", "target", "ok"]))
+    print(results.table(rows, list(dict.fromkeys(k for r in rows for k in r))))
     print(f"\nwritten {path}")
     return 0
 
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=_info)
     q = sub.add_parser("bench", help="run a benchmark, print a table, save JSON")
-    q.add_argument("name", choices=["primitives"])
+    q.add_argument("name", choices=["primitives", "memory"])
     q.add_argument("--out", default=None, help="directory for the JSON (benchmarks/results/)")
     q.set_defaults(fn=_bench)
     q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc; fail on spills")

@@ -73,6 +73,19 @@ def _forbid_allocation(name: str) -> Callable[[int], Any]:
     return alloc
 
 
+def _allocator(allocations: str | Callable[[int], Any], name: str) -> Any:
+    if callable(allocations):
+        return allocations
+    if allocations == "forbid":
+        return _forbid_allocation(name)
+    if allocations == "graph":
+        return cupy.cuda.MemoryAsyncPool().malloc
+    if allocations == "allow":
+        return None
+    raise ValueError(f"allocations={allocations!r}: use 'forbid', 'graph', 'allow' or an "
+                     f"allocator function")
+
+
 def _abort(stream: int) -> None:
     """End a capture that failed, drop its graph, clear the sticky last error."""
     err, graph = driver.cuStreamEndCapture(driver.CUstream(stream))
@@ -93,8 +106,14 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
     """Capture the launches issued in the block on `stream` into `cap.graph`.
 
     mode: 'thread_local' (default), 'global' or 'relaxed' (cudaStreamCaptureMode).
-    allocations: 'forbid' (CuPy allocations raise), 'allow', or an allocator function
-    `nbytes -> MemoryPointer` used for CuPy allocations inside the block.
+    allocations: what a CuPy allocation inside the block does:
+      'forbid'  raise CaptureAllocationError naming the capture (the default);
+      'graph'   become a graph memory node (cudaMallocAsync on the capturing stream; freed in
+                the graph when the array dies inside the block);
+      'allow'   use CuPy's current allocator (its pool may hand out memory that later moves);
+      a function `nbytes -> MemoryPointer`, e.g. ScratchSet.allocator() for stable addresses.
+    Inside the block CuPy's current stream is the capturing stream, so CuPy work lands in
+    the graph too.
     """
     if mode not in MODES:
         raise ValueError(f"capture mode {mode!r}: choose one of {sorted(MODES)}")
@@ -105,15 +124,15 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
                          "rawgraph.new_stream() or cupy.cuda.Stream(non_blocking=True)")
     if capture_status(h) != "none":
         raise CaptureError(f"stream {h:#x} is already capturing")
+    alloc = _allocator(allocations, name)
     cap = Capture(name, h)
     check(driver.cuStreamBeginCapture(driver.CUstream(h), MODES[mode]), f"begin capture {name!r}")
     cap.id = int(driver.cuStreamGetCaptureInfo(driver.CUstream(h))[2])
-    alloc = {"forbid": _forbid_allocation(name), "allow": None}.get(allocations, allocations)
-    if isinstance(alloc, str):
-        raise ValueError(f"allocations={allocations!r}: use 'forbid', 'allow' or an allocator")
     observers().append(cap._observe)
+    cupy_stream = stream if isinstance(stream, cupy.cuda.Stream) else cupy.cuda.ExternalStream(h)
     try:
-        with cupy.cuda.using_allocator(alloc) if alloc else contextlib.nullcontext():
+        with cupy_stream, (cupy.cuda.using_allocator(alloc) if alloc
+                           else contextlib.nullcontext()):
             yield cap
     except BaseException as e:
         _abort(h)

@@ -26,3 +26,21 @@ def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, dtype: str,
     h = x if residual is None else round_to(x + residual, dtype)
     inv = 1.0 / np.sqrt((h.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + eps)
     return round_to(w * round_to((h * inv).astype(np.float32), dtype), dtype), h
+
+
+def kv_append(k_cache: np.ndarray, k_new: np.ndarray, table: np.ndarray, slots: np.ndarray,
+              positions: np.ndarray) -> np.ndarray:
+    """The cache after writing token rows of k_new (padding slots < 0 skipped); a copy."""
+    out = k_cache.copy()
+    bs = k_cache.shape[1]
+    for t, (s, p) in enumerate(zip(slots, positions)):
+        if s >= 0 and table[s, p // bs] >= 0:
+            out[table[s, p // bs], p % bs] = k_new[t]
+    return out
+
+
+def kv_gather(cache: np.ndarray, table: np.ndarray, length: int) -> np.ndarray:
+    """The first `length` tokens of a sequence, read through its block table row."""
+    bs = cache.shape[1]
+    return np.stack([cache[table[t // bs], t % bs] for t in range(length)]) if length else \
+        cache[:0, 0]

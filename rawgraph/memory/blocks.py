@@ -1,0 +1,129 @@
+"""Paged KV cache bookkeeping on the host: a block allocator and per-sequence block tables.
+
+Pure Python/NumPy (tested on the CPU). Every operation checks first and changes state only
+when it can complete: running out of blocks raises OutOfBlocks and leaves every sequence as
+it was.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class OutOfBlocks(MemoryError):
+    """Not enough free KV blocks for the request."""
+
+
+class BlockAllocator:
+    """Fixed-size blocks with a free list and reference counts (shared prefixes)."""
+
+    def __init__(self, num_blocks: int):
+        if num_blocks < 1:
+            raise ValueError(f"need at least one block, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self._free = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+        self.refs = np.zeros(num_blocks, np.int32)
+
+    @property
+    def num_free(self) -> int:
+        """Blocks not referenced by any sequence."""
+        return len(self._free)
+
+    def allocate(self, n: int, why: str = "") -> list[int]:
+        """n fresh blocks (refcount 1), or OutOfBlocks with nothing taken."""
+        if n > len(self._free):
+            raise OutOfBlocks(f"need {n} KV blocks{why}, only {len(self._free)} of "
+                              f"{self.num_blocks} are free")
+        out = [self._free.pop() for _ in range(n)]
+        self.refs[out] = 1
+        return out
+
+    def share(self, blocks: list[int]) -> None:
+        """One more reference to each block."""
+        self.refs[blocks] += 1
+
+    def release(self, blocks: list[int]) -> None:
+        """One reference less; blocks nobody references go back to the free list."""
+        for b in blocks:
+            if self.refs[b] <= 0:
+                raise ValueError(f"block {b} released more often than referenced")
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                self._free.append(b)
+
+
+class BlockTables:
+    """Block tables and lengths of up to `max_seqs` sequences, as the kernels read them.
+
+    `table[s, i]` is the block holding tokens [i * block_size, (i + 1) * block_size) of the
+    sequence in slot s; `lens[s]` its length. Unused entries are -1 / 0. Block copies needed
+    by copy-on-write are queued in `pending_copies` for the device side to run.
+    """
+
+    def __init__(self, allocator: BlockAllocator, block_size: int, max_seqs: int,
+                 max_blocks_per_seq: int):
+        self.alloc, self.block_size = allocator, block_size
+        self.table = np.full((max_seqs, max_blocks_per_seq), -1, np.int32)
+        self.lens = np.zeros(max_seqs, np.int32)
+        self.active: set[int] = set()
+        self.pending_copies: list[tuple[int, int]] = []  # (src block, dst block)
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest sequence a table row can describe."""
+        return self.table.shape[1] * self.block_size
+
+    def _blocks(self, s: int) -> list[int]:
+        n = -(-int(self.lens[s]) // self.block_size)
+        return [int(b) for b in self.table[s, :n]]
+
+    def _check_slot(self, s: int, active: bool) -> None:
+        if not 0 <= s < self.table.shape[0]:
+            raise ValueError(f"sequence slot {s} outside [0, {self.table.shape[0]})")
+        if (s in self.active) != active:
+            raise ValueError(f"sequence slot {s} is {'not ' if active else ''}in use")
+
+    def add(self, s: int) -> None:
+        """Start an empty sequence in slot s."""
+        self._check_slot(s, active=False)
+        self.active.add(s)
+        self.lens[s] = 0
+
+    def append(self, s: int, n: int = 1) -> None:
+        """Make room for n more tokens of sequence s (new blocks, copy-on-write of a shared
+        last block); raises before changing anything if blocks or table space run out."""
+        self._check_slot(s, active=True)
+        old, new = int(self.lens[s]), int(self.lens[s]) + n
+        if new > self.max_tokens:
+            raise ValueError(f"sequence {s}: {new} tokens exceed the table's {self.max_tokens}")
+        have = -(-old // self.block_size)
+        fresh = -(-new // self.block_size) - have
+        last = int(self.table[s, have - 1]) if have else -1
+        cow = old % self.block_size != 0 and last >= 0 and self.alloc.refs[last] > 1 and n > 0
+        got = self.alloc.allocate(fresh + cow, f" to append {n} tokens to sequence {s}")
+        if cow:  # the partly filled last block is shared: write into a private copy
+            copy = got.pop()
+            self.pending_copies.append((last, copy))
+            self.alloc.release([last])
+            self.table[s, have - 1] = copy
+        self.table[s, have:have + fresh] = got
+        self.lens[s] = new
+
+    def fork(self, src: int, dst: int) -> None:
+        """Sequence dst starts as a copy of src, sharing its blocks (copy on write later)."""
+        self._check_slot(src, active=True)
+        self._check_slot(dst, active=False)
+        blocks = self._blocks(src)
+        self.alloc.share(blocks)
+        self.active.add(dst)
+        self.table[dst] = -1
+        self.table[dst, :len(blocks)] = blocks
+        self.lens[dst] = self.lens[src]
+
+    def free(self, s: int) -> None:
+        """End sequence s; its blocks go back unless another sequence shares them."""
+        self._check_slot(s, active=True)
+        self.alloc.release(self._blocks(s))
+        self.table[s] = -1
+        self.lens[s] = 0
+        self.active.discard(s)

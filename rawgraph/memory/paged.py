@@ -1,0 +1,74 @@
+"""PagedKVCache: KV blocks on the device, block tables and lengths in one device buffer.
+
+The host side (`BlockTables`) decides; `sync(stream)` makes the device agree with one
+host-to-device copy per step, however many sequences changed, after running the block copies
+that copy-on-write queued. Graphs read tables and lengths from the fixed device buffer, so
+they stay valid across steps without a patch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cupy
+import numpy as np
+
+from rawgraph.cuda.stream import stream_handle
+from rawgraph.dtypes import storage_dtype
+from rawgraph.memory.arena import Arena
+from rawgraph.memory.blocks import BlockAllocator, BlockTables
+
+
+class PagedKVCache:
+    """K and V caches of shape (layers, num_blocks, block_size, kv_heads * head_dim)."""
+
+    def __init__(self, *, layers: int, kv_heads: int, head_dim: int, block_size: int,
+                 num_blocks: int, max_seqs: int, max_blocks_per_seq: int,
+                 dtype: str = "float16", arena: Arena | None = None):
+        self.layers, self.block_size, self.row = layers, block_size, kv_heads * head_dim
+        self.tables = BlockTables(BlockAllocator(num_blocks), block_size, max_seqs,
+                                  max_blocks_per_seq)
+        shape = (layers, num_blocks, block_size, self.row)
+        st = storage_dtype(dtype)
+        n_meta = max_seqs * max_blocks_per_seq + max_seqs
+        new = (lambda name, s, d: arena.array(name, s, d)) if arena else (
+            lambda name, s, d: cupy.empty(s, d))
+        self.k, self.v = new("kv.k", shape, st), new("kv.v", shape, st)
+        self.meta = new("kv.tables", (n_meta,), np.int32)
+        # device views the kernels take: (max_seqs, max_blocks) tables and (max_seqs,) lengths
+        self.block_tables = self.meta[:max_seqs * max_blocks_per_seq].reshape(
+            max_seqs, max_blocks_per_seq)
+        self.seq_lens = self.meta[max_seqs * max_blocks_per_seq:]
+        # pinned staging for the one copy per step, and an event guarding its reuse
+        self._pinned = cupy.cuda.alloc_pinned_memory(n_meta * 4)
+        self._staging = np.frombuffer(self._pinned, np.int32, n_meta)
+        self._copied = cupy.cuda.Event(block=False, disable_timing=True)
+        self._copied.record()
+        self.sync(cupy.cuda.Stream.null)
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of the K and V blocks."""
+        return 2 * math.prod(self.k.shape) * self.k.itemsize
+
+    def layer(self, i: int) -> tuple[cupy.ndarray, cupy.ndarray]:
+        """(k, v) of layer i: (num_blocks, block_size, row) each."""
+        return self.k[i], self.v[i]
+
+    def sync(self, stream: Any = None) -> None:
+        """Run queued copy-on-write block copies, then copy tables and lengths to the device
+        (one host-to-device copy), all ordered on `stream`."""
+        s = cupy.cuda.ExternalStream(stream_handle(stream))
+        t = self.tables
+        with s:
+            for src, dst in t.pending_copies:
+                self.k[:, dst] = self.k[:, src]
+                self.v[:, dst] = self.v[:, src]
+        t.pending_copies.clear()
+        self._copied.synchronize()  # the previous step's copy has read the staging buffer
+        n = t.table.size
+        self._staging[:n] = t.table.ravel()
+        self._staging[n:] = t.lens
+        self.meta.data.copy_from_host_async(self._staging.ctypes.data, self._staging.nbytes, s)
+        self._copied.record(s)

@@ -1,0 +1,80 @@
+"""Paged KV cache ops: append new tokens' K/V, gather a sequence back out densely."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rawgraph.cuda.kernel import Kernel
+from rawgraph.ops import shapes
+from rawgraph.symbols import Symbols
+
+_APPEND = ("const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* v_cache, "
+           "const int* block_tables, const int* seq_slots, const int* positions, int n, "
+           "int row, int block_size, int max_blocks")
+_GATHER = ("const {t}* cache, const int* block_tables, const int* seq_lens, int seq, {t}* out, "
+           "int max_tokens, int row, int block_size, int max_blocks")
+_T = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
+KV_APPEND = {dt: Kernel("kv_append", f"kv_append_{s}", _APPEND.format(t=t))
+             for dt, (s, t) in _T.items()}
+KV_GATHER = {dt: Kernel("kv_gather", f"kv_gather_{s}", _GATHER.format(t=t))
+             for dt, (s, t) in _T.items()}
+BLOCK = 128
+
+
+def _index(arr: Any, name: str, shape: tuple) -> None:
+    if not hasattr(arr, "data") or np.dtype(arr.dtype) != np.int32:
+        raise ValueError(f"{name} must be an int32 device array")
+    if tuple(arr.shape) != shape or not arr.flags.c_contiguous:
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected contiguous {shape}")
+
+
+def _cache(k_cache: Any, name: str) -> tuple[int, int, str]:
+    if getattr(k_cache, "ndim", 0) != 3:
+        raise ValueError(f"{name} must be one layer (num_blocks, block_size, row), got shape "
+                         f"{getattr(k_cache, 'shape', '?')}")
+    _, block_size, row = k_cache.shape
+    shapes.multiple(row, 8, "row (kv_heads * head_dim)")
+    return block_size, row, shapes.tensor(k_cache, name)
+
+
+def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
+              seq_slots: Any, positions: Any, n: Any = None, *, stream: Any = None,
+              symbols: Symbols | None = None) -> None:
+    """Write rows [0, n) of k_new/v_new into the paged caches (n may be symbolic)."""
+    block_size, row, dt = _cache(k_cache, "k_cache")
+    shapes.tensor(v_cache, "v_cache", k_cache.shape, dt)
+    if getattr(k_new, "ndim", 0) != 2 or k_new.shape[1] != row:
+        raise ValueError(f"k_new must be (tokens, {row}), got {getattr(k_new, 'shape', '?')}")
+    shapes.tensor(k_new, "k_new", dtype=dt)
+    shapes.tensor(v_new, "v_new", k_new.shape, dt)
+    cap = k_new.shape[0]
+    if getattr(block_tables, "ndim", 0) != 2:
+        raise ValueError("block_tables must be (max_seqs, max_blocks)")
+    _index(block_tables, "block_tables", tuple(block_tables.shape))
+    _index(seq_slots, "seq_slots", (cap,))
+    _index(positions, "positions", (cap,))
+    n = shapes.count(n, cap, "n", symbols)
+    KV_APPEND[dt].launch(n, BLOCK, (k_new, v_new, k_cache, v_cache, block_tables, seq_slots,
+                                    positions, n, row, block_size, block_tables.shape[1]),
+                         stream, symbols=symbols)
+
+
+def kv_gather(cache: Any, block_tables: Any, seq_lens: Any, seq: Any, out: Any, *,
+              stream: Any = None, symbols: Symbols | None = None) -> None:
+    """out[:len] = the tokens of sequence slot `seq` (length read on the device)."""
+    block_size, row, dt = _cache(cache, "cache")
+    if getattr(block_tables, "ndim", 0) != 2:
+        raise ValueError("block_tables must be (max_seqs, max_blocks)")
+    max_seqs, max_blocks = block_tables.shape
+    _index(block_tables, "block_tables", (max_seqs, max_blocks))
+    _index(seq_lens, "seq_lens", (max_seqs,))
+    if getattr(out, "ndim", 0) != 2 or out.shape[1] != row:
+        raise ValueError(f"out must be (tokens, {row}), got {getattr(out, 'shape', '?')}")
+    shapes.tensor(out, "out", dtype=dt)
+    if isinstance(seq, int) and not 0 <= seq < max_seqs:
+        raise ValueError(f"seq = {seq} outside [0, {max_seqs})")
+    KV_GATHER[dt].launch(out.shape[0], BLOCK, (cache, block_tables, seq_lens, seq, out,
+                                               out.shape[0], row, block_size, max_blocks),
+                         stream, symbols=symbols)

@@ -1,0 +1,86 @@
+"""Paged KV bookkeeping: allocation, append, fork with copy-on-write, free, and atomic failure."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rawgraph.memory.blocks import BlockAllocator, BlockTables, OutOfBlocks
+
+
+def _tables(num_blocks=8, bs=4, seqs=4, per_seq=4):
+    return BlockTables(BlockAllocator(num_blocks), bs, seqs, per_seq)
+
+
+def test_append_allocates_blocks_as_tokens_arrive():
+    t = _tables()
+    t.add(0)
+    t.append(0, 3)
+    assert t.lens[0] == 3 and list(t.table[0]) == [0, -1, -1, -1]
+    t.append(0, 1)
+    assert list(t.table[0]) == [0, -1, -1, -1]
+    t.append(0, 6)
+    assert t.lens[0] == 10 and list(t.table[0]) == [0, 1, 2, -1] and t.alloc.num_free == 5
+
+
+def test_fork_shares_and_copy_on_write_splits_the_last_block():
+    t = _tables()
+    t.add(0)
+    t.append(0, 6)                     # blocks 0, 1 (block 1 half full)
+    t.fork(0, 1)
+    assert list(t.table[1][:2]) == [0, 1] and list(t.alloc.refs[:2]) == [2, 2]
+    t.append(1, 1)                     # writes into shared block 1: copy it first
+    assert t.pending_copies == [(1, 2)] and list(t.table[1][:2]) == [0, 2]
+    assert list(t.alloc.refs[:3]) == [2, 1, 1]
+    t.append(0, 1)                     # block 1 is private to seq 0 again: no copy
+    assert t.pending_copies == [(1, 2)]
+    t.free(0)
+    assert list(t.alloc.refs[:3]) == [1, 0, 1] and t.alloc.num_free == 6
+    t.free(1)
+    assert t.alloc.num_free == 8 and not t.active
+
+
+def test_running_out_changes_nothing():
+    t = _tables(num_blocks=3)
+    t.add(0)
+    t.add(1)
+    t.append(0, 8)
+    before = (t.table.copy(), t.lens.copy(), t.alloc.refs.copy(), t.alloc.num_free)
+    with pytest.raises(OutOfBlocks, match="need 2 KV blocks to append 5 tokens to sequence 1"):
+        t.append(1, 5)
+    after = (t.table, t.lens, t.alloc.refs, t.alloc.num_free)
+    assert all(np.array_equal(a, b) for a, b in zip(before[:3], after[:3]))
+    assert before[3] == after[3]
+
+
+@pytest.mark.parametrize(("op", "match"), [
+    (lambda t: t.append(3, 1), "not in use"), (lambda t: t.add(0), "in use"),
+    (lambda t: t.add(9), "outside"), (lambda t: t.append(0, 17), "exceed"),
+    (lambda t: t.fork(0, 0), "in use")])
+def test_bad_calls(op, match):
+    t = _tables()
+    t.add(0)
+    with pytest.raises(ValueError, match=match):
+        op(t)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "append", "fork", "free"]),
+                          st.integers(0, 5), st.integers(0, 5), st.integers(1, 9)), max_size=40))
+def test_invariants_hold_under_any_sequence_of_operations(ops):
+    t = _tables(num_blocks=12, bs=4, seqs=6, per_seq=5)
+    for op, a, b, n in ops:
+        call = {"add": (t.add, a), "append": (t.append, a, n), "fork": (t.fork, a, b),
+                "free": (t.free, a)}[op]
+        try:
+            call[0](*call[1:])
+        except (ValueError, OutOfBlocks):
+            pass
+        refs = np.zeros(12, np.int32)
+        for s in t.active:
+            used = -(-int(t.lens[s]) // 4)
+            assert (t.table[s, :used] >= 0).all() and (t.table[s, used:] == -1).all()
+            np.add.at(refs, t.table[s, :used], 1)
+        assert np.array_equal(refs, t.alloc.refs)
+        assert t.alloc.num_free == int((refs == 0).sum())
+        assert sorted(t.alloc._free) == [i for i in range(12) if refs[i] == 0]
