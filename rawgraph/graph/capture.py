@@ -20,6 +20,7 @@ from rawgraph.cuda.device import ensure_context
 from rawgraph.cuda.launch import Launch, observers
 from rawgraph.cuda.stream import stream_handle
 from rawgraph.graph.graph import Graph
+from rawgraph.memory.graphalloc import GraphAllocator
 
 MODES = {
     "global": driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL,
@@ -73,13 +74,13 @@ def _forbid_allocation(name: str) -> Callable[[int], Any]:
     return alloc
 
 
-def _allocator(allocations: str | Callable[[int], Any], name: str) -> Any:
+def _allocator(allocations: str | Callable[[int], Any], name: str, stream: int) -> Any:
     if callable(allocations):
         return allocations
     if allocations == "forbid":
         return _forbid_allocation(name)
     if allocations == "graph":
-        return cupy.cuda.MemoryAsyncPool().malloc
+        return GraphAllocator(stream)
     if allocations == "allow":
         return None
     raise ValueError(f"allocations={allocations!r}: use 'forbid', 'graph', 'allow' or an "
@@ -124,7 +125,7 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
                          "rawgraph.new_stream() or cupy.cuda.Stream(non_blocking=True)")
     if capture_status(h) != "none":
         raise CaptureError(f"stream {h:#x} is already capturing")
-    alloc = _allocator(allocations, name)
+    alloc = _allocator(allocations, name, h)
     cap = Capture(name, h)
     check(driver.cuStreamBeginCapture(driver.CUstream(h), MODES[mode]), f"begin capture {name!r}")
     cap.id = int(driver.cuStreamGetCaptureInfo(driver.CUstream(h))[2])
@@ -134,7 +135,11 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
         with cupy_stream, (cupy.cuda.using_allocator(alloc) if alloc
                            else contextlib.nullcontext()):
             yield cap
+            if isinstance(alloc, GraphAllocator):
+                alloc.close()  # graph allocations still referenced are freed in the graph
     except BaseException as e:
+        if isinstance(alloc, GraphAllocator):
+            alloc.open = False  # the graph is dropped with everything it allocated
         _abort(h)
         if _broke_capture(e):
             raise CaptureError(
