@@ -112,6 +112,7 @@ def run() -> list[dict[str, Any]]:
         row("exec memory, all buckets", sum(e.exec_bytes for e in ledger.entries.values())
             / 2**20, "MiB", name)
         row("nodes per graph", next(iter(ledger.entries.values())).nodes, "", name)
+        print(ledger.table())
 
     # graph memory nodes: activations allocated inside each graph
     s.synchronize()
@@ -129,7 +130,9 @@ def run() -> list[dict[str, Any]]:
         if b in (8, 64):
             row("replay", device_us(lambda ex=ex: ex.launch(s), s), "us", "graph memory nodes", b)
         execs.append((ex, cap.graph))
-    row("activation memory, all buckets", (graph_pool()["reserved"] - before) / 2**20, "MiB",
+    row("activation memory, all buckets (graph pool reserved)",
+        (graph_pool()["reserved"] - before) / 2**20, "MiB", "graph memory nodes")
+    row("graph pool in use after the launches", graph_pool()["used"] / 2**20, "MiB",
         "graph memory nodes")
     row("exec memory, all buckets", sum(e.exec_bytes for e in ledger.entries.values()) / 2**20,
         "MiB", "graph memory nodes")

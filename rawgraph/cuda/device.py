@@ -75,6 +75,7 @@ def info() -> dict[str, Any]:
     out["l2_mb"] = get(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) / 2**20
     out["memory_gib"] = round(check(driver.cuDeviceTotalMem(dev)) / 2**30, 1)
     out["driver_cuda"] = f"{drv // 1000}.{drv % 1000 // 10}"
+    out["free_memory_gib"] = round(check(driver.cuMemGetInfo())[0] / 2**30, 1)
     out["runtime_cuda"] = f"{rt // 1000}.{rt % 1000 // 10}"
     return out
 

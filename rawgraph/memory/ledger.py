@@ -51,8 +51,8 @@ class GraphMemory:
 
     name: str
     nodes: int
-    exec_bytes: int                 # free-memory drop at instantiate + upload
-    pool_bytes: int = 0             # graph-pool growth over its first launch
+    exec_bytes: int                 # free-memory drop at instantiate + upload, pool excluded
+    pool_bytes: int = 0             # graph-pool growth at upload and first launch
     pins: dict[str, int] = field(default_factory=dict)  # arena region -> bytes
 
 
@@ -65,11 +65,12 @@ class Ledger:
 
     def instantiate(self, graph: Graph, stream: Any = None) -> GraphExec:
         """graph.instantiate(upload_stream=stream), measured and recorded under graph.name."""
-        before = free_bytes()
+        free, pool = free_bytes(), graph_pool()["reserved"]
         ex = graph.instantiate(upload_stream=stream)
         cupy.cuda.ExternalStream(stream_handle(stream)).synchronize()
+        grew = graph_pool()["reserved"] - pool
         self.entries[graph.name] = GraphMemory(graph.name, len(graph.nodes),
-                                               max(before - free_bytes(), 0),
+                                               max(free - free_bytes() - grew, 0), grew,
                                                pins=self._pins(graph))
         return ex
 
@@ -80,7 +81,7 @@ class Ledger:
         cupy.cuda.ExternalStream(stream_handle(stream)).synchronize()
         e = self.entries.get(ex.graph.name)
         if e is not None:
-            e.pool_bytes = graph_pool()["reserved"] - before
+            e.pool_bytes += graph_pool()["reserved"] - before
 
     def _pins(self, graph: Graph) -> dict[str, int]:
         pins: dict[str, int] = {}
