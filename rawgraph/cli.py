@@ -29,6 +29,8 @@ def _bench(args: argparse.Namespace) -> int:
         from rawgraph.bench.primitives import run
     elif args.name == "memory":
         from rawgraph.bench.memory import run
+    elif args.name == "kernels":
+        from rawgraph.bench.kernels import run
     else:  # argparse restricts the choices
         raise AssertionError(args.name)
     rows = run()
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=_info)
     q = sub.add_parser("bench", help="run a benchmark, print a table, save JSON")
-    q.add_argument("name", choices=["primitives", "memory"])
+    q.add_argument("name", choices=["primitives", "memory", "kernels"])
     q.add_argument("--out", default=None, help="directory for the JSON (benchmarks/results/)")
     q.set_defaults(fn=_bench)
     q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc; fail on spills")

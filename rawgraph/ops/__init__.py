@@ -1,7 +1,12 @@
 """Operations: input checks at the boundary, then one kernel launch each."""
 
 from rawgraph.ops.elementwise import add, silu_mul
+from rawgraph.ops.embedding import embedding
 from rawgraph.ops.kv import kv_append, kv_gather
+from rawgraph.ops.linear import linear
 from rawgraph.ops.norm import rmsnorm
+from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
+from rawgraph.ops.sampling import argmax
 
-__all__ = ["add", "kv_append", "kv_gather", "rmsnorm", "silu_mul"]
+__all__ = ["Llama3Scaling", "add", "argmax", "embedding", "inv_freq", "kv_append", "kv_gather",
+           "linear", "rmsnorm", "rope", "silu_mul"]

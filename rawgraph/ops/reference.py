@@ -44,3 +44,38 @@ def kv_gather(cache: np.ndarray, table: np.ndarray, length: int) -> np.ndarray:
     bs = cache.shape[1]
     return np.stack([cache[table[t // bs], t % bs] for t in range(length)]) if length else \
         cache[:0, 0]
+
+
+def linear(x: np.ndarray, w: np.ndarray, dtype: str,
+           residual: np.ndarray | None = None) -> np.ndarray:
+    """T(x @ w.T (+ residual)) with float64 accumulation."""
+    y = x.astype(np.float64) @ w.astype(np.float64).T
+    if residual is not None:
+        y = y + residual
+    return round_to(y.astype(np.float32), dtype)
+
+
+def embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """table[ids], zero rows for ids outside the table."""
+    ok = (ids >= 0) & (ids < table.shape[0])
+    return np.where(ok[:, None], table[np.clip(ids, 0, table.shape[0] - 1)], 0).astype(
+        table.dtype)
+
+
+def rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, dtype: str) -> np.ndarray:
+    """Rotate-half RoPE of x (tokens, heads, head_dim), rounded to `dtype`.
+
+    The angle is positions * inv_freq in float32, as the kernel (and Hugging Face) compute it;
+    the rotation is in float64.
+    """
+    half = x.shape[-1] // 2
+    a = (positions.astype(np.float32)[:, None, None] * inv_freq).astype(np.float64)
+    c, s = np.cos(a), np.sin(a)
+    x1, x2 = x[..., :half].astype(np.float64), x[..., half:].astype(np.float64)
+    out = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    return round_to(out.astype(np.float32), dtype)
+
+
+def argmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise argmax, smallest index on ties, NaNs skipped."""
+    return np.nanargmax(np.where(np.isnan(logits), -np.inf, logits), axis=1).astype(np.int32)

@@ -1,0 +1,56 @@
+// argmax.cu: greedy decoding, the index of each row's largest logit, on the device.
+//
+//   extern "C" argmax_f16 / argmax_bf16(const T* logits, int* out, int rows, int vocab)
+//   logits (rows, vocab), out (rows,): out[r] = the smallest j with logits[r][j] maximal
+//   (numpy's tie rule); NaNs are skipped.
+//   grid (rows), block (1024): threads stride the row, then a (value, index) tree reduction.
+//   Patchable: rows with grid.x (grid.x == rows <= rows of logits).
+#include "common.cuh"
+
+__device__ __forceinline__ void better(float& v, int& j, float v2, int j2) {
+  if (v2 > v || (v2 == v && j2 < j)) {
+    v = v2;
+    j = j2;
+  }
+}
+
+template <typename T>
+__device__ void argmax_impl(const T* __restrict__ logits, int* __restrict__ out, int rows,
+                            int vocab) {
+  const int r = blockIdx.x;
+  if (r >= rows) return;
+  const T* row = logits + static_cast<long long>(r) * vocab;
+  float v = -INFINITY;
+  int j = 0x7fffffff;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float x = rg::to_float(row[i]);
+    if (!isnan(x)) better(v, j, x, i);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    better(v, j, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, j, o));
+  __shared__ float sv[32];
+  __shared__ int sj[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = v;
+    sj[warp] = j;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < (blockDim.x >> 5) ? sv[lane] : -INFINITY;
+    j = lane < (blockDim.x >> 5) ? sj[lane] : 0x7fffffff;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      better(v, j, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, j, o));
+    if (lane == 0) out[r] = j == 0x7fffffff ? 0 : j;
+  }
+}
+
+extern "C" __global__ void argmax_f16(const __half* logits, int* out, int rows, int vocab) {
+  argmax_impl(logits, out, rows, vocab);
+}
+extern "C" __global__ void argmax_bf16(const __nv_bfloat16* logits, int* out, int rows,
+                                       int vocab) {
+  argmax_impl(logits, out, rows, vocab);
+}

@@ -1,0 +1,45 @@
+// rope.cu: rotary position embedding (LLaMA's rotate-half form), in place on q and k.
+//
+//   extern "C" rope_f16 / rope_bf16(T* q, T* k, const int* positions, const float* inv_freq,
+//                                  int n, int q_heads, int kv_heads, int head_dim)
+//   q (n, q_heads, head_dim), k (n, kv_heads, head_dim), positions (n,), inv_freq (head_dim/2,)
+//   For each head vector x and i < head_dim/2, with a = positions[t] * inv_freq[i] (fp32):
+//     x[i]      <- x[i] cos a - x[i + d/2] sin a
+//     x[i + d/2] <- x[i + d/2] cos a + x[i] sin a          (fp32 math, one rounding)
+//   LLaMA-3 frequency scaling lives in inv_freq, computed on the host (rawgraph.ops.rope).
+//   grid (n), block (128): threads stride over (head, i) pairs of token t.
+//   Patchable: n with grid.x (grid.x == n <= rows of q and k); positions come from device memory.
+#include "common.cuh"
+
+template <typename T>
+__device__ void rope_impl(T* __restrict__ q, T* __restrict__ k, const int* __restrict__ positions,
+                          const float* __restrict__ inv_freq, int n, int q_heads, int kv_heads,
+                          int head_dim) {
+  const int t = blockIdx.x;
+  if (t >= n) return;
+  const int half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  const int pairs = (q_heads + kv_heads) * half;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int head = p / half, i = p % half;
+    T* x = head < q_heads
+               ? q + (static_cast<long long>(t) * q_heads + head) * head_dim
+               : k + (static_cast<long long>(t) * kv_heads + (head - q_heads)) * head_dim;
+    float s, c;
+    sincosf(pos * inv_freq[i], &s, &c);
+    const float a = rg::to_float(x[i]), b = rg::to_float(x[i + half]);
+    x[i] = rg::from_float<T>(a * c - b * s);
+    x[i + half] = rg::from_float<T>(b * c + a * s);
+  }
+}
+
+extern "C" __global__ void rope_f16(__half* q, __half* k, const int* positions,
+                                    const float* inv_freq, int n, int q_heads, int kv_heads,
+                                    int head_dim) {
+  rope_impl(q, k, positions, inv_freq, n, q_heads, kv_heads, head_dim);
+}
+extern "C" __global__ void rope_bf16(__nv_bfloat16* q, __nv_bfloat16* k, const int* positions,
+                                     const float* inv_freq, int n, int q_heads, int kv_heads,
+                                     int head_dim) {
+  rope_impl(q, k, positions, inv_freq, n, q_heads, kv_heads, head_dim);
+}

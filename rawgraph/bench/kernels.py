@@ -1,0 +1,111 @@
+"""`rawgraph bench kernels`: achieved bandwidth of each kernel against the measured copy floor.
+
+Napkin math first: every kernel here is memory-bound, so its floor is (bytes it must move) /
+(device-to-device copy bandwidth measured in the same run, bytes read + written). Kernels are
+timed as graph replays of many launches (CUDA events, medians), rotating through enough copies
+of the weights that the 60 MB L2 cannot serve them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import cupy
+import numpy as np
+
+from rawgraph import ops
+from rawgraph.bench.timing import device_us
+from rawgraph.cuda.stream import new_stream
+from rawgraph.graph.capture import capture
+
+# [out, in] weight shapes of one decoder layer and the LM head
+SHAPES = {
+    "llama-1b": {"qkv": (3072, 2048), "o": (2048, 2048), "gate_up": (16384, 2048),
+                 "down": (2048, 8192), "lm_head": (128256, 2048)},
+    "llama-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
+                 "down": (4096, 14336), "lm_head": (128256, 4096)},
+}
+ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
+
+
+def per_launch_us(launch: Callable[[int], None], count: int, s: Any) -> float:
+    """Median device time of one launch: `count` launches (launch(i)) in one graph."""
+    with capture(s, name="bench") as cap:
+        for i in range(count):
+            launch(i)
+    with cap.graph as g, g.instantiate(upload_stream=s) as ex:
+        return device_us(lambda: ex.launch(s), s, reps=15) / count
+
+
+def copy_gbps(s: Any, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth, bytes read + written."""
+    a = cupy.ones(nbytes // 2, np.float16)
+    b = cupy.empty_like(a)
+    with s:
+        us = device_us(lambda: b.__setitem__(Ellipsis, a), s, reps=15)
+    return 2 * nbytes / us / 1e3
+
+
+def _rand(shape: tuple, rng: np.random.Generator, scale: float = 1.0) -> cupy.ndarray:
+    return cupy.asarray((rng.standard_normal(shape) * scale).astype(np.float16))
+
+
+def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
+    return per_launch_us(lambda i: ops.linear(x, ws[i % len(ws)], y, stream=s),
+                         max(len(ws), 16), s)
+
+
+def run() -> list[dict[str, Any]]:
+    """Measure; returns result rows."""
+    s = new_stream()
+    rng = np.random.default_rng(0)
+    rows: list[dict[str, Any]] = []
+    floor = copy_gbps(s)
+    rows.append({"kernel": "device copy (floor)", "shape": "1 GiB", "m": "", "us": "",
+                 "GB/s": floor, "% floor": 100.0, "target": "", "ok": ""})
+
+    def row(kernel: str, shape: str, m: Any, us: float, nbytes: int, target: float = 0) -> None:
+        gbps = nbytes / us / 1e3
+        pct = 100 * gbps / floor
+        rows.append({"kernel": kernel, "shape": shape, "m": m, "us": us, "GB/s": gbps,
+                     "% floor": pct, "target": f">= {target:.0f}%" if target else "",
+                     "ok": pct >= target if target else ""})
+
+    for model, shapes in SHAPES.items():
+        for name, (n, k) in shapes.items():
+            copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
+            ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
+            x = _rand((16, k), rng)
+            y = cupy.empty((16, n), np.float16)
+            for m in (1, 2, 4, 8):
+                us = _gemv_us(ws, x[:m], y[:m], s)
+                big = n * k >= 2048 * 8192
+                row(f"gemv {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
+                    85 if big else 0)
+            del ws
+    T = 4096  # prefill-sized activations for the elementwise kernels
+    x, r, w = _rand((T, 2048), rng), _rand((T, 2048), rng), _rand((2048,), rng)
+    out, r_out = cupy.empty_like(x), cupy.empty_like(x)
+    us = per_launch_us(lambda i: ops.rmsnorm(x, w, out, residual=r, residual_out=r_out,
+                                             stream=s), 16, s)
+    row("rmsnorm + residual", f"{T}x2048", "", us, 2 * T * 2048 * 4 + 4096)
+    gu, act = _rand((T, 16384), rng), cupy.empty((T, 8192), np.float16)
+    us = per_launch_us(lambda i: ops.silu_mul(gu, act, stream=s), 16, s)
+    row("silu_mul", f"{T}x8192", "", us, 2 * T * 8192 * 3)
+    us = per_launch_us(lambda i: ops.add(x, r, out, stream=s), 16, s)
+    row("add", f"{T}x2048", "", us, 2 * T * 2048 * 3)
+    table = _rand((128256, 2048), rng)
+    ids = cupy.asarray(rng.integers(0, 128256, T).astype(np.int32))
+    us = per_launch_us(lambda i: ops.embedding(ids, table, out, stream=s), 16, s)
+    row("embedding", f"{T}x2048", "", us, 2 * T * 2048 * 2)
+    q, kk = _rand((T, 32, 64), rng), _rand((T, 8, 64), rng)
+    pos = cupy.arange(T, dtype=np.int32)
+    freqs = cupy.asarray(ops.inv_freq(64, 500000.0, ops.Llama3Scaling()))
+    us = per_launch_us(lambda i: ops.rope(q, kk, pos, freqs, stream=s), 16, s)
+    row("rope", f"{T}x(32+8)x64", "", us, 2 * T * 40 * 64 * 2)
+    logits, ids_out = _rand((64, 128256), rng), cupy.empty(64, np.int32)
+    us = per_launch_us(lambda i: ops.argmax(logits, ids_out, stream=s), 16, s)
+    row("argmax", "64x128256", "", us, 2 * 64 * 128256)
+    return rows

@@ -1,0 +1,57 @@
+"""Linear layers: y = x W^T (+ residual) with W in the checkpoint's [out, in] layout.
+
+Decode-sized inputs (m <= 16 rows) take the bandwidth-bound GEMV, which reads W once for all
+rows. Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
+residual add in the epilogue.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rawgraph.cuda.kernel import Kernel
+from rawgraph.ops import shapes
+from rawgraph.symbols import Expr, Symbols
+
+M_TILES = (1, 2, 4, 8, 16)
+_SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
+GEMV = {(dt, m): Kernel("gemv", f"gemv_{s}_m{m}", _SIG.format(t=t))
+        for dt, (s, t) in {"float16": ("f16", "__half"),
+                           "bfloat16": ("bf16", "__nv_bfloat16")}.items()
+        for m in M_TILES}
+WARPS = 8
+
+
+def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, stream: Any = None,
+           symbols: Symbols | None = None) -> None:
+    """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n); m <= 16.
+
+    `m` (default: all rows) may be symbolic; the kernel's row tile is chosen for the largest
+    value m can take, so a patch never needs another kernel.
+    """
+    if getattr(x, "ndim", 0) != 2 or getattr(w, "ndim", 0) != 2:
+        raise ValueError(f"x must be (rows, k) and w (n, k); got {getattr(x, 'shape', '?')} and "
+                         f"{getattr(w, 'shape', '?')}")
+    (cap, k), (n, kw) = x.shape, w.shape
+    if kw != k:
+        raise ValueError(f"x has k = {k} columns but w is {w.shape} (w must be [out, in])")
+    shapes.multiple(k, 8, "k")
+    dt = shapes.tensor(x, "x")
+    shapes.tensor(w, "w", dtype=dt)
+    shapes.tensor(y, "y", (cap, n), dt, align=2)
+    if residual is not None:
+        shapes.tensor(residual, "residual", (cap, n), dt, align=2)
+    m = shapes.count(m, cap, "m", symbols)
+    top = _top(m, symbols)
+    if top > M_TILES[-1]:
+        raise ValueError(f"m can reach {top}; the GEMV path takes at most {M_TILES[-1]} rows "
+                         f"(prefill-sized inputs need the GEMM path)")
+    tile = next(t for t in M_TILES if t >= top)
+    GEMV[dt, tile].launch(-(-n // WARPS), 32 * WARPS, (x, w, residual, y, m, n, k), stream,
+                          symbols=symbols)
+
+
+def _top(m: Any, symbols: Symbols | None) -> int:
+    if not isinstance(m, Expr):
+        return m
+    return m.eval({s: symbols.specs[s].hi for s in m.symbols()})

@@ -1,0 +1,106 @@
+"""Embedding, RoPE, argmax and the decode GEMV against NumPy references."""
+
+import cupy
+import numpy as np
+import pytest
+
+from rawgraph import Range, Symbols, capture, ops
+from rawgraph.ops import reference as ref
+from tests.helpers import POISON, host, poisoned, randn
+
+pytestmark = pytest.mark.gpu
+DTYPES = ["float16", "bfloat16"]
+ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embedding(stream, rng, dtype):
+    table, th = randn(rng, (1000, 264), dtype)
+    ids = np.array([0, 999, 5, 5, -1, 1000, 17], np.int32)
+    out = poisoned((9, 264), dtype)
+    ops.embedding(cupy.asarray(np.pad(ids, (0, 2))), table, out, 7, stream=stream)
+    stream.synchronize()
+    got = host(out, dtype)
+    np.testing.assert_array_equal(got[:7], ref.embedding(ids, th))
+    assert (cupy.asnumpy(out.view(np.uint16))[7:] == POISON[dtype]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("q_heads", "kv_heads", "head_dim"), [(32, 8, 64), (4, 4, 128), (3, 1, 8)])
+def test_rope(stream, rng, dtype, q_heads, kv_heads, head_dim):
+    n = 11
+    q, qh = randn(rng, (n, q_heads, head_dim), dtype)
+    k, kh = randn(rng, (n, kv_heads, head_dim), dtype)
+    pos = rng.integers(0, 131072, n).astype(np.int32)
+    f = ops.inv_freq(head_dim, 500000.0, ops.Llama3Scaling())
+    ops.rope(q, k, cupy.asarray(pos), cupy.asarray(f), stream=stream)
+    stream.synchronize()
+    for got, x in [(host(q, dtype), qh), (host(k, dtype), kh)]:
+        np.testing.assert_allclose(got, ref.rope(x, pos, f, dtype), rtol=ULP[dtype],
+                                   atol=ULP[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_argmax(stream, rng, dtype):
+    logits, lh = randn(rng, (5, 128256), dtype, 3.0)
+    lh = lh.copy()
+    lh[1, 7] = lh[1, 9] = lh[1].max() + 10   # tie: smallest index wins
+    lh[2, :] = np.nan
+    lh[2, 1234] = 1.0
+    from rawgraph.dtypes import to_storage
+
+    logits = cupy.asarray(to_storage(lh, dtype))
+    out = cupy.full(5, -7, np.int32)
+    ops.argmax(logits, out, 4, stream=stream)
+    stream.synchronize()
+    got = out.get()
+    np.testing.assert_array_equal(got[:4], ref.argmax(lh[:4]))
+    assert got[1] == 7 and got[2] == 1234 and got[4] == -7
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 2048, 2048), (3, 3072, 2048), (8, 520, 8192),
+                                           (16, 64, 264), (5, 1, 8)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
+    x, xh = randn(rng, (m + 1, k), dtype)
+    w, wh = randn(rng, (n, k), dtype, k**-0.5)
+    y = poisoned((m + 1, n), dtype)
+    kw, rh = {}, None
+    if fused:
+        r, rh = randn(rng, (m + 1, n), dtype)
+        kw = {"residual": r}
+    ops.linear(x, w, y, m=m, stream=stream, **kw)
+    stream.synchronize()
+    want = ref.linear(xh[:m], wh, dtype, None if rh is None else rh[:m])
+    got = host(y, dtype)
+    # fp32 accumulation in a different order than float64: allow one rounding step either way
+    np.testing.assert_allclose(got[:m], want, rtol=2 * ULP[dtype], atol=2 * ULP[dtype])
+    assert (cupy.asnumpy(y.view(np.uint16))[m:] == POISON[dtype]).all()
+
+
+def test_linear_in_place_residual_and_symbolic_rows(stream, rng):
+    x, xh = randn(rng, (8, 256), "float16")
+    w, wh = randn(rng, (512, 256), "float16", 1 / 16)
+    r, rh = randn(rng, (8, 512), "float16")
+    S = Symbols(b=Range(1, 8))
+    S.set(b=3)
+    with capture(stream) as cap:
+        ops.linear(x, w, r, residual=r, m=S.b, stream=stream, symbols=S)
+    with cap.graph as g, g.instantiate() as ex:
+        assert ex.set(b=8) == 1
+        ex.launch(stream)
+        stream.synchronize()
+    np.testing.assert_allclose(host(r, "float16"), ref.linear(xh, wh, "float16", rh),
+                               rtol=2 * ULP["float16"], atol=2 * ULP["float16"])
+
+
+def test_linear_rejects_bad_input(rng):
+    x = cupy.ones((4, 64), np.float16)
+    with pytest.raises(ValueError, match="w must be"):
+        ops.linear(x, cupy.ones((64, 32), np.float16), cupy.ones((4, 64), np.float16))
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        ops.linear(cupy.ones((32, 64), np.float16), cupy.ones((8, 64), np.float16),
+                   cupy.ones((32, 8), np.float16))
+    with pytest.raises(ValueError, match="y has shape"):
+        ops.linear(x, cupy.ones((8, 64), np.float16), cupy.ones((4, 9), np.float16))
