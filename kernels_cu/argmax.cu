@@ -20,7 +20,7 @@ __device__ void argmax_impl(const T* __restrict__ logits, int* __restrict__ out,
   const int r = blockIdx.x;
   if (r >= rows) return;
   const T* row = logits + static_cast<long long>(r) * vocab;
-  float v = -INFINITY;
+  float v = rg::neg_inf();
   int j = 0x7fffffff;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float x = rg::to_float(row[i]);
@@ -38,7 +38,7 @@ __device__ void argmax_impl(const T* __restrict__ logits, int* __restrict__ out,
   }
   __syncthreads();
   if (warp == 0) {
-    v = lane < (blockDim.x >> 5) ? sv[lane] : -INFINITY;
+    v = lane < (blockDim.x >> 5) ? sv[lane] : rg::neg_inf();
     j = lane < (blockDim.x >> 5) ? sj[lane] : 0x7fffffff;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

@@ -2,6 +2,7 @@
 //   - float <-> storage conversions for __half and __nv_bfloat16 (fp32 accumulation everywhere)
 //   - Vec<T, N>: N elements loaded/stored as one aligned vector access (16 bytes for N = 8)
 //   - block_sum: sum of one float per thread over the whole block (blockDim.x % 32 == 0)
+//   - neg_inf: -infinity (NVRTC has no <cmath>)
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -21,6 +22,9 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(x);
 }
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+
+// -infinity without <cmath> (NVRTC has no INFINITY macro).
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // Rounds through the storage type: what a framework computing in T would produce.
 template <typename T> __device__ __forceinline__ float round_to(float x) {

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from rawgraph.cuda.kernel import KERNELS_DIR
-from rawgraph.cuda.nvcc import compile_file, parse_ptxas
+from rawgraph.cuda.nvcc import compile_file, nvrtc_compile, parse_ptxas
 
 LOG = """ptxas info    : Compiling entry function 'a' for 'sm_90'
 ptxas info    : Function properties for a
@@ -30,3 +30,16 @@ def test_kernel_compiles_for_sm90_without_spills(path):
     assert r.returncode == 0, r.log
     assert r.registers, f"no kernels found in {path.name}:\n{r.log}"
     assert not any(r.spills.values()), f"spills: {r.spills}\n{r.log}"
+
+
+@pytest.mark.parametrize("path", sorted(KERNELS_DIR.glob("*.cu")), ids=lambda p: p.name)
+def test_kernel_compiles_with_nvrtc(path):
+    ok, log = nvrtc_compile(path)
+    assert ok, log
+
+
+def test_nvrtc_rejects_what_only_nvcc_accepts(tmp_path):
+    bad = tmp_path / "inf.cu"
+    bad.write_text('extern "C" __global__ void k(float* y) { y[0] = -INFINITY; }\n')
+    ok, log = nvrtc_compile(bad)
+    assert not ok and "INFINITY" in log

@@ -1,10 +1,12 @@
-"""Offline kernel check: compile kernels_cu/*.cu with nvcc and read ptxas' resource report.
-
-No GPU needed; CI runs it to catch compile errors and register spills for sm_90.
+"""Offline kernel checks (no GPU needed; CI runs them): every kernels_cu/*.cu must compile
+with nvcc for sm_90 without register spills (ptxas' resource report), and with NVRTC, the
+compiler rawgraph uses at run time.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 import shutil
 import subprocess
@@ -69,5 +71,46 @@ def compile_file(path: Path, arch: str = "sm_90") -> Report:
 
 
 def compile_all(arch: str = "sm_90") -> list[Report]:
-    """Compile every kernels_cu/*.cu."""
-    return [compile_file(p, arch) for p in sorted(KERNELS_DIR.glob("*.cu"))]
+    """Compile every kernels_cu/*.cu with nvcc, then NVRTC (its errors join the report)."""
+    reports = [compile_file(p, arch) for p in sorted(KERNELS_DIR.glob("*.cu"))]
+    for r in reports:
+        ok, log = nvrtc_compile(r.path, arch.replace("sm_", "compute_"))
+        if not ok:
+            r.returncode = r.returncode or 1
+            r.log += f"\n--- NVRTC ---\n{log}"
+    return reports
+
+
+def cuda_include() -> Path | None:
+    """The CUDA toolkit's include directory (cuda_fp16.h), if one is installed."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
+    for root in roots:
+        if root and Path(root, "include", "cuda_fp16.h").is_file():
+            return Path(root, "include")
+    return None
+
+
+def nvrtc_compile(path: Path, arch: str = "compute_90") -> tuple[bool, str]:
+    """Compile one file with NVRTC, as rawgraph does at run time (to PTX, no GPU needed).
+
+    NVRTC is stricter than nvcc (no host headers: no INFINITY, no <cmath>), so a kernel that
+    nvcc accepts can still fail here. Returns (ok, log).
+    """
+    from cuda.bindings import nvrtc
+
+    from rawgraph.cuda.check import check
+
+    opts = [b"-std=c++17", f"-I{KERNELS_DIR}".encode(), f"--gpu-architecture={arch}".encode()]
+    inc = cuda_include()
+    if inc is not None:
+        opts.append(f"-I{inc}".encode())
+    prog = check(nvrtc.nvrtcCreateProgram(path.read_bytes(), path.name.encode(), 0, [], []))
+    try:
+        err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        size = check(nvrtc.nvrtcGetProgramLogSize(prog))
+        log = b" " * size
+        check(nvrtc.nvrtcGetProgramLog(prog, log))
+        return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").strip("\0 ")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
