@@ -1,105 +1,134 @@
-// gemv.cu: y = x W^T (+ residual) for decode-sized M, streaming W at memory bandwidth.
+// gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
+// memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_m{1,2,4,8,16}(
+//   extern "C" gemv_{f16,bf16}_n{8,16}(
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
-//       int m, int n, int k) // m <= the kernel's M tile; k % 8 == 0, rows 16-byte aligned
+//       int m, int n, int k) // m <= 8 (_n8) or 16 (_n16); k % 8 == 0; rows 16-byte aligned
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
-//   grid (cdiv(n, 8)), block (256): one warp per output row r, all m rows of x at once, so W
-//   is read exactly once; each lane keeps 4 16-byte loads of W in flight and reads x through
-//   L1. Lane partial sums meet in a warp shuffle reduction.
+//
+//   Layout: the roles are swapped (D = W x^T): a block owns 16 rows of W, which are the M
+//   side of mma.m16n8k16, and the (up to 16) rows of x are its N side, so the tensor core does
+//   in one instruction what SIMT code would spend M x-loads, 8M conversions and 8M FMAs on.
+//   Each lane loads 16 contiguous bytes of W rows g and g+8 and of x row g per 32-wide k step
+//   (g = lane / 4): since a dot product may sum its k in any order, the fragment's k slots are
+//   simply mapped to those contiguous bytes, the same way for both operands. The block's 8
+//   warps split k (chunk c goes to warp c % 8), 4 chunks in flight per lane, and meet in a
+//   fixed-order shared-memory sum: deterministic, no atomics.
+//   grid (cdiv(n, 16)), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 #include "common.cuh"
 
 namespace {
 
-constexpr int kWarps = 8, kUnroll = 4, kStep = 32 * 8;  // elements a warp covers per load
+constexpr int kWarps = 8, kUnroll = 4;
 
-template <typename T>
-__device__ __forceinline__ float dot8(const rg::Vec<T, 8>& a, const rg::Vec<T, 8>& b) {
-  float s = 0.f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) s = fmaf(rg::to_float(a.v[e]), rg::to_float(b.v[e]), s);
-  return s;
+template <typename T> struct Mma;
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[4], unsigned a0, unsigned a1,
+                                             unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&d)[4], unsigned a0, unsigned a1,
+                                             unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ uint4 load16(const void* p, bool ok) {
+  return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
-template <typename T, int M>
+// NT: tiles of 8 rows of x (1: m <= 8, 2: m <= 16)
+template <typename T, int NT>
 __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, const T* residual,
                           T* y, int m, int n, int k) {
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (row >= n) return;
-  const T* wr = w + static_cast<long long>(row) * k;
-  float acc[M];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = blockIdx.x * 16;
+  const int chunks = (k + 31) / 32;
+  const bool lo = r0 + g < n, hi = r0 + g + 8 < n;
+  const T* wlo = w + static_cast<long long>(lo ? r0 + g : 0) * k + 8 * t;
+  const T* whi = w + static_cast<long long>(hi ? r0 + g + 8 : 0) * k + 8 * t;
+  float acc[NT][4];
 #pragma unroll
-  for (int i = 0; i < M; ++i) acc[i] = 0.f;
-  for (int k0 = lane * 8; k0 < k; k0 += kStep * kUnroll) {
-    rg::Vec<T, 8> wv[kUnroll];
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
+    uint4 a_lo[kUnroll], a_hi[kUnroll], b[NT][kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)  // issue every weight load before using any
-      if (k0 + u * kStep < k) wv[u] = rg::load<T, 8>(wr + k0 + u * kStep);
+    for (int u = 0; u < kUnroll; ++u) {  // every load of the step before any mma
+      const int c = c0 + u * kWarps;
+      const bool in = c < chunks && c * 32 + 8 * t < k;
+      a_lo[u] = load16(wlo + c * 32, in && lo);
+      a_hi[u] = load16(whi + c * 32, in && hi);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (k0 + u * kStep >= k) break;
-#pragma unroll
-      for (int i = 0; i < M; ++i)
-        if (i < m) acc[i] += dot8(wv[u], rg::load<T, 8>(x + static_cast<long long>(i) * k + k0 + u * kStep));
+      for (int j = 0; j < NT; ++j) {
+        const int row = 8 * j + g;
+        b[j][u] = load16(x + static_cast<long long>(row) * k + c * 32 + 8 * t, in && row < m);
+      }
     }
-  }
 #pragma unroll
-  for (int i = 0; i < M; ++i) acc[i] = rg::warp_sum(acc[i]);
-  if (lane < M && lane < m) {
-    float v = 0.f;
+    for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-    for (int i = 0; i < M; ++i)
-      if (i == lane) v = acc[i];
-    const long long o = static_cast<long long>(lane) * n + row;
-    if (residual != nullptr) v += rg::to_float(residual[o]);
-    y[o] = rg::from_float<T>(v);
+      for (int j = 0; j < NT; ++j) {
+        Mma<T>::run(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
+        Mma<T>::run(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
+      }
   }
+
+  __shared__ float red[kWarps][NT * 4][32];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[warp][4 * j + e][lane] = acc[j][e];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = 0.f;
+#pragma unroll
+      for (int q = 0; q < kWarps; ++q) v += red[q][4 * j + e][lane];
+      // c0, c1: W row g, x rows 2t, 2t+1; c2, c3: W row g + 8, the same x rows
+      const int row = r0 + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+      if (row < n && col < m) {
+        const long long o = static_cast<long long>(col) * n + row;
+        if (residual != nullptr) v += rg::to_float(residual[o]);
+        y[o] = rg::from_float<T>(v);
+      }
+    }
 }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_m1(const __half* x, const __half* w,
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(const __half* x, const __half* w,
     const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_m2(const __half* x, const __half* w,
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(const __half* x, const __half* w,
     const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_m4(const __half* x, const __half* w,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 4>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_m8(const __half* x, const __half* w,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 8>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_m16(const __half* x, const __half* w,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 16>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(const __nv_bfloat16* x,
+    const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n,
+    int k) {
   gemv_impl<__nv_bfloat16, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(const __nv_bfloat16* x,
+    const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n,
+    int k) {
   gemv_impl<__nv_bfloat16, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 4>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 8>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_m16(const __nv_bfloat16* x, const __nv_bfloat16* w,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 16>(x, w, residual, y, m, n, k);
 }

@@ -33,7 +33,7 @@ def _bench(args: argparse.Namespace) -> int:
         from rawgraph.bench.kernels import run
     else:  # argparse restricts the choices
         raise AssertionError(args.name)
-    rows = run()
+    rows = run(args.only) if args.only else run()
     path = results.save(args.name, rows, args.out)
     print(results.table(rows, list(dict.fromkeys(k for r in rows for k in r))))
     print(f"\nwritten {path}")
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("bench", help="run a benchmark, print a table, save JSON")
     q.add_argument("name", choices=["primitives", "memory", "kernels"])
     q.add_argument("--out", default=None, help="directory for the JSON (benchmarks/results/)")
+    q.add_argument("--only", default="", help="kernels bench: only kernels named like this")
     q.set_defaults(fn=_bench)
     q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc; fail on spills")
     q.add_argument("--arch", default="sm_90")

@@ -57,8 +57,8 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
                          max(len(ws), 16), s)
 
 
-def run() -> list[dict[str, Any]]:
-    """Measure; returns result rows."""
+def run(only: str = "") -> list[dict[str, Any]]:
+    """Measure; returns result rows. only='gemv' or 'elementwise' runs just that part."""
     s = new_stream()
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
@@ -74,7 +74,7 @@ def run() -> list[dict[str, Any]]:
                      "ok": pct >= target if target else ""})
 
     for model, shapes in SHAPES.items():
-        for name, (n, k) in shapes.items():
+        for name, (n, k) in shapes.items() if only in "gemv" or "gemv" in only else ():
             copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
             ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
             x = _rand((16, k), rng)
@@ -85,6 +85,8 @@ def run() -> list[dict[str, Any]]:
                 row(f"gemv {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
                     85 if big else 0)
             del ws
+    if only and only not in "elementwise":
+        return rows
     T = 4096  # prefill-sized activations for the elementwise kernels
     x, r, w = _rand((T, 2048), rng), _rand((T, 2048), rng), _rand((2048,), rng)
     out, r_out = cupy.empty_like(x), cupy.empty_like(x)

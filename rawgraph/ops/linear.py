@@ -13,13 +13,13 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
 from rawgraph.symbols import Expr, Symbols
 
-M_TILES = (1, 2, 4, 8, 16)
+M_TILES = (8, 16)
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
-GEMV = {(dt, m): Kernel("gemv", f"gemv_{s}_m{m}", _SIG.format(t=t))
+GEMV = {(dt, m): Kernel("gemv", f"gemv_{s}_n{m}", _SIG.format(t=t))
         for dt, (s, t) in {"float16": ("f16", "__half"),
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items()
         for m in M_TILES}
-WARPS = 8
+ROWS_PER_BLOCK = 16
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, stream: Any = None,
@@ -47,7 +47,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, strea
         raise ValueError(f"m can reach {top}; the GEMV path takes at most {M_TILES[-1]} rows "
                          f"(prefill-sized inputs need the GEMM path)")
     tile = next(t for t in M_TILES if t >= top)
-    GEMV[dt, tile].launch(-(-n // WARPS), 32 * WARPS, (x, w, residual, y, m, n, k), stream,
+    GEMV[dt, tile].launch(-(-n // ROWS_PER_BLOCK), 256, (x, w, residual, y, m, n, k), stream,
                           symbols=symbols)
 
 
