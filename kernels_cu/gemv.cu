@@ -1,7 +1,7 @@
 // gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}(
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_c4](
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
@@ -17,7 +17,10 @@
 //   simply mapped to those contiguous bytes, the same way for both operands. The block's 8
 //   warps split k (chunk c goes to warp c % 8), 4 chunks in flight per lane, and meet in a
 //   fixed-order shared-memory sum: deterministic, no atomics.
-//   grid (cdiv(n, 16)), block (256).
+//   _c4: for weights with few rows (too few blocks to fill the GPU), a cluster of 4 blocks
+//   shares each 16-row tile, splitting k 4 ways, and block 0 of the cluster adds the other
+//   blocks' partial sums through distributed shared memory, in a fixed order.
+//   grid (cdiv(n, 16) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 #include "common.cuh"
 
@@ -47,16 +50,39 @@ template <> struct Mma<__nv_bfloat16> {
   }
 };
 
+// Thread-block cluster primitives in PTX (cooperative_groups needs libcu++ headers that
+// NVRTC does not see by default).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+               ::: "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// *p as seen in the shared memory of cluster block `rank`
+__device__ __forceinline__ float load_remote(const float* p, unsigned rank) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint4 load16(const void* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
-// NT: tiles of 8 rows of x (1: m <= 8, 2: m <= 16)
-template <typename T, int NT>
+// NT: tiles of 8 rows of x (1: m <= 8, 2: m <= 16); CS: blocks per 16-row tile (cluster size)
+template <typename T, int NT, int CS>
 __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, const T* residual,
                           T* y, int m, int n, int k) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int r0 = blockIdx.x * 16;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int rank = CS > 1 ? static_cast<int>(cluster_rank()) : 0;
+  const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
+  const int r0 = (blockIdx.x / CS) * 16;
   const int chunks = (k + 31) / 32;
   const bool lo = r0 + g < n, hi = r0 + g + 8 < n;
   const T* wlo = w + static_cast<long long>(lo ? r0 + g : 0) * k + 8 * t;
@@ -65,11 +91,11 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * kUnroll) {
     uint4 a_lo[kUnroll], a_hi[kUnroll], b[NT][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load of the step before any mma
-      const int c = c0 + u * kWarps;
+      const int c = c0 + u * kWarps * CS;
       const bool in = c < chunks && c * 32 + 8 * t < k;
       a_lo[u] = load16(wlo + c * 32, in && lo);
       a_hi[u] = load16(whi + c * 32, in && hi);
@@ -89,46 +115,77 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
   }
 
   __shared__ float red[kWarps][NT * 4][32];
+  __shared__ float part[NT * 4][32];  // this block's sum over its warps
+  const int w8 = threadIdx.x >> 5;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) red[warp][4 * j + e][lane] = acc[j][e];
+    for (int e = 0; e < 4; ++e) red[w8][4 * j + e][lane] = acc[j][e];
   __syncthreads();
-  if (warp != 0) return;
+  if (w8 == 0) {
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int i = 0; i < NT * 4; ++i) {
       float v = 0.f;
 #pragma unroll
-      for (int q = 0; q < kWarps; ++q) v += red[q][4 * j + e][lane];
-      // c0, c1: W row g, x rows 2t, 2t+1; c2, c3: W row g + 8, the same x rows
-      const int row = r0 + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
-      if (row < n && col < m) {
-        const long long o = static_cast<long long>(col) * n + row;
-        if (residual != nullptr) v += rg::to_float(residual[o]);
-        y[o] = rg::from_float<T>(v);
-      }
+      for (int q = 0; q < kWarps; ++q) v += red[q][i][lane];
+      part[i][lane] = v;
     }
+  }
+  if constexpr (CS > 1) cluster_sync();  // every block's part[] is ready
+  if (w8 == 0 && rank == 0) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = part[4 * j + e][lane];
+        if constexpr (CS > 1) {
+#pragma unroll
+          for (int q = 1; q < CS; ++q)
+            v += load_remote(&part[4 * j + e][lane], q);
+        }
+        // c0, c1: W row g, x rows 2t, 2t+1; c2, c3: W row g + 8, the same x rows
+        const int row = r0 + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+        if (row < n && col < m) {
+          const long long o = static_cast<long long>(col) * n + row;
+          if (residual != nullptr) v += rg::to_float(residual[o]);
+          y[o] = rg::from_float<T>(v);
+        }
+      }
+  }
+  if constexpr (CS > 1) cluster_sync();  // keep part[] alive until block 0 has read it
 }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(const __half* x, const __half* w,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(const __half* x, const __half* w,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n8_c4(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 1, 4>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(const __nv_bfloat16* x,
-    const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n,
-    int k) {
-  gemv_impl<__nv_bfloat16, 1>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 2, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(const __nv_bfloat16* x,
-    const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n,
-    int k) {
-  gemv_impl<__nv_bfloat16, 2>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 2, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 1, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c4(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 1, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 2, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 2, 4>(x, w, residual, y, m, n, k);
 }

@@ -118,7 +118,7 @@ class Signature:
     def from_source(path: Path, kernel: str) -> Signature:
         """The signature on the `extern "C" __global__ void kernel(...)` line of a .cu file."""
         src = re.sub(r"//[^\n]*|/\*.*?\*/", "", path.read_text(), flags=re.S)
-        bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+        bounds = r"(?:__\w+__\s*\([^)]*\)\s*)*"  # __launch_bounds__(...), __cluster_dims__(...)
         pat = (rf'extern\s+"C"\s+__global__\s+{bounds}void\s+{bounds}'
                + re.escape(kernel) + r"\s*\(([^)]*)\)")
         m = re.search(pat, src)

@@ -15,11 +15,19 @@ from rawgraph.symbols import Expr, Symbols
 
 M_TILES = (8, 16)
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
-GEMV = {(dt, m): Kernel("gemv", f"gemv_{s}_n{m}", _SIG.format(t=t))
+CLUSTERS = (1, 4)  # blocks sharing one 16-row tile of W (split k)
+GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
+                           _SIG.format(t=t))
         for dt, (s, t) in {"float16": ("f16", "__half"),
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items()
-        for m in M_TILES}
+        for m in M_TILES for c in CLUSTERS}
 ROWS_PER_BLOCK = 16
+FULL_GRID = 512  # blocks that keep all 132 SMs streaming; fewer tiles get a cluster of 4
+
+
+def cluster_for(n: int, k: int) -> int:
+    """How many blocks share a 16-row tile: 4 when n alone gives too few blocks."""
+    return 4 if -(-n // ROWS_PER_BLOCK) < FULL_GRID and k >= 1024 else 1
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, stream: Any = None,
@@ -47,8 +55,9 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, strea
         raise ValueError(f"m can reach {top}; the GEMV path takes at most {M_TILES[-1]} rows "
                          f"(prefill-sized inputs need the GEMM path)")
     tile = next(t for t in M_TILES if t >= top)
-    GEMV[dt, tile].launch(-(-n // ROWS_PER_BLOCK), 256, (x, w, residual, y, m, n, k), stream,
-                          symbols=symbols)
+    c = cluster_for(n, k)
+    GEMV[dt, tile, c].launch(-(-n // ROWS_PER_BLOCK) * c, 256, (x, w, residual, y, m, n, k),
+                             stream, symbols=symbols)
 
 
 def _top(m: Any, symbols: Symbols | None) -> int:
