@@ -61,7 +61,7 @@ def test_argmax(stream, rng, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 2048, 2048), (3, 3072, 2048), (8, 520, 8192),
                                            (16, 64, 264), (5, 1, 8), (4, 8208, 1024),
-                                           (13, 2056, 4104)])
+                                           (13, 2056, 8200)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
     x, xh = randn(rng, (m + 1, k), dtype)
@@ -100,6 +100,7 @@ def test_cluster_choice_covers_both_paths():
     from rawgraph.ops.linear import cluster_for
 
     assert cluster_for(2048, 8192) == 4 and cluster_for(8208, 1024) == 1
+    assert cluster_for(520, 8192) == 4 and cluster_for(6144, 4096) == 1
     assert cluster_for(64, 264) == 1 and cluster_for(128256, 2048) == 1
 
 

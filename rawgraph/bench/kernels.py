@@ -57,8 +57,37 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
                          max(len(ws), 16), s)
 
 
+def _attention(rows: list, row: Callable, s: Any) -> None:
+    """Decode attention at LLaMA-1B (32/8 heads of 64) and 8B (32/8 of 128) shapes."""
+    from rawgraph.memory.paged import PagedKVCache
+
+    for model, d in (("llama-1b", 64), ("llama-8b", 128)):
+        for batch, ctx in ((1, 4096), (8, 4096), (32, 4096), (8, 16384)):
+            bs = 16
+            kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
+                              num_blocks=batch * ctx // bs, max_seqs=batch,
+                              max_blocks_per_seq=ctx // bs)
+            for q in range(batch):
+                kv.tables.add(q)
+                kv.tables.append(q, ctx)
+            kv.sync(s)
+            kv.k[...] = cupy.random.standard_normal(kv.k.shape, np.float32).astype(np.float16)
+            kv.v[...] = cupy.random.standard_normal(kv.v.shape, np.float32).astype(np.float16)
+            q = cupy.random.standard_normal((batch, 32, d), np.float32).astype(np.float16)
+            out = cupy.empty_like(q)
+            slots = cupy.arange(batch, dtype=np.int32)
+            ws = cupy.empty(ops.workspace_floats(batch, 32, d, ctx), np.float32)
+            us = per_launch_us(lambda i, kv=kv, q=q, out=out, slots=slots, ws=ws, ctx=ctx:
+                               ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables,
+                                                    kv.seq_lens, slots, out, ws, ctx, stream=s),
+                               8, s)
+            nbytes = batch * ctx * 8 * d * 2 * 2 + 2 * ws.nbytes
+            row(f"decode attention {model}", f"B={batch} ctx={ctx}", "", us, nbytes, 80)
+            del kv
+
+
 def run(only: str = "") -> list[dict[str, Any]]:
-    """Measure; returns result rows. only='gemv' or 'elementwise' runs just that part."""
+    """Measure; returns result rows. only='gemv', 'attention' or 'elementwise' runs that part."""
     s = new_stream()
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
@@ -85,6 +114,8 @@ def run(only: str = "") -> list[dict[str, Any]]:
                 row(f"gemv {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
                     85 if big else 0)
             del ws
+    if not only or only in "attention":
+        _attention(rows, row, s)
     if only and only not in "elementwise":
         return rows
     T = 4096  # prefill-sized activations for the elementwise kernels

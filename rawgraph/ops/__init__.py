@@ -1,5 +1,6 @@
 """Operations: input checks at the boundary, then one kernel launch each."""
 
+from rawgraph.ops.attention import decode_attention, workspace_floats
 from rawgraph.ops.elementwise import add, silu_mul
 from rawgraph.ops.embedding import embedding
 from rawgraph.ops.kv import kv_append, kv_gather
@@ -8,5 +9,5 @@ from rawgraph.ops.norm import rmsnorm
 from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
 from rawgraph.ops.sampling import argmax
 
-__all__ = ["Llama3Scaling", "add", "argmax", "embedding", "inv_freq", "kv_append", "kv_gather",
-           "linear", "rmsnorm", "rope", "silu_mul"]
+__all__ = ["Llama3Scaling", "add", "argmax", "decode_attention", "embedding", "inv_freq",
+           "kv_append", "kv_gather", "linear", "rmsnorm", "rope", "silu_mul", "workspace_floats"]

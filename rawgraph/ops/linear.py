@@ -22,12 +22,14 @@ GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items()
         for m in M_TILES for c in CLUSTERS}
 ROWS_PER_BLOCK = 16
-FULL_GRID = 512  # blocks that keep all 132 SMs streaming; fewer tiles get a cluster of 4
+FULL_GRID = 512  # blocks that keep all 132 SMs streaming
+LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
 
 
 def cluster_for(n: int, k: int) -> int:
-    """How many blocks share a 16-row tile: 4 when n alone gives too few blocks."""
-    return 4 if -(-n // ROWS_PER_BLOCK) < FULL_GRID and k >= 1024 else 1
+    """How many blocks share a 16-row tile: 4 when n gives too few blocks and rows are long
+    (2048x8192: 36% -> 67% of the copy bandwidth; 3072x2048 and 6144x4096 got slower)."""
+    return 4 if -(-n // ROWS_PER_BLOCK) < FULL_GRID and k >= LONG_ROWS else 1
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, stream: Any = None,

@@ -79,3 +79,30 @@ def rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, dtype: str)
 def argmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise argmax, smallest index on ties, NaNs skipped."""
     return np.nanargmax(np.where(np.isnan(logits), -np.inf, logits), axis=1).astype(np.int32)
+
+
+def decode_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+                     table: np.ndarray, lens: np.ndarray, slots: np.ndarray,
+                     scale: float) -> np.ndarray:
+    """Attention of each row's query heads over its sequence's cached tokens (float64).
+
+    Rows with slot < 0 come back as NaN (the kernel leaves them unwritten); length 0 gives 0.
+    """
+    _, q_heads, d = q.shape
+    kv_heads = k_cache.shape[2] // d
+    out = np.full(q.shape, np.nan)
+    for b, s in enumerate(slots):
+        if s < 0:
+            continue
+        n = int(lens[s])
+        if n == 0:
+            out[b] = 0
+            continue
+        k = kv_gather(k_cache, table[s], n).reshape(n, kv_heads, d).astype(np.float64)
+        v = kv_gather(v_cache, table[s], n).reshape(n, kv_heads, d).astype(np.float64)
+        for h in range(q_heads):
+            kh = h // (q_heads // kv_heads)
+            sc = k[:, kh] @ q[b, h].astype(np.float64) * scale
+            p = np.exp(sc - sc.max())
+            out[b, h] = p @ v[:, kh] / p.sum()
+    return out

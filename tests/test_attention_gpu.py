@@ -1,0 +1,88 @@
+"""Decode attention over the paged cache against a float64 reference; split-count patching."""
+
+import cupy
+import numpy as np
+import pytest
+
+from rawgraph import Range, Symbols, capture, ops
+from rawgraph.memory.paged import PagedKVCache
+from rawgraph.ops import reference as ref
+from tests.helpers import POISON, host, poisoned, randn
+
+pytestmark = pytest.mark.gpu
+TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def _setup(rng, dtype, q_heads, kv_heads, d, lens, batch_slots, block_size=16):
+    kv = PagedKVCache(layers=1, kv_heads=kv_heads, head_dim=d, block_size=block_size,
+                      num_blocks=256, max_seqs=8, max_blocks_per_seq=96, dtype=dtype)
+    for s, n in lens.items():
+        kv.tables.add(s)
+        kv.tables.append(s, n)
+    kv.sync()
+    k, kh = randn(rng, kv.k.shape[1:], dtype)
+    v, vh = randn(rng, kv.v.shape[1:], dtype)
+    kv.k[0], kv.v[0] = k, v
+    q, qh = randn(rng, (len(batch_slots), q_heads, d), dtype)
+    return kv, kh, vh, q, qh, cupy.asarray(np.array(batch_slots, np.int32))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize(("q_heads", "kv_heads", "d"), [(32, 8, 64), (8, 8, 128), (12, 2, 128)])
+def test_decode_attention_matches_reference(stream, rng, dtype, q_heads, kv_heads, d):
+    lens = {0: 1, 1: 1000, 2: 63, 5: 257}
+    slots = [1, 0, -1, 5, 2]
+    kv, kh, vh, q, qh, slots_d = _setup(rng, dtype, q_heads, kv_heads, d, lens, slots)
+    out = poisoned(q.shape, dtype)
+    ws = cupy.empty(ops.workspace_floats(len(slots), q_heads, d, 1536), np.float32)
+    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
+                         1536, stream=stream)
+    stream.synchronize()
+    want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
+                                np.array(slots), d**-0.5)
+    got = host(out, dtype)
+    ok = np.array(slots) >= 0
+    np.testing.assert_allclose(got[ok], want[ok], rtol=TOL[dtype], atol=TOL[dtype])
+    assert (cupy.asnumpy(out.view(np.uint16))[~ok] == POISON[dtype]).all()
+
+
+def test_split_count_is_patched_as_contexts_grow(stream, rng):
+    lens = {0: 40, 1: 200}
+    kv, kh, vh, q, qh, slots = _setup(rng, "float16", 32, 8, 64, lens, [0, 1])
+    S = Symbols(max_len=Range(1, 1536))
+    S.set(max_len=256)
+    out = cupy.empty(q.shape, np.float16)
+    ws = cupy.empty(ops.workspace_floats(2, 32, 64, 1536), np.float32)
+    with capture(stream) as cap:
+        ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws,
+                             S.max_len, stream=stream, symbols=S)
+    with cap.graph as g, g.instantiate() as ex:
+        assert [n.grid for n in g.nodes] == [(16, 1, 1), (64, 1, 1)]
+        for grow in (0, 300, 1000):
+            kv.tables.append(1, grow)
+            kv.sync(stream)
+            longest = int(kv.tables.lens.max())
+            assert ex.set(max_len=longest) in (0, 2)
+            ex.launch(stream)
+            stream.synchronize()
+            want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
+                                        np.array([0, 1]), 64**-0.5)
+            np.testing.assert_allclose(host(out, "float16"), want, rtol=2e-3, atol=2e-3)
+        assert ex.plan.entries[0][2].grid == (16, -(-1500 // 256), 1)
+
+
+def test_decode_attention_rejects_bad_input(rng):
+    kv, _, _, q, _, slots = _setup(rng, "float16", 32, 8, 64, {0: 5}, [0, 0])
+    ws = cupy.empty(ops.workspace_floats(2, 32, 64, 512), np.float32)
+    out = cupy.empty(q.shape, np.float16)
+    args = (kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws)
+    with pytest.raises(ValueError, match="head_dim 32"):
+        ops.decode_attention(cupy.empty((2, 32, 32), np.float16), *args, 512)
+    with pytest.raises(ValueError, match="at least"):
+        ops.decode_attention(q, *args, 1024)
+    with pytest.raises(ValueError, match="block tables hold at most 1536"):
+        ops.decode_attention(q, *args, 5000)
+    with pytest.raises(ValueError, match="multiple of kv_heads"):
+        ops.decode_attention(cupy.empty((2, 30, 64), np.float16), kv.k[0], kv.v[0],
+                             kv.block_tables, kv.seq_lens, slots, cupy.empty((2, 30, 64),
+                                                                             np.float16), ws, 8)
