@@ -24,6 +24,7 @@ def _setup(rng, dtype, q_heads, kv_heads, d, lens, batch_slots, block_size=16):
     v, vh = randn(rng, kv.v.shape[1:], dtype)
     kv.k[0], kv.v[0] = k, v
     q, qh = randn(rng, (len(batch_slots), q_heads, d), dtype)
+    cupy.cuda.Device().synchronize()  # inputs made on the default stream; kernels use another
     return kv, kh, vh, q, qh, cupy.asarray(np.array(batch_slots, np.int32))
 
 

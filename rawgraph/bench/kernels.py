@@ -28,6 +28,7 @@ SHAPES = {
                  "down": (4096, 14336), "lm_head": (128256, 4096)},
 }
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
+F16 = np.float16
 
 
 def per_launch_us(launch: Callable[[int], None], count: int, s: Any) -> float:
@@ -71,12 +72,14 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
                 kv.tables.add(q)
                 kv.tables.append(q, ctx)
             kv.sync(s)
-            kv.k[...] = cupy.random.standard_normal(kv.k.shape, np.float32).astype(np.float16)
-            kv.v[...] = cupy.random.standard_normal(kv.v.shape, np.float32).astype(np.float16)
-            q = cupy.random.standard_normal((batch, 32, d), np.float32).astype(np.float16)
-            out = cupy.empty_like(q)
-            slots = cupy.arange(batch, dtype=np.int32)
-            ws = cupy.empty(ops.workspace_floats(batch, 32, d, ctx), np.float32)
+            with s:  # every input made on the stream the kernels run on
+                kv.k[...] = cupy.random.standard_normal(kv.k.shape, np.float32).astype(F16)
+                kv.v[...] = cupy.random.standard_normal(kv.v.shape, np.float32).astype(F16)
+                q = cupy.random.standard_normal((batch, 32, d), np.float32).astype(F16)
+                out = cupy.empty_like(q)
+                slots = cupy.arange(batch, dtype=np.int32)
+                ws = cupy.empty(ops.workspace_floats(batch, 32, d, ctx), np.float32)
+            s.synchronize()
             us = per_launch_us(lambda i, kv=kv, q=q, out=out, slots=slots, ws=ws, ctx=ctx:
                                ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables,
                                                     kv.seq_lens, slots, out, ws, ctx, stream=s),
@@ -85,6 +88,7 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
             l2 = " (fits L2)" if nbytes < 120 << 20 else ""  # repeated launches hit the cache
             row(f"decode attention {model}", f"B={batch} ctx={ctx}{l2}", "", us, nbytes,
                 0 if l2 else 80)
+            s.synchronize()
             del kv
 
 

@@ -46,6 +46,7 @@ class PagedKVCache:
         self._copied = cupy.cuda.Event(block=False, disable_timing=True)
         self._copied.record()
         self.sync(cupy.cuda.Stream.null)
+        self._copied.synchronize()  # the empty tables are on the device before any stream uses them
 
     @property
     def nbytes(self) -> int:
