@@ -15,7 +15,8 @@
 //   q_heads / kv_heads query heads of kv head h (G <= 8), 64 tokens per tile:
 //     scores: thread i takes token i % 64 and every other group head, q from shared memory;
 //     softmax: one warp per head updates the running max m and sum l (base-2 exponentials);
-//     values: thread i owns output column i % D (and, for D = 64, half of the tile's tokens).
+//     values: thread i owns 8 output columns (one 16-byte load of V per token) for every
+//     (128 / (D / 8))-th token of the tile; the token groups meet in shared memory at the end.
 //   It writes (m, l, unnormalised accumulator) for its heads; an empty split writes m = -inf.
 //
 //   extern "C" decode_attention_combine_{f16,bf16}_d{64,128}(
@@ -40,7 +41,8 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
                        float* __restrict__ partial, int batch, int q_heads, int kv_heads,
                        int block_size, int max_blocks, int split_tokens, int max_splits,
                        float scale) {
-  constexpr int kParts = kThreads / D;  // threads sharing one output column (2 for D = 64)
+  constexpr int kColThreads = D / 8;                // threads across one V row
+  constexpr int kGroups = kThreads / kColThreads;   // token groups (16 for D = 64, 8 for 128)
   const int b = blockIdx.x / kv_heads, h = blockIdx.x % kv_heads, split = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (b >= batch) return;
@@ -63,10 +65,12 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
     m_s[tid] = rg::neg_inf();
     l_s[tid] = 0.f;
   }
-  float acc[kMaxGroup];
+  float acc[kMaxGroup][8];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.f;
-  const int col = tid % D, part = tid / D;
+  for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
+  const int c8 = 8 * (tid % kColThreads), tg = tid / kColThreads;
 
   for (int t0 = begin; t0 < end; t0 += kTile) {
     __syncthreads();  // qs ready / previous tile's ps and phys consumed
@@ -123,43 +127,52 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
       }
     }
     __syncthreads();
-    {  // values: column col, tokens part, part + kParts, ...
-      float pv[kMaxGroup];
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) pv[g] = 0.f;
-      for (int j = part; j < kTile; j += kParts) {
-        const int p = phys[j];
-        if (p < 0) break;  // tokens past the end come last
-        const float v = rg::to_float(v_cache[p * row + static_cast<long long>(h) * D + col]);
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g)
-          if (g < G) pv[g] = fmaf(ps[g][j], v, pv[g]);
-      }
+    {  // values: columns c8..c8+7, tokens tg, tg + kGroups, ...
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
-        if (g < G) acc[g] = acc[g] * alpha_s[g] + pv[g];
+        if (g < G) {
+          const float a = alpha_s[g];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[g][e] *= a;
+        }
+      for (int j = tg; j < kTile; j += kGroups) {
+        const int p = phys[j];
+        if (p < 0) break;  // tokens past the end come last
+        const rg::Vec<T, 8> v =
+            rg::load<T, 8>(v_cache + p * row + static_cast<long long>(h) * D + c8);
+        float vf[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) vf[e] = rg::to_float(v.v[e]);
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g)
+          if (g < G) {
+            const float pj = ps[g][j];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(pj, vf[e], acc[g][e]);
+          }
+      }
     }
   }
-  __syncthreads();
-  // partial sums of the kParts threads of a column meet in shared memory (reuse ps)
-  float* red = &ps[0][0];  // kMaxGroup * kTile >= kParts * kMaxGroup * D / kParts
-  if (kParts > 1 && part > 0) {
+  // the token groups' sums meet in shared memory, added in a fixed order
+  __shared__ float red[kGroups][kMaxGroup][D];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g)
-      if (g < G) red[g * D + col] = acc[g];
-  }
+  for (int g = 0; g < kMaxGroup; ++g)
+    if (g < G) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red[tg][g][c8 + e] = acc[g][e];
+    }
   __syncthreads();
-  if (part == 0) {
-    for (int g = 0; g < G; ++g) {
-      float v = acc[g];
-      if (kParts > 1) v += red[g * D + col];
-      float* out = partial + ((static_cast<long long>(b) * q_heads + h * G + g) * max_splits +
-                              split) * (D + 2);
-      out[col] = v;
-      if (col == 0) {
-        out[D] = begin < end ? m_s[g] : rg::neg_inf();
-        out[D + 1] = begin < end ? l_s[g] : 0.f;
-      }
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int g = i / D, col = i % D;
+    float v = 0.f;
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) v += red[q][g][col];
+    float* out = partial + ((static_cast<long long>(b) * q_heads + h * G + g) * max_splits +
+                            split) * (D + 2);
+    out[col] = v;
+    if (col == 0) {
+      out[D] = begin < end ? m_s[g] : rg::neg_inf();
+      out[D + 1] = begin < end ? l_s[g] : 0.f;
     }
   }
 }
