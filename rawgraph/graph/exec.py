@@ -63,12 +63,7 @@ class GraphExec:
     """An executable graph, patchable through the symbols its launches were captured with."""
 
     def __init__(self, graph: Graph, upload_stream: Any = None):
-        graph._alive()
-        self.graph = graph
-        self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
-                            f"instantiate graph {graph.name!r}")
-        graph._execs += 1
-        self._use(PatchPlan(graph.records))
+        self._instantiate(graph)
         self.patched_total = 0  # nodes patched over this executable's life
         self.patched_last = 0   # nodes patched by the last set()
         if upload_stream is not None:
@@ -108,6 +103,14 @@ class GraphExec:
         self.patched_last = n
         self.patched_total += n
         return n
+
+    def _instantiate(self, graph: Graph) -> None:
+        graph._alive()
+        self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
+                            f"instantiate graph {graph.name!r}")
+        self.graph = graph
+        graph._execs += 1  # the graph stays alive while executables made from it are open
+        self._use(PatchPlan(graph.records))
 
     def _use(self, plan: PatchPlan) -> None:
         self.plan = plan
@@ -157,11 +160,7 @@ class GraphExec:
             return UpdateResult(True)
         reason = _explain(self.graph, graph, info)
         self._close_handle()
-        self.graph = graph
-        self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
-                            f"re-instantiate graph {graph.name!r}")
-        graph._execs += 1
-        self._use(PatchPlan(graph.records))
+        self._instantiate(graph)
         return UpdateResult(False, reason)
 
     def verify(self, buffers: list, stream: Any = None) -> None:
