@@ -38,6 +38,13 @@ def test_kernel_compiles_with_nvrtc(path):
     assert ok, log
 
 
+def test_nvrtc_log_leaves_shared_bytes_alone(tmp_path):
+    ok_src = tmp_path / "ok.cu"
+    ok_src.write_text('extern "C" __global__ void k(float* y) { y[0] = 1.f; }\n')
+    assert nvrtc_compile(ok_src) == (True, "")
+    assert b" " == bytes([32]) and b" " * 3 == b"   "  # an empty log once overwrote b" "
+
+
 def test_nvrtc_rejects_what_only_nvcc_accepts(tmp_path):
     bad = tmp_path / "inf.cu"
     bad.write_text('extern "C" __global__ void k(float* y) { y[0] = -INFINITY; }\n')

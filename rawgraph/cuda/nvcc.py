@@ -109,7 +109,9 @@ def nvrtc_compile(path: Path, arch: str = "compute_90") -> tuple[bool, str]:
     try:
         err, = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = check(nvrtc.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
+        # a fresh mutable buffer: NVRTC writes into it (`b" " * 1` would be the interpreter's
+        # shared one-byte object, and an empty log would overwrite every b" " in the process)
+        log = bytearray(size)
         check(nvrtc.nvrtcGetProgramLog(prog, log))
         return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").strip("\0 ")
     finally:

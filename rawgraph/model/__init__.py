@@ -1,0 +1,1 @@
+"""The LLaMA-architecture decoder: configuration, checkpoints, and a NumPy reference."""

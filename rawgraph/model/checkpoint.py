@@ -1,0 +1,132 @@
+"""Checkpoints as users have them: a directory with config.json and *.safetensors (one file,
+or shards with model.safetensors.index.json), optionally tokenizer.json.
+
+`load` checks everything before handing weights over: the architecture, every file named, every
+expected tensor present with its shape, nothing unexpected, dtypes among F16/BF16/F32, and
+values representable in the dtype the model runs in. Errors name the file and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rawgraph.dtypes import from_bf16_bits, to_bf16_bits
+from rawgraph.model.config import LlamaConfig
+from rawgraph.model.safetensors import CheckpointError, TensorInfo, open_tensor, read_header, write
+from rawgraph.model.weights import shapes
+
+INDEX = "model.safetensors.index.json"
+_IGNORED = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed from the config
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: its config and tensors in the config's storage dtype."""
+
+    config: LlamaConfig
+    tensors: dict[str, np.ndarray]
+    tokenizer: Path | None = None
+
+
+def _files(root: Path) -> dict[str, Path]:
+    """tensor name -> file, from the index or the single file."""
+    index = root / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as e:
+            raise CheckpointError(f"{index}: not a safetensors index ({e})") from None
+        missing = sorted({f for f in weight_map.values() if not (root / f).is_file()})
+        if missing:
+            raise CheckpointError(f"{index} names files that are missing: {missing}")
+        return {k: root / f for k, f in weight_map.items()}
+    found = sorted(root.glob("*.safetensors"))
+    if not found:
+        raise CheckpointError(f"{root}: no *.safetensors files (and no {INDEX})")
+    if len(found) > 1:
+        raise CheckpointError(f"{root}: {len(found)} safetensors files but no {INDEX} "
+                              f"saying which tensor is where")
+    return {name: found[0] for name in read_header(found[0])}
+
+
+def _convert(x: np.ndarray, src: str, dst: str, name: str) -> np.ndarray:
+    if src == dst:
+        return x
+    f32 = from_bf16_bits(x) if src == "bfloat16" else np.asarray(x, np.float32)
+    if dst == "bfloat16":
+        return to_bf16_bits(f32)
+    if np.abs(f32).max(initial=0) > 65504:
+        raise CheckpointError(f"tensor {name!r} has values beyond float16's range; load with "
+                              f"dtype='bfloat16'")
+    return f32.astype(np.float16)
+
+
+def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
+    """Load and check a checkpoint directory (tensors memory-mapped when no conversion)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: not a directory")
+    cfg_path = root / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"{root}: no config.json")
+    try:
+        cfg = LlamaConfig.from_hf(json.loads(cfg_path.read_text()), dtype)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{cfg_path}: not JSON ({e})") from None
+    except ValueError as e:
+        raise CheckpointError(f"{cfg_path}: {e}") from None
+    where = _files(root)
+    headers: dict[Path, dict[str, TensorInfo]] = {f: read_header(f) for f in set(where.values())}
+    want = shapes(cfg)
+    have = {k for k in where if not k.endswith(_IGNORED)}
+    if cfg.tie_embeddings:
+        have.discard("lm_head.weight")  # tied: the embedding is the head
+    missing, unexpected = sorted(set(want) - have), sorted(have - set(want))
+    if missing:
+        raise CheckpointError(f"{root}: {len(missing)} tensors missing, e.g. {missing[:3]}")
+    if unexpected:
+        raise CheckpointError(f"{root}: {len(unexpected)} unexpected tensors, e.g. "
+                              f"{unexpected[:3]} (not a plain LlamaForCausalLM?)")
+    tensors = {}
+    for name, shape in want.items():
+        f = where[name]
+        info = headers[f].get(name)
+        if info is None:
+            raise CheckpointError(f"{f.name}: the index puts {name!r} here but the file lacks it")
+        if info.shape != shape:
+            raise CheckpointError(f"{f.name}: {name!r} has shape {info.shape}, the config "
+                                  f"implies {shape}")
+        tensors[name] = _convert(open_tensor(f, info), info.dtype, cfg.dtype, name)
+    tok = root / "tokenizer.json"
+    return Checkpoint(cfg, tensors, tok if tok.is_file() else None)
+
+
+def save(path: str | Path, cfg: LlamaConfig, tensors: dict[str, np.ndarray],
+         shard_bytes: int | None = None) -> None:
+    """Write config.json and the tensors (in `cfg.dtype`), sharded with an index when
+    `shard_bytes` is given: the layout Hugging Face tools write."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(cfg.to_hf(), indent=2))
+    items = [(k, (cfg.dtype, v)) for k, v in tensors.items()]
+    if shard_bytes is None:
+        write(root / "model.safetensors", dict(items))
+        return
+    shards: list[list] = [[]]
+    size = 0
+    for item in items:
+        if shards[-1] and size + item[1][1].nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(item)
+        size += item[1][1].nbytes
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        write(root / name, dict(shard))
+        weight_map.update({k: name for k, _ in shard})
+    (root / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
