@@ -31,6 +31,8 @@ def _bench(args: argparse.Namespace) -> int:
         from rawgraph.bench.memory import run
     elif args.name == "kernels":
         from rawgraph.bench.kernels import run
+    elif args.name == "model":
+        from rawgraph.bench.model import run
     else:  # argparse restricts the choices
         raise AssertionError(args.name)
     rows = run(args.only) if args.only else run()
@@ -64,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=_info)
     q = sub.add_parser("bench", help="run a benchmark, print a table, save JSON")
-    q.add_argument("name", choices=["primitives", "memory", "kernels"])
+    q.add_argument("name", choices=["primitives", "memory", "kernels", "model"])
     q.add_argument("--out", default=None, help="directory for the JSON (benchmarks/results/)")
-    q.add_argument("--only", default="", help="kernels bench: only kernels named like this")
+    q.add_argument("--only", default="", help="kernels: gemv|attention|elementwise; "
+                                              "model: a preset name")
     q.set_defaults(fn=_bench)
     q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc; fail on spills")
     q.add_argument("--arch", default="sm_90")
