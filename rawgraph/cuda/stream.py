@@ -17,10 +17,29 @@ def stream_handle(stream: Any = None) -> int:
         return int(ptr)
     if isinstance(stream, int):
         return stream
+    if isinstance(stream, (str, bytes, float)):
+        raise TypeError(f"not a stream: {stream!r}")
     try:
         return int(stream)  # driver.CUstream / runtime.cudaStream_t
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"not a stream: {stream!r}") from None
+
+
+class _Handle:
+    """A raw stream handle speaking the CUDA stream protocol (what CuPy accepts)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+def cupy_stream(stream: Any = None) -> cupy.cuda.Stream:
+    """CuPy's view of `stream`, to order CuPy work (copies, fills) with rawgraph's launches."""
+    if isinstance(stream, cupy.cuda.Stream):
+        return stream
+    return cupy.cuda.Stream.from_external(_Handle(stream_handle(stream)))
 
 
 def new_stream() -> cupy.cuda.Stream:

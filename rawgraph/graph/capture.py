@@ -18,7 +18,7 @@ from cuda.bindings import driver, runtime
 from rawgraph.cuda.check import CudaError, check
 from rawgraph.cuda.device import ensure_context
 from rawgraph.cuda.launch import Launch, observers
-from rawgraph.cuda.stream import stream_handle
+from rawgraph.cuda.stream import cupy_stream, stream_handle
 from rawgraph.graph.graph import Graph
 from rawgraph.memory.graphalloc import GraphAllocator
 
@@ -130,10 +130,9 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
     check(driver.cuStreamBeginCapture(driver.CUstream(h), MODES[mode]), f"begin capture {name!r}")
     cap.id = int(driver.cuStreamGetCaptureInfo(driver.CUstream(h))[2])
     observers().append(cap._observe)
-    cupy_stream = stream if isinstance(stream, cupy.cuda.Stream) else cupy.cuda.ExternalStream(h)
+    allocating = cupy.cuda.using_allocator(alloc) if alloc else contextlib.nullcontext()
     try:
-        with cupy_stream, (cupy.cuda.using_allocator(alloc) if alloc
-                           else contextlib.nullcontext()):
+        with cupy_stream(stream if isinstance(stream, cupy.cuda.Stream) else h), allocating:
             yield cap
             if isinstance(alloc, GraphAllocator):
                 alloc.close()  # graph allocations still referenced are freed in the graph

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import cupy
 
-from rawgraph.cuda.stream import stream_handle
+from rawgraph.cuda.stream import cupy_stream
 
 if TYPE_CHECKING:
     from rawgraph.graph.exec import GraphExec
@@ -39,7 +39,7 @@ def verify(ex: GraphExec, buffers: list, stream: Any = None) -> None:
         raise ValueError(f"verify needs every node to be a rawgraph launch; graph "
                          f"{ex.graph.name!r} has {len(others)} other nodes and "
                          f"{kernels - len(ex.graph.records)} kernels not launched by rawgraph")
-    s = cupy.cuda.ExternalStream(stream_handle(stream))
+    s = cupy_stream(stream)
     with s:
         start = _snapshot(buffers)
         ex.launch(s)

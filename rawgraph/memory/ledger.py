@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import cupy
 from cuda.bindings import driver, runtime
 
 from rawgraph.cuda.check import check
 from rawgraph.cuda.device import ensure_context
-from rawgraph.cuda.stream import stream_handle
+from rawgraph.cuda.stream import cupy_stream
 from rawgraph.graph.exec import GraphExec
 from rawgraph.graph.graph import Graph
 
@@ -67,7 +66,7 @@ class Ledger:
         """graph.instantiate(upload_stream=stream), measured and recorded under graph.name."""
         free, pool = free_bytes(), graph_pool()["reserved"]
         ex = graph.instantiate(upload_stream=stream)
-        cupy.cuda.ExternalStream(stream_handle(stream)).synchronize()
+        cupy_stream(stream).synchronize()
         grew = graph_pool()["reserved"] - pool
         self.entries[graph.name] = GraphMemory(graph.name, len(graph.nodes),
                                                max(free - free_bytes() - grew, 0), grew,
@@ -78,7 +77,7 @@ class Ledger:
         """Launch once, recording how much the graph memory pool grew (memory nodes)."""
         before = graph_pool()["reserved"]
         ex.launch(stream)
-        cupy.cuda.ExternalStream(stream_handle(stream)).synchronize()
+        cupy_stream(stream).synchronize()
         e = self.entries.get(ex.graph.name)
         if e is not None:
             e.pool_bytes += graph_pool()["reserved"] - before

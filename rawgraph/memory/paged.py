@@ -14,7 +14,7 @@ from typing import Any
 import cupy
 import numpy as np
 
-from rawgraph.cuda.stream import stream_handle
+from rawgraph.cuda.stream import cupy_stream
 from rawgraph.dtypes import storage_dtype
 from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
@@ -60,7 +60,7 @@ class PagedKVCache:
     def sync(self, stream: Any = None) -> None:
         """Run queued copy-on-write block copies, then copy tables and lengths to the device
         (one host-to-device copy), all ordered on `stream`."""
-        s = cupy.cuda.ExternalStream(stream_handle(stream))
+        s = cupy_stream(stream)
         t = self.tables
         with s:
             for src, dst in t.pending_copies:

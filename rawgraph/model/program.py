@@ -16,7 +16,7 @@ import cupy
 import numpy as np
 
 from rawgraph import ops
-from rawgraph.cuda.stream import stream_handle
+from rawgraph.cuda.stream import cupy_stream
 from rawgraph.dtypes import storage_dtype
 from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import OutOfBlocks
@@ -147,7 +147,7 @@ class DecodeModel:
         m[0, :len(tokens)] = tokens
         m[1, :len(slots)] = [int(t.lens[s]) - 1 for s in slots]
         m[2, :len(slots)] = slots
-        s = cupy.cuda.ExternalStream(stream_handle(stream))
+        s = cupy_stream(stream)
         self.meta.data.copy_from_host_async(self._staging.ptr, self.meta.nbytes, s)
         self._copied.record(s)
         self.kv.sync(stream)
@@ -191,7 +191,7 @@ class DecodeModel:
         """One eager decode step: feed `tokens` to sequences `slots`; their greedy next tokens."""
         longest = self.set_step(slots, tokens, stream)
         self.launch_step(len(slots), longest, stream)
-        cupy.cuda.ExternalStream(stream_handle(stream)).synchronize()
+        cupy_stream(stream).synchronize()
         return self.next_ids[:len(slots)].get().tolist()
 
     def free(self, slot: int) -> None:
