@@ -15,6 +15,7 @@ from rawgraph.bench.kernels import copy_gbps
 from rawgraph.bench.timing import device_us
 from rawgraph.cuda.stream import new_stream
 from rawgraph.graph.capture import capture
+from rawgraph.memory.ledger import Ledger
 from rawgraph.model.config import preset
 from rawgraph.model.program import DecodeModel
 from rawgraph.symbols import Range, Symbols
@@ -54,8 +55,10 @@ def _case(name: str, batch: int, ctx: int, s: Any, floor_gbps: float) -> dict[st
     t0 = time.perf_counter()
     with capture(s, name=f"decode {name} B={batch}") as cap:
         model.launch_step(batch, S.max_len, s, symbols=S)
-    ex = cap.graph.instantiate(upload_stream=s)
+    ledger = Ledger(arenas=(model.arena,))
+    ex = ledger.instantiate(cap.graph, s)  # the graph's memory: exec, pool, pinned regions
     capture_ms = (time.perf_counter() - t0) * 1e3
+    mem = ledger.entries[cap.graph.name]
 
     def graphed() -> None:
         ex.set(max_len=model.set_step(slots, tokens, s))
@@ -74,7 +77,9 @@ def _case(name: str, batch: int, ctx: int, s: Any, floor_gbps: float) -> dict[st
            "eager ms/step": eager_ms, "eager GPU ms": gpu_eager_ms, "graph ms/step": graph_ms,
            "graph GPU ms": gpu_graph_ms, "floor ms": floor_ms, "graph/floor": graph_ms / floor_ms,
            "eager/graph": eager_ms / graph_ms, "capture+inst ms": capture_ms,
-           "nodes patched": patched, "patch us": patch_us}
+           "nodes patched": patched, "patch us": patch_us,
+           "exec MiB": mem.exec_bytes / 2**20,
+           "pins MiB": sum(mem.pins.values()) / 2**20}
     ex.close()
     cap.graph.close()
     model.close()
