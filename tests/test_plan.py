@@ -216,3 +216,11 @@ def test_compiled_program_rolls_back_on_driver_failure():
 def test_unknown_symbol_has_no_program():
     _, records = _plan()
     assert compile_program(PatchPlan(records), ("nope",)) is None
+
+
+def test_draw_layers_nodes_by_dependency_depth():
+    from rawgraph.graph.draw import depths
+
+    fake = SimpleNamespace(nodes=[SimpleNamespace(index=i) for i in range(5)],
+                           edges=[(0, 1), (1, 2), (0, 3), (3, 2), (2, 4)])
+    assert depths(fake) == {0: 0, 1: 1, 3: 1, 2: 2, 4: 3}
