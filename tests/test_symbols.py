@@ -60,3 +60,17 @@ def test_pointer_spec_checks_size_and_dtype():
         spec.check("x", SimpleNamespace(data=SimpleNamespace(ptr=1), nbytes=64, dtype="float32"))
     with pytest.raises(TypeError, match="device array"):
         spec.check("x", 1234)
+
+
+def test_top_of_an_expression_over_its_ranges():
+    from rawgraph.ops.shapes import count, top
+
+    S = Symbols(seq=Range(1, 100), p=Pointer(8))
+    assert top(7, "n", None) == 7 and top(S.seq * 2 + 1, "n", S) == 201
+    with pytest.raises(ValueError, match="pass symbols="):
+        top(S.seq, "n", None)
+    with pytest.raises(ValueError, match="needs a Range"):
+        top(S.p + 1, "n", S)
+    with pytest.raises(ValueError, match="reaches 201"):
+        count(S.seq * 2 + 1, 200, "rows", S)
+    assert count(None, 5, "rows", S) == 5

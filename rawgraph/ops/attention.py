@@ -9,7 +9,7 @@ import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.symbols import Expr, Symbols, cdiv
+from rawgraph.symbols import Symbols, cdiv
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
            "const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, "
@@ -73,7 +73,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     _int("seq_slots", seq_slots, (batch,))
     block_size = k_cache.shape[1]
     capacity = block_tables.shape[1] * block_size
-    top = _top(max_len, symbols)
+    top = shapes.top(max_len, "max_len", symbols)
     if not 1 <= top <= capacity:
         raise ValueError(f"max_len reaches {top}; the block tables hold at most {capacity} "
                          f"tokens per sequence")
@@ -91,10 +91,3 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
                                                n_splits, max_splits), stream, symbols=symbols)
 
-
-def _top(n: Any, symbols: Symbols | None) -> int:
-    if not isinstance(n, Expr):
-        return n
-    if symbols is None:
-        raise ValueError("max_len is symbolic: pass symbols=")
-    return n.eval({s: symbols.specs[s].hi for s in n.symbols()})

@@ -11,7 +11,7 @@ from typing import Any
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.symbols import Expr, Symbols
+from rawgraph.symbols import Symbols
 
 M_TILES = (8, 16)
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
@@ -52,7 +52,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, strea
     if residual is not None:
         shapes.tensor(residual, "residual", (cap, n), dt, align=2)
     m = shapes.count(m, cap, "m", symbols)
-    top = _top(m, symbols)
+    top = shapes.top(m, "m", symbols)
     if top > M_TILES[-1]:
         raise ValueError(f"m can reach {top}; the GEMV path takes at most {M_TILES[-1]} rows "
                          f"(prefill-sized inputs need the GEMM path)")
@@ -61,8 +61,3 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, strea
     GEMV[dt, tile, c].launch(-(-n // ROWS_PER_BLOCK) * c, 256, (x, w, residual, y, m, n, k),
                              stream, symbols=symbols)
 
-
-def _top(m: Any, symbols: Symbols | None) -> int:
-    if not isinstance(m, Expr):
-        return m
-    return m.eval({s: symbols.specs[s].hi for s in m.symbols()})

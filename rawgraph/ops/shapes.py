@@ -34,6 +34,22 @@ def multiple(v: int, k: int, what: str) -> None:
         raise ValueError(f"{what} = {v} must be a multiple of {k}")
 
 
+def top(n: Any, what: str, symbols: Symbols | None) -> int:
+    """The largest value `n` takes: itself, or an expression at the top of its symbols'
+    ranges (assumes it grows with them, as lengths do)."""
+    if not isinstance(n, Expr):
+        return n
+    if symbols is None:
+        raise ValueError(f"{what} is symbolic ({n!r}): pass symbols=")
+    hi = {}
+    for s in n.symbols():
+        spec = symbols.specs.get(s)
+        if not isinstance(spec, Range):
+            raise ValueError(f"{what} reads symbol {s!r}, which needs a Range")
+        hi[s] = spec.hi
+    return n.eval(hi)
+
+
 def count(n: Any, capacity: int, what: str, symbols: Symbols | None) -> Any:
     """Check a row/element count, concrete or symbolic, against the buffers' capacity.
 
@@ -45,15 +61,7 @@ def count(n: Any, capacity: int, what: str, symbols: Symbols | None) -> Any:
     if n is None:
         return capacity
     if isinstance(n, Expr):
-        if symbols is None:
-            raise ValueError(f"{what} is symbolic ({n!r}): pass symbols=")
-        top = {}
-        for s in n.symbols():
-            spec = symbols.specs.get(s)
-            if not isinstance(spec, Range):
-                raise ValueError(f"{what} reads symbol {s!r}, which needs a Range")
-            top[s] = spec.hi
-        hi = n.eval(top)
+        hi = top(n, what, symbols)
         if hi > capacity:
             raise ValueError(f"{what} = {n!r} reaches {hi} at the top of its symbols' ranges, "
                              f"more than the buffers hold ({capacity})")
