@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("bench", help="run a benchmark, print a table, save JSON")
     q.add_argument("name", choices=["primitives", "memory", "kernels", "model"])
     q.add_argument("--out", default=None, help="directory for the JSON (benchmarks/results/)")
-    q.add_argument("--only", default="", help="kernels: gemv|attention|elementwise; "
+    q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,attention,"
+                   "elementwise,gemm,prefill,sample; "
                                               "model: a preset name")
     q.set_defaults(fn=_bench)
     q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc; fail on spills")

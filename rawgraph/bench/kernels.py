@@ -92,8 +92,16 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
             del kv
 
 
+PARTS = ("gemv", "attention", "elementwise", "gemm", "prefill", "sample")
+
+
 def run(only: str = "") -> list[dict[str, Any]]:
-    """Measure; returns result rows. only='gemv', 'attention' or 'elementwise' runs that part."""
+    """Measure; returns result rows. `only`: comma-separated parts of PARTS (default all)."""
+    from rawgraph.bench import compute
+
+    parts = set(only.split(",")) if only else set(PARTS)
+    if parts - set(PARTS):
+        raise ValueError(f"unknown parts {sorted(parts - set(PARTS))}; choose from {PARTS}")
     s = new_stream()
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
@@ -108,8 +116,20 @@ def run(only: str = "") -> list[dict[str, Any]]:
                      "% floor": pct, "target": f">= {target:.0f}%" if target else "",
                      "ok": pct >= target if target else ""})
 
+    def flop_row(kernel: str, shape: str, us: float, flops: int, ref_us: float | None,
+                 target: float) -> None:
+        """Compute-bound: TFLOP/s; against cuBLAS (target a ratio) or absolute TFLOP/s."""
+        tf = flops / us / 1e6 if flops else ""
+        r = {"kernel": kernel, "shape": shape, "m": "", "us": us, "TFLOP/s": tf}
+        if ref_us is not None:
+            r.update({"cuBLAS us": ref_us, "x cuBLAS": ref_us / us, "target": f">= {target}x",
+                      "ok": ref_us / us >= target})
+        elif target:
+            r.update({"target": f">= {target} TFLOP/s", "ok": tf >= target})
+        rows.append(r)
+
     for model, shapes in SHAPES.items():
-        for name, (n, k) in shapes.items() if only in "gemv" or "gemv" in only else ():
+        for name, (n, k) in shapes.items() if "gemv" in parts else ():
             copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
             ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
             x = _rand((16, k), rng)
@@ -120,9 +140,15 @@ def run(only: str = "") -> list[dict[str, Any]]:
                 row(f"gemv {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
                     85 if big else 0)
             del ws
-    if not only or only in "attention":
+    if "attention" in parts:
         _attention(rows, row, s)
-    if only and only not in "elementwise":
+    if "gemm" in parts:
+        compute.gemm(flop_row, s)
+    if "prefill" in parts:
+        compute.prefill_attention(flop_row, s)
+    if "sample" in parts:
+        compute.sampling(flop_row, s)
+    if "elementwise" not in parts:
         return rows
     T = 4096  # prefill-sized activations for the elementwise kernels
     x, r, w = _rand((T, 2048), rng), _rand((T, 2048), rng), _rand((2048,), rng)

@@ -1,13 +1,14 @@
 """Operations: input checks at the boundary, then one kernel launch each."""
 
-from rawgraph.ops.attention import decode_attention, workspace_floats
+from rawgraph.ops.attention import decode_attention, prefill_attention, workspace_floats
 from rawgraph.ops.elementwise import add, silu_mul
 from rawgraph.ops.embedding import embedding
 from rawgraph.ops.kv import kv_append, kv_gather
 from rawgraph.ops.linear import linear
 from rawgraph.ops.norm import rmsnorm
 from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
-from rawgraph.ops.sampling import argmax
+from rawgraph.ops.sampling import argmax, sample
 
 __all__ = ["Llama3Scaling", "add", "argmax", "decode_attention", "embedding", "inv_freq",
-           "kv_append", "kv_gather", "linear", "rmsnorm", "rope", "silu_mul", "workspace_floats"]
+           "kv_append", "kv_gather", "linear", "prefill_attention", "rmsnorm", "rope", "sample",
+           "silu_mul", "workspace_floats"]

@@ -1,4 +1,6 @@
-"""Decode attention over the paged KV cache: split along the context, then combine."""
+"""Attention over the paged KV cache: decode (one query per sequence, split along the
+context, then combine) and prefill (a chunk of queries per sequence, causal, FlashAttention
+style over the cache that already holds the chunk's K/V)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,18 @@ ATTEND = {(dt, d): Kernel("decode_attention", f"decode_attention_{s}_d{d}", _ATT
 COMBINE = {(dt, d): Kernel("decode_attention", f"decode_attention_combine_{s}_d{d}",
                            _COMBINE.format(t=t)) for dt, (s, t) in _T.items() for d in HEAD_DIMS}
 MAX_GROUP = 8
+_PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
+            "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
+            "int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, "
+            "float scale")
+PREFILL = {(dt, d): Kernel("prefill_attention", f"prefill_attention_{s}_d{d}",
+                           _PREFILL.format(t=t)) for dt, (s, t) in _T.items() for d in HEAD_DIMS}
+PREFILL_ROWS = 64  # query rows per block
+
+
+def prefill_smem(head_dim: int) -> int:
+    """Dynamic shared memory of prefill attention: a Q tile and two K/V tile pairs."""
+    return 5 * PREFILL_ROWS * head_dim * 2
 
 
 def workspace_floats(batch: int, q_heads: int, head_dim: int, max_len: int,
@@ -37,6 +51,25 @@ def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
         raise ValueError(f"{name} must be a contiguous int32 device array")
     if shape is not None and tuple(arr.shape) != shape:
         raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected {shape}")
+
+
+def _cache(k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any, dt: str,
+           q_heads: int, d: int, max_group: int) -> int:
+    """Check one layer's paged cache and its tables; returns kv_heads."""
+    if getattr(k_cache, "ndim", 0) != 3 or k_cache.shape[2] % d:
+        raise ValueError(f"k_cache must be (num_blocks, block_size, kv_heads * {d}), got "
+                         f"{getattr(k_cache, 'shape', '?')}")
+    shapes.tensor(k_cache, "k_cache", dtype=dt)
+    shapes.tensor(v_cache, "v_cache", k_cache.shape, dt)
+    kv_heads = k_cache.shape[2] // d
+    if q_heads % kv_heads or q_heads // kv_heads > max_group:
+        raise ValueError(f"q_heads = {q_heads} must be a multiple of kv_heads = {kv_heads}, "
+                         f"at most {max_group} times it")
+    if getattr(block_tables, "ndim", 0) != 2:
+        raise ValueError("block_tables must be (max_seqs, max_blocks)")
+    _int("block_tables", block_tables)
+    _int("seq_lens", seq_lens, block_tables.shape[:1])
+    return kv_heads
 
 
 def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
@@ -57,19 +90,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
         raise ValueError(f"head_dim {d} is not supported (use one of {HEAD_DIMS})")
     dt = shapes.tensor(q, "q")
     shapes.tensor(out, "out", q.shape, dt)
-    if getattr(k_cache, "ndim", 0) != 3 or k_cache.shape[2] % d:
-        raise ValueError(f"k_cache must be (num_blocks, block_size, kv_heads * {d}), got "
-                         f"{getattr(k_cache, 'shape', '?')}")
-    shapes.tensor(k_cache, "k_cache", dtype=dt)
-    shapes.tensor(v_cache, "v_cache", k_cache.shape, dt)
-    kv_heads = k_cache.shape[2] // d
-    if q_heads % kv_heads or q_heads // kv_heads > MAX_GROUP:
-        raise ValueError(f"q_heads = {q_heads} must be a multiple of kv_heads = {kv_heads}, "
-                         f"at most {MAX_GROUP} times it")
-    if getattr(block_tables, "ndim", 0) != 2:
-        raise ValueError("block_tables must be (max_seqs, max_blocks)")
-    _int("block_tables", block_tables)
-    _int("seq_lens", seq_lens, block_tables.shape[:1])
+    kv_heads = _cache(k_cache, v_cache, block_tables, seq_lens, dt, q_heads, d, MAX_GROUP)
     _int("seq_slots", seq_slots, (batch,))
     block_size = k_cache.shape[1]
     capacity = block_tables.shape[1] * block_size
@@ -91,3 +112,41 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
                                                n_splits, max_splits), stream, symbols=symbols)
 
+
+
+def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
+                      cu_seqlens: Any, seq_slots: Any, out: Any, max_q_len: Any,
+                      num_seqs: Any = None, *, scale: float | None = None, stream: Any = None,
+                      symbols: Symbols | None = None) -> None:
+    """Causal attention of a chunk's queries over their sequences' cached keys and values.
+
+    q, out: (tokens, q_heads, D), D in (64, 128); sequence i owns query rows
+    [cu_seqlens[i], cu_seqlens[i + 1]), which are the last tokens of the seq_lens[slot] cached
+    for slot seq_slots[i] (append the chunk's K/V first). Lengths, offsets, slots and tables
+    are read on the device; `max_q_len` (int or symbol) bounds every sequence's query rows and
+    sets the grid; `num_seqs` (default: all of seq_slots) may be symbolic too.
+    """
+    if getattr(q, "ndim", 0) != 3:
+        raise ValueError(f"q must be (tokens, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
+    tokens, q_heads, d = q.shape
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head_dim {d} is not supported (use one of {HEAD_DIMS})")
+    dt = shapes.tensor(q, "q")
+    shapes.tensor(out, "out", q.shape, dt)
+    if shapes.overlap(q, out):
+        raise ValueError("out must not overlap q")
+    kv_heads = _cache(k_cache, v_cache, block_tables, seq_lens, dt, q_heads, d, q_heads)
+    if getattr(seq_slots, "ndim", 0) != 1:
+        raise ValueError("seq_slots must be (num_seqs,)")
+    _int("seq_slots", seq_slots)
+    _int("cu_seqlens", cu_seqlens, (seq_slots.shape[0] + 1,))
+    num_seqs = shapes.count(num_seqs, seq_slots.shape[0], "num_seqs", symbols)
+    top = shapes.top(max_q_len, "max_q_len", symbols)
+    if not 1 <= top <= tokens:
+        raise ValueError(f"max_q_len reaches {top}; q holds {tokens} rows")
+    s = scale if scale is not None else d**-0.5
+    PREFILL[dt, d].launch((cdiv(max_q_len, PREFILL_ROWS), q_heads, num_seqs), 128,
+                          (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
+                           out, num_seqs, q_heads, kv_heads, k_cache.shape[1],
+                           block_tables.shape[1], float(s)), stream, smem=prefill_smem(d),
+                          symbols=symbols)

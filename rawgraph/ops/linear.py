@@ -1,8 +1,9 @@
 """Linear layers: y = x W^T (+ residual) with W in the checkpoint's [out, in] layout.
 
 Decode-sized inputs (m <= 16 rows) take the bandwidth-bound GEMV, which reads W once for all
-rows. Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
-residual add in the epilogue.
+rows; larger ones (prefill) the tensor-core GEMM, tiled BM x 128 with BM chosen so the grid
+fills the GPU. Fused forms are weights stacked at load time (QKV as one matrix, gate+up as
+one) and the residual add in the epilogue.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.symbols import Symbols
+from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16)
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
@@ -21,6 +22,11 @@ GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""
         for dt, (s, t) in {"float16": ("f16", "__half"),
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items()
         for m in M_TILES for c in CLUSTERS}
+GEMM = {(dt, bm): Kernel("gemm", f"gemm_{s}_m{bm}", _SIG.format(t=t))
+        for dt, (s, t) in {"float16": ("f16", "__half"),
+                           "bfloat16": ("bf16", "__nv_bfloat16")}.items() for bm in (64, 128)}
+GEMM_BN, GEMM_THREADS, GEMM_STAGES, GEMM_BK = 128, 256, 4, 32
+SMS = 132  # H200; only steers the tile choice
 ROWS_PER_BLOCK = 16
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
 LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
@@ -32,12 +38,24 @@ def cluster_for(n: int, k: int) -> int:
     return 4 if -(-n // ROWS_PER_BLOCK) < FULL_GRID and k >= LONG_ROWS else 1
 
 
+def gemm_tile(m: int, n: int) -> int:
+    """BM for an (m, n) output: 128 unless the grid would then leave most SMs idle (a prefill
+    chunk of 512 rows through a 2048-wide weight is only 64 blocks of 128 x 128)."""
+    return 128 if -(-m // 128) * -(-n // GEMM_BN) >= SMS else 64
+
+
+def gemm_smem(bm: int) -> int:
+    """Dynamic shared memory of gemm_*_m{bm}: the pipeline's stages of A and B tiles."""
+    return GEMM_STAGES * (bm + GEMM_BN) * GEMM_BK * 2
+
+
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
-    """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n); m <= 16.
+    """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n).
 
-    `m` (default: all rows) may be symbolic; the kernel's row tile is chosen for the largest
-    value m can take, so a patch never needs another kernel.
+    `m` (default: all rows) may be symbolic; the kernel (GEMV for m <= 16, else GEMM) and its
+    row tile are chosen for the largest value m can take, so a patch never needs another
+    kernel: it changes m and, for the GEMM, grid.y.
     """
     if getattr(x, "ndim", 0) != 2 or getattr(w, "ndim", 0) != 2:
         raise ValueError(f"x must be (rows, k) and w (n, k); got {getattr(x, 'shape', '?')} and "
@@ -51,11 +69,17 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, strea
     shapes.tensor(y, "y", (cap, n), dt, align=2)
     if residual is not None:
         shapes.tensor(residual, "residual", (cap, n), dt, align=2)
+    if shapes.overlap(x, y):
+        raise ValueError("y must not overlap x (other blocks still read x while y is written)")
     m = shapes.count(m, cap, "m", symbols)
     top = shapes.top(m, "m", symbols)
     if top > M_TILES[-1]:
-        raise ValueError(f"m can reach {top}; the GEMV path takes at most {M_TILES[-1]} rows "
-                         f"(prefill-sized inputs need the GEMM path)")
+        shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
+        bm = gemm_tile(top, n)
+        GEMM[dt, bm].launch((-(-n // GEMM_BN), cdiv(m, bm)), GEMM_THREADS,
+                            (x, w, residual, y, m, n, k), stream, smem=gemm_smem(bm),
+                            symbols=symbols)
+        return
     tile = next(t for t in M_TILES if t >= top)
     c = cluster_for(n, k)
     GEMV[dt, tile, c].launch(-(-n // ROWS_PER_BLOCK) * c, 256, (x, w, residual, y, m, n, k),

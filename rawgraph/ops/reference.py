@@ -106,3 +106,53 @@ def decode_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
             p = np.exp(sc - sc.max())
             out[b, h] = p @ v[:, kh] / p.sum()
     return out
+
+
+def prefill_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
+                      table: np.ndarray, lens: np.ndarray, cu_seqlens: np.ndarray,
+                      slots: np.ndarray, scale: float) -> np.ndarray:
+    """Causal attention of each sequence's query rows over its cached tokens (float64).
+
+    Rows of sequences with slot < 0 come back as NaN (the kernel leaves them unwritten).
+    """
+    _, q_heads, d = q.shape
+    kv_heads = k_cache.shape[2] // d
+    out = np.full(q.shape, np.nan)
+    for i, s in enumerate(slots):
+        b, e = int(cu_seqlens[i]), int(cu_seqlens[i + 1])
+        if s < 0 or e == b:
+            continue
+        n = int(lens[s])
+        k = kv_gather(k_cache, table[s], n).reshape(n, kv_heads, d).astype(np.float64)
+        v = kv_gather(v_cache, table[s], n).reshape(n, kv_heads, d).astype(np.float64)
+        pos = n - (e - b) + np.arange(e - b)  # (q_len,) positions of the query rows
+        mask = np.arange(n)[None, :] > pos[:, None]  # (q_len, n) keys after the query
+        for h in range(q_heads):
+            kh = h // (q_heads // kv_heads)
+            sc = q[b:e, h].astype(np.float64) @ k[:, kh].T * scale
+            sc[mask] = -np.inf
+            p = np.exp(sc - sc.max(axis=1, keepdims=True))
+            out[b:e, h] = (p @ v[:, kh]) / p.sum(axis=1, keepdims=True)
+    return out
+
+
+def sample_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """The distribution `sample` draws from for one row (float64; ties at a cut kept, as
+    Hugging Face's warpers do). temperature <= 1e-6: all mass on the first maximum."""
+    x = logits.astype(np.float64)
+    ok = ~np.isnan(x)
+    out = np.zeros_like(x)
+    if temperature <= 1e-6:
+        out[int(np.argmax(np.where(ok, x, -np.inf)))] = 1.0
+        return out
+    keep = ok.copy()
+    if 0 < top_k < x.size:
+        keep &= x >= np.sort(x[ok])[::-1][min(top_k, ok.sum()) - 1]
+    p = np.where(keep, np.exp((x - x[ok].max()) / temperature), 0.0)
+    if top_p < 1:
+        order = np.argsort(-x, kind="stable")
+        mass = np.cumsum(p[order])
+        last = int(np.searchsorted(mass, top_p * mass[-1]))  # first index reaching top_p
+        keep &= x >= x[order[min(last, order.size - 1)]]
+        p = np.where(keep, p, 0.0)
+    return p / p.sum()

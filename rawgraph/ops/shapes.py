@@ -69,3 +69,9 @@ def count(n: Any, capacity: int, what: str, symbols: Symbols | None) -> Any:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= capacity:
         raise ValueError(f"{what} = {n!r} must be an integer in [1, {capacity}]")
     return n
+
+
+def overlap(a: Any, b: Any) -> bool:
+    """Whether two device arrays share any byte."""
+    a0, b0 = a.data.ptr, b.data.ptr
+    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes

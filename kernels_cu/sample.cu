@@ -1,0 +1,245 @@
+// sample.cu: one token per row from temperature / top-k / top-p sampling, seeded, on the device.
+//
+//   extern "C" sample_{f16,bf16}(
+//       const T* logits,                 // (rows, vocab)
+//       const float* temperature,        // (rows,) <= 1e-6: greedy (argmax, smallest index)
+//       const int* top_k,                // (rows,) <= 0 or >= vocab: no top-k cut
+//       const float* top_p,              // (rows,) >= 1: no top-p cut
+//       const unsigned long long* seeds, // (rows,) the request's seed
+//       const int* positions,            // (rows,) the token's position: mixed into the seed
+//       int* out, int rows, int vocab)
+//   Semantics (as Hugging Face's warpers): x = logits / temperature; top-k keeps tokens whose
+//   logit is >= the k-th largest (ties kept); top-p then keeps the fewest largest tokens whose
+//   probability mass reaches top_p (ties at the cut kept); one token is drawn from what is left
+//   with probability proportional to exp(x - max x). NaN logits are never drawn.
+//   Exact and deterministic: the cuts are radix selects (4 passes of 256 bins over the logits'
+//   order-preserving 32-bit keys), counts and masses are integers (mass = exp(x - max) in
+//   32-bit fixed point, 64-bit sums), so no float atomics reorder anything. The draw is
+//   r = hash(seed, position) * total mass; thread t owns a contiguous slice of the vocabulary,
+//   a block scan of slice masses finds the slice holding r, and that thread walks it.
+//   grid (rows), block (1024). Patchable: rows with grid.x; everything per row is read from
+//   device memory, so requests with their own parameters share one graph node.
+#include "common.cuh"
+
+namespace {
+
+constexpr int kThreads = 1024, kWarps = kThreads / 32;
+using u64 = unsigned long long;
+
+// order-preserving key: larger float -> larger key; NaN -> 0 (below every number)
+__device__ __forceinline__ unsigned key_of(float x) {
+  if (x != x) return 0u;
+  const unsigned b = __float_as_uint(x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ u64 mix64(u64 z) {  // splitmix64's finalizer
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+struct Shared {
+  u64 hist[256];
+  u64 scan[kWarps];
+  float fval[kWarps];
+  int ival[kWarps];
+  unsigned prefix;
+  u64 need;
+};
+
+__device__ float block_max(float v, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) sh.fval[warp] = v;
+  __syncthreads();
+  v = sh.fval[lane];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ int block_min(int v, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) sh.ival[warp] = v;
+  __syncthreads();
+  v = sh.ival[lane];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// exclusive prefix sum over the block; every thread also gets the total
+__device__ u64 block_scan(u64 v, u64& total, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  u64 inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 up = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += up;
+  }
+  __syncthreads();
+  if (lane == 31) sh.scan[warp] = inc;
+  __syncthreads();
+  u64 w = sh.scan[lane], winc = w;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 up = __shfl_up_sync(0xffffffffu, winc, o);
+    if (lane >= o) winc += up;
+  }
+  total = __shfl_sync(0xffffffffu, winc, 31);
+  const u64 before = __shfl_sync(0xffffffffu, winc - w, warp);
+  return before + inc - v;
+}
+
+// weight of a token for a radix pass: 1 (counting) or its fixed-point mass
+template <typename T> struct Row {
+  const T* x;
+  int vocab;
+  float m, scale2;  // max logit; log2(e) / temperature
+  __device__ float logit(int i) const { return rg::to_float(x[i]); }
+  __device__ u64 mass(float v) const {  // exp(x - max) in [0, 1] as 32-bit fixed point
+    return static_cast<u64>(exp2f((v - m) * scale2) * 4294967296.0f);
+  }
+};
+
+// The largest key threshold t such that the weight of keys >= t (among keys >= floor)
+// reaches `need`. Four passes of 8 bits, most significant first.
+template <typename T>
+__device__ unsigned radix_select(const Row<T>& row, unsigned floor, bool by_mass, u64 need,
+                                 Shared& sh) {
+  const int lane = threadIdx.x & 31;
+  unsigned prefix = 0, mask = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < row.vocab; i += kThreads) {
+      const float v = row.logit(i);
+      const unsigned k = key_of(v);
+      if (k < floor || ((k ^ prefix) & mask)) continue;
+      const u64 w = by_mass ? row.mass(v) : 1ull;
+      if (w) atomicAdd(&sh.hist[(k >> shift) & 255], w);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // lane l scans bins 255 - 8l .. 248 - 8l, from the top down
+      u64 part = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) part += sh.hist[255 - 8 * lane - j];
+      u64 inc = part;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const u64 up = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += up;
+      }
+      u64 before = inc - part;
+      // the lane whose bins cross `need` (or the last lane, when rounding left it short)
+      const bool mine = (before < need && need <= inc) || (lane == 31 && inc < need);
+      if (mine) {
+        int bin = 248 - 8 * lane;
+        for (int j = 0; j < 8; ++j) {
+          const u64 h = sh.hist[255 - 8 * lane - j];
+          if (before + h >= need || j == 7) {
+            bin = 255 - 8 * lane - j;
+            break;
+          }
+          before += h;
+        }
+        sh.prefix = prefix | (static_cast<unsigned>(bin) << shift);
+        sh.need = need > before ? need - before : 1;
+      }
+    }
+    __syncthreads();
+    prefix = sh.prefix;
+    need = sh.need;
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+template <typename T>
+__device__ void sample_impl(const T* __restrict__ logits, const float* __restrict__ temperature,
+                            const int* __restrict__ top_k, const float* __restrict__ top_p,
+                            const u64* __restrict__ seeds, const int* __restrict__ positions,
+                            int* __restrict__ out, int rows, int vocab) {
+  __shared__ Shared sh;
+  const int r = blockIdx.x;
+  if (r >= rows) return;
+  Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
+  float m = rg::neg_inf();
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = row.logit(i);
+    if (v == v) m = fmaxf(m, v);
+  }
+  m = block_max(m, sh);
+  const float temp = temperature[r];
+  if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
+    int best = vocab;
+    for (int i = threadIdx.x; i < vocab && best == vocab; i += kThreads)
+      if (row.logit(i) == m) best = i;
+    best = block_min(best, sh);
+    if (threadIdx.x == 0) out[r] = best < vocab ? best : 0;
+    return;
+  }
+  row.m = m;
+  row.scale2 = 1.4426950408889634f / temp;
+
+  unsigned cut = 1;  // keys >= cut stay in; 0 is NaN
+  const int k = top_k[r];
+  if (k > 0 && k < vocab) cut = max(cut, radix_select(row, cut, false, k, sh));
+  const float p = top_p[r];
+  if (p < 1.f) {
+    u64 part = 0, z;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float v = row.logit(i);
+      if (key_of(v) >= cut) part += row.mass(v);
+    }
+    block_scan(part, z, sh);
+    const u64 need = max(1ull, static_cast<u64>(ceil(static_cast<double>(z) * fmaxf(p, 0.f))));
+    cut = max(cut, radix_select(row, cut, true, need, sh));
+  }
+
+  // draw: thread t owns tokens [t * span, (t + 1) * span)
+  const int span = (vocab + kThreads - 1) / kThreads;
+  const int lo = min(vocab, static_cast<int>(threadIdx.x) * span), hi = min(vocab, lo + span);
+  u64 mine = 0, total;
+  for (int i = lo; i < hi; ++i) {
+    const float v = row.logit(i);
+    if (key_of(v) >= cut) mine += row.mass(v);
+  }
+  const u64 before = block_scan(mine, total, sh);
+  const u64 draw = __umul64hi(mix64(seeds[r] ^ mix64(static_cast<u64>(positions[r]))), total);
+  if (before <= draw && draw < before + mine) {
+    u64 acc = before;
+    for (int i = lo; i < hi; ++i) {
+      const float v = row.logit(i);
+      if (key_of(v) < cut) continue;
+      acc += row.mass(v);
+      if (draw < acc) {
+        out[r] = i;
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+sample_f16(const __half* logits, const float* temperature, const int* top_k, const float* top_p,
+           const unsigned long long* seeds, const int* positions, int* out, int rows, int vocab) {
+  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+sample_bf16(const __nv_bfloat16* logits, const float* temperature, const int* top_k,
+            const float* top_p, const unsigned long long* seeds, const int* positions, int* out,
+            int rows, int vocab) {
+  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab);
+}

@@ -1,0 +1,88 @@
+"""Compute-bound kernels of `rawgraph bench kernels`: the prefill GEMM against cuBLAS (through
+cupy.matmul, in the same run) and prefill attention against its FLOP count; sampling's cost.
+
+Napkin math: a GEMM of (m, k) x (k, n) does 2 m n k FLOPs; causal attention over S tokens
+does 4 S^2 D H / 2 (QK^T and PV, half the square). The H200's dense fp16 peak is ~990
+TFLOP/s with wgmma; mma.sync kernels top out well below that, cuBLAS uses wgmma.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import cupy
+import numpy as np
+
+from rawgraph import ops
+from rawgraph.bench.kernels import SHAPES
+from rawgraph.bench.timing import device_us
+
+Row = Callable[..., None]
+F16 = np.float16
+
+
+def _rand(shape: tuple, scale: float = 1.0) -> cupy.ndarray:
+    return (cupy.random.standard_normal(shape, np.float32) * scale).astype(F16)
+
+
+def _us(fn: Callable[[], None], s: Any, reps: int = 10) -> float:
+    """Median device time of one call (calls queued back to back; launch cost hidden)."""
+    with s:
+        return device_us(lambda: [fn() for _ in range(reps)], s, reps=7) / reps
+
+
+def gemm(row: Row, s: Any) -> None:
+    """Prefill-sized y = x W^T at LLaMA shapes, ours vs cuBLAS, M in 512 / 2048 / 4096."""
+    for model, shapes in SHAPES.items():
+        for name, (n, k) in shapes.items():
+            if name == "lm_head":  # prefill runs the LM head on the last tokens only
+                continue
+            w = _rand((n, k), k**-0.5)
+            for m in (512, 2048, 4096):
+                x, y, yb = _rand((m, k)), cupy.empty((m, n), F16), cupy.empty((m, n), F16)
+                ours = _us(lambda x=x, y=y, w=w: ops.linear(x, w, y, stream=s), s)
+                cublas = _us(lambda x=x, yb=yb, w=w: cupy.matmul(x, w.T, out=yb), s)
+                flops = 2 * m * n * k
+                row(f"gemm {model} {name}", f"{m}x{n}x{k}", ours, flops, cublas, 0.6)
+            del w
+
+
+def prefill_attention(row: Row, s: Any) -> None:
+    """Causal prefill of one sequence at LLaMA head shapes (32 query / 8 kv heads)."""
+    from rawgraph.memory.paged import PagedKVCache
+
+    for d in (64, 128):
+        for n in (1024, 4096, 8192):
+            bs = 16
+            kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
+                              num_blocks=n // bs, max_seqs=1, max_blocks_per_seq=n // bs)
+            kv.tables.add(0)
+            kv.tables.append(0, n)
+            kv.sync(s)
+            with s:
+                kv.k[...] = _rand(kv.k.shape)
+                kv.v[...] = _rand(kv.v.shape)
+                q, out = _rand((n, 32, d)), cupy.empty((n, 32, d), F16)
+                cu, slots = cupy.array([0, n], np.int32), cupy.zeros(1, np.int32)
+            us = _us(lambda kv=kv, q=q, out=out, cu=cu, slots=slots, n=n:
+                     ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
+                                           cu, slots, out, n, stream=s), s, reps=5)
+            flops = 4 * n * n * d * 32 // 2
+            target = 150 if (n, d) == (4096, 128) else 0
+            row(f"prefill attention d={d}", f"causal S={n}", us, flops, None, target)
+            del kv
+
+
+def sampling(row: Row, s: Any) -> None:
+    """Top-k/top-p sampling vs argmax over a 128256-token vocabulary."""
+    for rows in (1, 32):
+        logits, out = _rand((rows, 128256)), cupy.empty(rows, np.int32)
+        for what, k in (("t=0.8 k=50 p=0.9", 50), ("t=0.8 p=0.9", 0)):
+            cols = [cupy.full(rows, v, t) for v, t in ((0.8, np.float32), (k, np.int32),
+                                                       (0.9, np.float32), (7, np.uint64),
+                                                       (3, np.int32))]
+            us = _us(lambda c=cols, x=logits, o=out: ops.sample(x, o, *c, stream=s), s)
+            row(f"sample {what}", f"{rows}x128256", us, 0, None, 0)
+        us = _us(lambda x=logits, o=out: ops.argmax(x, o, stream=s), s)
+        row("argmax", f"{rows}x128256", us, 0, None, 0)

@@ -1,0 +1,172 @@
+"""Prefill kernels against float64 references: the tensor-core GEMM (odd shapes, residual,
+symbolic rows) and causal attention over the paged cache (GQA, varlen, chunked)."""
+
+import cupy
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rawgraph import Range, Symbols, capture, ops
+from rawgraph.memory.paged import PagedKVCache
+from rawgraph.ops import reference as ref
+from tests.helpers import POISON, host, poisoned, randn
+
+pytestmark = pytest.mark.gpu
+DTYPES = ["float16", "bfloat16"]
+ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+# attention: fp32 softmax, P rounded to the storage type before P V (as FlashAttention does)
+ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def _gemm_case(stream, rng, dtype, m, n, k, fused, rows=None):
+    rows = rows or m
+    x, xh = randn(rng, (rows, k), dtype)
+    w, wh = randn(rng, (n, k), dtype, k**-0.5)
+    y = poisoned((rows, n), dtype)
+    kw, rh = {}, None
+    if fused:
+        r, rh = randn(rng, (rows, n), dtype)
+        kw = {"residual": r}
+    cupy.cuda.Device().synchronize()
+    ops.linear(x, w, y, m=m, stream=stream, **kw)
+    stream.synchronize()
+    want = ref.linear(xh[:m], wh, dtype, None if rh is None else rh[:m])
+    got = host(y, dtype)
+    np.testing.assert_allclose(got[:m], want, rtol=2 * ULP[dtype], atol=2 * ULP[dtype])
+    assert (cupy.asnumpy(y.view(np.uint16))[m:] == POISON[dtype]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(17, 64, 64), (128, 128, 32), (300, 2048, 2048),
+                                           (512, 3072, 2048), (129, 130, 200), (1000, 258, 72)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_gemm(stream, rng, dtype, m, n, k, fused):
+    _gemm_case(stream, rng, dtype, m, n, k, fused, rows=m + 3)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(m=st.integers(17, 400), n=st.integers(1, 200).map(lambda v: 2 * v),
+       k=st.integers(1, 80).map(lambda v: 8 * v), dtype=st.sampled_from(DTYPES),
+       fused=st.booleans())
+def test_gemm_ragged_shapes(m, n, k, dtype, fused):
+    stream = cupy.cuda.Stream(non_blocking=True)
+    _gemm_case(stream, np.random.default_rng(m * n + k), dtype, m, n, k, fused)
+
+
+def test_gemm_rows_patched_in_a_graph(stream, rng):
+    x, xh = randn(rng, (512, 256), "bfloat16")
+    w, wh = randn(rng, (384, 256), "bfloat16", 1 / 16)
+    y = cupy.zeros((512, 384), np.uint16)
+    S = Symbols(m=Range(17, 512))
+    S.set(m=512)
+    cupy.cuda.Device().synchronize()
+    with capture(stream) as cap:
+        ops.linear(x, w, y, m=S.m, stream=stream, symbols=S)
+    with cap.graph as g, g.instantiate() as ex:
+        for m in (100, 37, 512, 100):
+            y.fill(0)
+            stream.synchronize()
+            ex.set(m=m)
+            ex.launch(stream)
+            ex.launch(stream)
+            stream.synchronize()
+            got = host(y, "bfloat16")
+            np.testing.assert_allclose(got[:m], ref.linear(xh[:m], wh, "bfloat16"),
+                                       rtol=2 * ULP["bfloat16"], atol=2 * ULP["bfloat16"])
+            assert not got[m:].any()
+
+
+def _paged(rng, dtype, kv_heads, d, lens, block_size=16, num_blocks=512):
+    kv = PagedKVCache(layers=1, kv_heads=kv_heads, head_dim=d, block_size=block_size,
+                      num_blocks=num_blocks, max_seqs=8, max_blocks_per_seq=300, dtype=dtype)
+    for s, n in lens.items():
+        kv.tables.add(s)
+        kv.tables.append(s, n)
+    kv.sync()
+    k, kh = randn(rng, kv.k.shape[1:], dtype)
+    v, vh = randn(rng, kv.v.shape[1:], dtype)
+    kv.k[0], kv.v[0] = k, v
+    return kv, kh, vh
+
+
+def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs):
+    """seqs: [(slot, q_len)]: the last q_len cached tokens of each slot are the queries."""
+    kv, kh, vh = _paged(rng, dtype, kv_heads, d, lens)
+    cu = np.concatenate([[0], np.cumsum([n for _, n in seqs])]).astype(np.int32)
+    q, qh = randn(rng, (int(cu[-1]), q_heads, d), dtype)
+    out = poisoned(q.shape, dtype)
+    slots = np.array([s for s, _ in seqs], np.int32)
+    cupy.cuda.Device().synchronize()
+    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cupy.asarray(cu),
+                          cupy.asarray(slots), out, max(n for _, n in seqs), stream=stream)
+    stream.synchronize()
+    want = ref.prefill_attention(qh, kh, vh, kv.tables.table, kv.tables.lens, cu, slots,
+                                 d**-0.5)
+    got = host(out, dtype)
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=ATOL[dtype], atol=ATOL[dtype])
+    assert (cupy.asnumpy(out.view(np.uint16))[~ok] == POISON[dtype]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("q_heads", "kv_heads", "d"), [(32, 8, 64), (8, 8, 128), (12, 2, 128)])
+def test_prefill_attention_varlen_and_chunked(stream, rng, dtype, q_heads, kv_heads, d):
+    # slot 0: a whole 200-token prompt; 1: a 64-token chunk after 900 cached tokens;
+    # 2: one token; 3: skipped (slot -1 rows stay unwritten); 5: 130 of 131 tokens
+    lens = {0: 200, 1: 964, 2: 1, 5: 131}
+    seqs = [(0, 200), (1, 64), (2, 1), (-1, 7), (5, 130)]
+    _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(lens=st.lists(st.integers(1, 700), min_size=1, max_size=4),
+       frac=st.floats(0.01, 1.0), d=st.sampled_from([64, 128]),
+       group=st.sampled_from([1, 4, 8]), dtype=st.sampled_from(DTYPES))
+def test_prefill_attention_random_lengths(lens, frac, d, group, dtype):
+    stream = cupy.cuda.Stream(non_blocking=True)
+    seqs = [(i, max(1, int(n * frac))) for i, n in enumerate(lens)]
+    _prefill_case(stream, np.random.default_rng(sum(lens)), dtype, 2 * group, 2, d,
+                  dict(enumerate(lens)), seqs)
+
+
+def test_prefill_attention_grid_is_patched(stream, rng):
+    kv, kh, vh = _paged(rng, "float16", 2, 64, {0: 300})
+    q, qh = randn(rng, (256, 4, 64), "float16")
+    out = cupy.zeros(q.shape, np.float16)
+    cu = cupy.zeros(2, np.int32)
+    slots = cupy.zeros(1, np.int32)
+    S = Symbols(q_len=Range(1, 256))
+    S.set(q_len=256)
+    cupy.cuda.Device().synchronize()
+    with capture(stream) as cap:
+        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
+                              out, S.q_len, stream=stream, symbols=S)
+    with cap.graph as g, g.instantiate() as ex:
+        for n in (256, 44, 100):
+            cu.set(np.array([0, n], np.int32))
+            stream.synchronize()
+            ex.set(q_len=n)
+            assert ex.plan.entries[0][2].grid[0] == -(-n // 64)
+            ex.launch(stream)
+            stream.synchronize()
+            want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
+                                         np.array([0, n]), np.array([0]), 64**-0.5)
+            np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
+
+
+def test_prefill_attention_rejects_bad_input(rng):
+    kv, _, _ = _paged(rng, "float16", 2, 64, {0: 10})
+    q = cupy.zeros((10, 4, 64), np.float16)
+    cu, slots = cupy.array([0, 10], np.int32), cupy.zeros(1, np.int32)
+    args = (kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens)
+    with pytest.raises(ValueError, match="head_dim 32"):
+        ops.prefill_attention(cupy.zeros((10, 4, 32), np.float16), *args, cu, slots,
+                              cupy.zeros((10, 4, 32), np.float16), 10)
+    with pytest.raises(ValueError, match="cu_seqlens has shape"):
+        ops.prefill_attention(q, *args, cupy.zeros(3, np.int32), slots, cupy.zeros_like(q), 10)
+    with pytest.raises(ValueError, match="max_q_len reaches 11"):
+        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 11)
+    with pytest.raises(ValueError, match="multiple of kv_heads"):
+        ops.prefill_attention(cupy.zeros((10, 3, 64), np.float16), *args, cu, slots,
+                              cupy.zeros((10, 3, 64), np.float16), 10)

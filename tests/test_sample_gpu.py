@@ -1,0 +1,91 @@
+"""Seeded sampling on the device: greedy rows equal argmax, the drawn tokens follow the
+reference distribution after temperature / top-k / top-p, draws are reproducible."""
+
+import cupy
+import numpy as np
+import pytest
+
+from rawgraph import ops
+from rawgraph.dtypes import to_float32, to_storage
+from rawgraph.ops import reference as ref
+
+pytestmark = pytest.mark.gpu
+
+
+def _draw(stream, logits_host, dtype, temperature, top_k, top_p, seeds, positions):
+    """Sample every row of `logits_host` (rows, vocab); returns tokens and the stored logits."""
+    rows = logits_host.shape[0]
+    stored = to_storage(logits_host.astype(np.float32), dtype)
+    logits = cupy.asarray(stored)
+    out = cupy.full(rows, -1, np.int32)
+
+    def col(v, t):
+        return cupy.asarray(np.broadcast_to(np.asarray(v, t), (rows,)).copy())
+
+    cupy.cuda.Device().synchronize()
+    ops.sample(logits, out, col(temperature, np.float32), col(top_k, np.int32),
+               col(top_p, np.float32), col(seeds, np.uint64), col(positions, np.int32),
+               stream=stream)
+    stream.synchronize()
+    return out.get(), to_float32(stored, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_greedy_rows_are_argmax(stream, rng, dtype):
+    x = rng.standard_normal((6, 50000)) * 3
+    x[1, 77] = x[1, 78] = 40  # a tie: the smaller index
+    x[2, :] = np.nan
+    x[2, 5] = 1.0
+    got, xs = _draw(stream, x, dtype, 0.0, 0, 1.0, 0, 0)
+    assert got[1] == 77 and got[2] == 5
+    np.testing.assert_array_equal(got, ref.argmax(xs))
+
+
+@pytest.mark.parametrize(("temperature", "top_k", "top_p"),
+                         [(1.0, 0, 1.0), (0.7, 20, 1.0), (1.3, 0, 0.8), (1.0, 50, 0.9),
+                          (2.0, 1, 1.0)])
+def test_draws_follow_the_reference_distribution(stream, rng, temperature, top_k, top_p):
+    vocab, draws = 300, 20000
+    base = rng.standard_normal(vocab) * 2
+    x = np.broadcast_to(base, (draws, vocab))
+    got, xs = _draw(stream, x, "float16", temperature, top_k, top_p,
+                    np.arange(draws, dtype=np.uint64) * 7919 + 3, 11)
+    p = ref.sample_probs(xs[0], temperature, top_k, top_p)
+    assert (got >= 0).all() and (p[got] > 0).all(), "a token outside the kept set was drawn"
+    freq = np.bincount(got, minlength=vocab) / draws
+    # each frequency within 5 binomial standard deviations (+ a floor for tiny p)
+    sd = np.sqrt(p * (1 - p) / draws)
+    assert (np.abs(freq - p) <= 5 * sd + 2e-3).all()
+    if top_k == 1:
+        assert (got == np.argmax(xs[0])).all()
+
+
+def test_same_seed_same_token_and_positions_vary(stream, rng):
+    x = np.broadcast_to(rng.standard_normal(32000), (64, 32000))
+    a, _ = _draw(stream, x, "bfloat16", 1.0, 0, 1.0, 1234, np.arange(64))
+    b, _ = _draw(stream, x, "bfloat16", 1.0, 0, 1.0, 1234, np.arange(64))
+    c, _ = _draw(stream, x, "bfloat16", 1.0, 0, 1.0, 99, np.arange(64))
+    np.testing.assert_array_equal(a, b)
+    assert len(set(a.tolist())) > 20 and (a != c).any()
+
+
+def test_per_row_parameters(stream, rng):
+    x = rng.standard_normal((4, 1000)) * 4
+    got, xs = _draw(stream, x, "float16", [0.0, 1.0, 1.0, 0.5], [0, 1, 0, 3], [1.0, 1.0, 1e-9, 1.0],
+                    [5, 6, 7, 8], 0)
+    top = np.argmax(xs, axis=1)
+    assert got[0] == top[0] and got[1] == top[1] and got[2] == top[2]
+    assert got[3] in np.argsort(-xs[3])[:3]
+
+
+def test_sample_rejects_bad_input():
+    logits = cupy.zeros((2, 10), np.float16)
+    ok = [cupy.ones(2, np.float32), cupy.zeros(2, np.int32), cupy.ones(2, np.float32),
+          cupy.zeros(2, np.uint64), cupy.zeros(2, np.int32)]
+    out = cupy.zeros(2, np.int32)
+    with pytest.raises(ValueError, match="seeds must be a contiguous uint64"):
+        ops.sample(logits, out, *ok[:3], cupy.zeros(2, np.int64), ok[4])
+    with pytest.raises(ValueError, match=r"temperature must be .* shape \(2,\)"):
+        ops.sample(logits, out, cupy.ones(3, np.float32), *ok[1:])
+    with pytest.raises(ValueError, match="logits must be"):
+        ops.sample(cupy.zeros(10, np.float16), out, *ok)
