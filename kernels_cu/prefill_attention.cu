@@ -1,7 +1,7 @@
 // prefill_attention.cu: causal attention of a prefill chunk's queries over their sequences'
 // paged KV cache (FlashAttention-2 style: query tiles, key tiles, online softmax, tensor cores).
 //
-//   extern "C" prefill_attention_{f16,bf16}_d{64,128}(
+//   extern "C" prefill_attention_{f16,bf16}_d{64,128}_r{64,128}(
 //       const T* q,               // (tokens, q_heads, D): the chunk's queries, RoPE applied
 //       const T* k_cache, const T* v_cache,  // one layer: (num_blocks, block_size, kv_heads * D)
 //       const int* block_tables,  // (max_seqs, max_blocks)
@@ -15,27 +15,29 @@
 //   the prompt are in the cache already, and this chunk's K/V were appended before the call.
 //   out = softmax(q K^T * scale) V per query head; kv head = head / (q_heads / kv_heads) (GQA).
 //
-//   grid (cdiv(max_q_len, 64), q_heads, num_seqs), block (128): 4 warps, 16 query rows each.
+//   grid (cdiv(max_q_len, R), q_heads, num_seqs), block (2 R): R / 16 warps of 16 query rows
+//   (R = 64 or 128: a larger tile shares each K/V tile among more rows, a smaller one wastes
+//   less on short chunks).
 //   Query tiles run last-first (the causal tiles with the most keys start first). Per key tile
 //   of 64: S = Q K^T (Q fragments kept in registers, K via ldmatrix), row max and sum updated
 //   with exp2, P packed to T in registers as the A operand of O += P V (V via ldmatrix.trans).
 //   K/V tiles are gathered through the block table with cp.async, double-buffered; keys past
 //   the causal bound or the cache are zero-filled and masked. Rows of 2 D bytes in shared
-//   memory, 16-byte chunk index XOR row % 8. Dynamic shared memory: 5 * 64 * D * 2 bytes.
+//   memory, 16-byte chunk index XOR row % 8. Dynamic shared memory: (R + 4 * 64) * D * 2 bytes.
 //   Patchable: grid.x (from the longest query run) and grid.z == num_seqs; lengths, offsets,
 //   slots and tables are read from device memory.
 #include "mma.cuh"
 
 namespace {
 
-constexpr int kBR = 64, kBC = 64, kThreads = 128;
+constexpr int kBC = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
   return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
 }
 
-template <typename T, int D>
+template <typename T, int D, int kThreads>
 __device__ __forceinline__ void load_kv(char* ks, char* vs, const T* k_cache, const T* v_cache,
                                         const int* table, int key0, int kend, int block_size,
                                         int max_blocks, int row_stride, int col) {
@@ -53,38 +55,39 @@ __device__ __forceinline__ void load_kv(char* ks, char* vs, const T* k_cache, co
   }
 }
 
-template <typename T, int D>
+// BR query rows per block, 16 per warp
+template <typename T, int D, int BR>
 __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_cache,
                              const T* __restrict__ v_cache, const int* __restrict__ block_tables,
                              const int* __restrict__ seq_lens, const int* __restrict__ cu_seqlens,
                              const int* __restrict__ seq_slots, T* __restrict__ out, int num_seqs,
                              int q_heads, int kv_heads, int block_size, int max_blocks,
                              float scale) {
-  constexpr int RC = D / 8, kTile = kBC * D * 2;
+  constexpr int RC = D / 8, kTile = kBC * D * 2, kThreads = BR * 2;
   extern __shared__ __align__(128) char smem[];
   char* qs = smem;
-  char* kvs = smem + kBR * D * 2;  // [buffer][K, V] tiles
+  char* kvs = smem + BR * D * 2;  // [buffer][K, V] tiles
   const int seq = blockIdx.z, head = blockIdx.y;
   if (seq >= num_seqs) return;
   const int q_begin = cu_seqlens[seq], q_len = cu_seqlens[seq + 1] - q_begin;
-  const int r0 = (gridDim.x - 1 - blockIdx.x) * kBR;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * BR;
   const int slot = seq_slots[seq];
   if (r0 >= q_len || slot < 0) return;
   const int past = seq_lens[slot] - q_len;  // keys before this chunk
-  const int kend = past + min(r0 + kBR, q_len);
+  const int kend = past + min(r0 + BR, q_len);
   const int tiles = (kend + kBC - 1) / kBC;
   const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
   const int row_stride = kv_heads * D, col = head / (q_heads / kv_heads) * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long q_stride = static_cast<long long>(q_heads) * D;
 
-  for (int i = tid; i < kBR * RC; i += kThreads) {
+  for (int i = tid; i < BR * RC; i += kThreads) {
     const int r = i / RC, c = i % RC;
     const bool ok = r0 + r < q_len;
     const T* src = ok ? q + (q_begin + r0 + r) * q_stride + head * D + c * 8 : q;
     rg::cp_async16(qs + swz<D>(r, c), src, ok);
   }
-  load_kv<T, D>(kvs, kvs + kTile, k_cache, v_cache, table, 0, kend, block_size, max_blocks,
+  load_kv<T, D, kThreads>(kvs, kvs + kTile, k_cache, v_cache, table, 0, kend, block_size, max_blocks,
                 row_stride, col);
   rg::cp_async_commit();
 
@@ -98,7 +101,7 @@ __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_ca
   for (int t = 0; t < tiles; ++t) {
     if (t + 1 < tiles) {
       char* nb = kvs + ((t + 1) & 1) * 2 * kTile;
-      load_kv<T, D>(nb, nb + kTile, k_cache, v_cache, table, (t + 1) * kBC, kend, block_size,
+      load_kv<T, D, kThreads>(nb, nb + kTile, k_cache, v_cache, table, (t + 1) * kBC, kend, block_size,
                     max_blocks, row_stride, col);
     }
     rg::cp_async_commit();
@@ -196,38 +199,74 @@ __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_ca
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads) prefill_attention_f16_d64(
+extern "C" __global__ void __launch_bounds__(128) prefill_attention_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
-  prefill_impl<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
-                           out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale);
+  prefill_impl<__half, 64, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads) prefill_attention_f16_d128(
+extern "C" __global__ void __launch_bounds__(256) prefill_attention_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
-  prefill_impl<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
-                            out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale);
+  prefill_impl<__half, 64, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads) prefill_attention_bf16_d64(
-    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
-    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale) {
-  prefill_impl<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-                                  seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                  max_blocks, scale);
+extern "C" __global__ void __launch_bounds__(128) prefill_attention_f16_d128_r64(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+  prefill_impl<__half, 128, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads) prefill_attention_bf16_d128(
-    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
-    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale) {
-  prefill_impl<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-                                   seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                   max_blocks, scale);
+extern "C" __global__ void __launch_bounds__(256) prefill_attention_f16_d128_r128(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+  prefill_impl<__half, 128, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128) prefill_attention_bf16_d64_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+  prefill_impl<__nv_bfloat16, 64, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(256) prefill_attention_bf16_d64_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+  prefill_impl<__nv_bfloat16, 64, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(128) prefill_attention_bf16_d128_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+  prefill_impl<__nv_bfloat16, 128, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(256) prefill_attention_bf16_d128_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+  prefill_impl<__nv_bfloat16, 128, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+                                max_blocks, scale);
 }

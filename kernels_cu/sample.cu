@@ -13,8 +13,9 @@
 //   probability mass reaches top_p (ties at the cut kept); one token is drawn from what is left
 //   with probability proportional to exp(x - max x). NaN logits are never drawn.
 //   Exact and deterministic: the cuts are radix selects (4 passes of 256 bins over the logits'
-//   order-preserving 32-bit keys), counts and masses are integers (mass = exp(x - max) in
-//   32-bit fixed point, 64-bit sums), so no float atomics reorder anything. The draw is
+//   order-preserving 32-bit keys; lanes hitting the same bin sum in-warp first), counts and
+//   masses are integers (mass = exp(x - max) in 32-bit fixed point, 64-bit sums), so no
+//   float atomics reorder anything. The draw is
 //   r = hash(seed, position) * total mass; thread t owns a contiguous slice of the vocabulary,
 //   a block scan of slice masses finds the slice holding r, and that thread walks it.
 //   grid (rows), block (1024). Patchable: rows with grid.x; everything per row is read from
@@ -119,12 +120,20 @@ __device__ unsigned radix_select(const Row<T>& row, unsigned floor, bool by_mass
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < row.vocab; i += kThreads) {
-      const float v = row.logit(i);
-      const unsigned k = key_of(v);
-      if (k < floor || ((k ^ prefix) & mask)) continue;
-      const u64 w = by_mass ? row.mass(v) : 1ull;
-      if (w) atomicAdd(&sh.hist[(k >> shift) & 255], w);
+    // Many tokens share a bin (the first pass sees mostly one exponent byte), so the lanes of
+    // a warp that hit the same bin add up first (redux.sync) and one of them does the atomic.
+    for (int base = 0; base < row.vocab; base += kThreads) {
+      const int i = base + threadIdx.x;
+      const float v = i < row.vocab ? row.logit(i) : 0.f;
+      const unsigned k = i < row.vocab ? key_of(v) : 0u;
+      const bool in = k >= floor && !((k ^ prefix) & mask);
+      const u64 w = in ? (by_mass ? row.mass(v) : 1ull) : 0ull;
+      const unsigned bin = w ? (k >> shift) & 255 : 256u;
+      const unsigned group = __match_any_sync(0xffffffffu, bin);
+      const unsigned lo = __reduce_add_sync(group, static_cast<unsigned>(w & 0xffff));
+      const unsigned hi = __reduce_add_sync(group, static_cast<unsigned>(w >> 16));
+      if (bin < 256 && lane == __ffs(group) - 1)
+        atomicAdd(&sh.hist[bin], (static_cast<u64>(hi) << 16) + lo);
     }
     __syncthreads();
     if (threadIdx.x < 32) {  // lane l scans bins 255 - 8l .. 248 - 8l, from the top down

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 def _draw(stream, logits_host, dtype, temperature, top_k, top_p, seeds, positions):
     """Sample every row of `logits_host` (rows, vocab); returns tokens and the stored logits."""
     rows = logits_host.shape[0]
-    stored = to_storage(logits_host.astype(np.float32), dtype)
+    stored = to_storage(np.ascontiguousarray(logits_host, np.float32), dtype)
     logits = cupy.asarray(stored)
     out = cupy.full(rows, -1, np.int32)
 

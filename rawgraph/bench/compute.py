@@ -65,12 +65,15 @@ def prefill_attention(row: Row, s: Any) -> None:
                 kv.v[...] = _rand(kv.v.shape)
                 q, out = _rand((n, 32, d)), cupy.empty((n, 32, d), F16)
                 cu, slots = cupy.array([0, n], np.int32), cupy.zeros(1, np.int32)
-            us = _us(lambda kv=kv, q=q, out=out, cu=cu, slots=slots, n=n:
-                     ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
-                                           cu, slots, out, n, stream=s), s, reps=5)
-            flops = 4 * n * n * d * 32 // 2
-            target = 150 if (n, d) == (4096, 128) else 0
-            row(f"prefill attention d={d}", f"causal S={n}", us, flops, None, target)
+            for rows in (64, 128):
+                us = _us(lambda kv=kv, q=q, out=out, cu=cu, slots=slots, n=n, r=rows:
+                         ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables,
+                                               kv.seq_lens, cu, slots, out, n, rows=r,
+                                               stream=s), s, reps=5)
+                flops = 4 * n * n * d * 32 // 2
+                target = 150 if (n, d) == (4096, 128) else 0
+                row(f"prefill attention d={d} r={rows}", f"causal S={n}", us, flops, None,
+                    target)
             del kv
 
 

@@ -30,14 +30,22 @@ _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* bl
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
             "int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, "
             "float scale")
-PREFILL = {(dt, d): Kernel("prefill_attention", f"prefill_attention_{s}_d{d}",
-                           _PREFILL.format(t=t)) for dt, (s, t) in _T.items() for d in HEAD_DIMS}
-PREFILL_ROWS = 64  # query rows per block
+PREFILL_ROWS = (64, 128)  # query rows per block
+PREFILL = {(dt, d, r): Kernel("prefill_attention", f"prefill_attention_{s}_d{d}_r{r}",
+                              _PREFILL.format(t=t))
+           for dt, (s, t) in _T.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
+PREFILL_KEYS = 64  # keys per tile
 
 
-def prefill_smem(head_dim: int) -> int:
+def prefill_rows(max_q_len: int) -> int:
+    """Query rows per block: 128 (each K/V tile shared by more rows) once chunks are long
+    enough not to waste most of such a tile."""
+    return 128 if max_q_len >= 256 else 64
+
+
+def prefill_smem(rows: int, head_dim: int) -> int:
     """Dynamic shared memory of prefill attention: a Q tile and two K/V tile pairs."""
-    return 5 * PREFILL_ROWS * head_dim * 2
+    return (rows + 4 * PREFILL_KEYS) * head_dim * 2
 
 
 def workspace_floats(batch: int, q_heads: int, head_dim: int, max_len: int,
@@ -116,7 +124,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
 
 def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
                       cu_seqlens: Any, seq_slots: Any, out: Any, max_q_len: Any,
-                      num_seqs: Any = None, *, scale: float | None = None, stream: Any = None,
+                      num_seqs: Any = None, *, scale: float | None = None,
+                      rows: int | None = None, stream: Any = None,
                       symbols: Symbols | None = None) -> None:
     """Causal attention of a chunk's queries over their sequences' cached keys and values.
 
@@ -124,7 +133,8 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     [cu_seqlens[i], cu_seqlens[i + 1]), which are the last tokens of the seq_lens[slot] cached
     for slot seq_slots[i] (append the chunk's K/V first). Lengths, offsets, slots and tables
     are read on the device; `max_q_len` (int or symbol) bounds every sequence's query rows and
-    sets the grid; `num_seqs` (default: all of seq_slots) may be symbolic too.
+    sets the grid; `num_seqs` (default: all of seq_slots) may be symbolic too. `rows` picks
+    the query tile (64 or 128; default by max_q_len).
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (tokens, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
@@ -145,8 +155,11 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     if not 1 <= top <= tokens:
         raise ValueError(f"max_q_len reaches {top}; q holds {tokens} rows")
     s = scale if scale is not None else d**-0.5
-    PREFILL[dt, d].launch((cdiv(max_q_len, PREFILL_ROWS), q_heads, num_seqs), 128,
-                          (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
-                           out, num_seqs, q_heads, kv_heads, k_cache.shape[1],
-                           block_tables.shape[1], float(s)), stream, smem=prefill_smem(d),
-                          symbols=symbols)
+    rows = rows or prefill_rows(top)
+    if rows not in PREFILL_ROWS:
+        raise ValueError(f"rows = {rows}: the query tile is one of {PREFILL_ROWS}")
+    PREFILL[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows,
+                                (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+                                 seq_slots, out, num_seqs, q_heads, kv_heads, k_cache.shape[1],
+                                 block_tables.shape[1], float(s)), stream,
+                                smem=prefill_smem(rows, d), symbols=symbols)

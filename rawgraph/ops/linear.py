@@ -1,7 +1,7 @@
 """Linear layers: y = x W^T (+ residual) with W in the checkpoint's [out, in] layout.
 
 Decode-sized inputs (m <= 16 rows) take the bandwidth-bound GEMV, which reads W once for all
-rows; larger ones (prefill) the tensor-core GEMM, tiled BM x 128 with BM chosen so the grid
+rows; larger ones (prefill) the tensor-core GEMM, tiled BM x BN with the tile chosen so the grid
 fills the GPU. Fused forms are weights stacked at load time (QKV as one matrix, gate+up as
 one) and the residual add in the epilogue.
 """
@@ -22,10 +22,11 @@ GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""
         for dt, (s, t) in {"float16": ("f16", "__half"),
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items()
         for m in M_TILES for c in CLUSTERS}
-GEMM = {(dt, bm): Kernel("gemm", f"gemm_{s}_m{bm}", _SIG.format(t=t))
+GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
+GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in {"float16": ("f16", "__half"),
-                           "bfloat16": ("bf16", "__nv_bfloat16")}.items() for bm in (64, 128)}
-GEMM_BN, GEMM_THREADS, GEMM_STAGES, GEMM_BK = 128, 256, 4, 32
+                           "bfloat16": ("bf16", "__nv_bfloat16")}.items() for tile in GEMM_TILES}
+GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
 SMS = 132  # H200; only steers the tile choice
 ROWS_PER_BLOCK = 16
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
@@ -38,15 +39,18 @@ def cluster_for(n: int, k: int) -> int:
     return 4 if -(-n // ROWS_PER_BLOCK) < FULL_GRID and k >= LONG_ROWS else 1
 
 
-def gemm_tile(m: int, n: int) -> int:
-    """BM for an (m, n) output: 128 unless the grid would then leave most SMs idle (a prefill
-    chunk of 512 rows through a 2048-wide weight is only 64 blocks of 128 x 128)."""
-    return 128 if -(-m // 128) * -(-n // GEMM_BN) >= SMS else 64
+def gemm_tile(m: int, n: int) -> tuple[int, int]:
+    """(BM, BN) for an (m, n) output: the largest tile that still gives every SM a block
+    (a prefill chunk of 512 rows through a 2048-wide weight is only 32 blocks of 128 x 256)."""
+    for bm, bn in GEMM_TILES:
+        if -(-m // bm) * -(-n // bn) >= SMS:
+            return bm, bn
+    return GEMM_TILES[-1]
 
 
-def gemm_smem(bm: int) -> int:
-    """Dynamic shared memory of gemm_*_m{bm}: the pipeline's stages of A and B tiles."""
-    return GEMM_STAGES * (bm + GEMM_BN) * GEMM_BK * 2
+def gemm_smem(tile: tuple[int, int]) -> int:
+    """Dynamic shared memory of a GEMM tile: the pipeline's stages of A and B tiles."""
+    return GEMM_STAGES * (tile[0] + tile[1]) * GEMM_BK * 2
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, stream: Any = None,
@@ -75,10 +79,10 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, strea
     top = shapes.top(m, "m", symbols)
     if top > M_TILES[-1]:
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
-        bm = gemm_tile(top, n)
-        GEMM[dt, bm].launch((-(-n // GEMM_BN), cdiv(m, bm)), GEMM_THREADS,
-                            (x, w, residual, y, m, n, k), stream, smem=gemm_smem(bm),
-                            symbols=symbols)
+        bm, bn = gemm_tile(top, n)
+        GEMM[dt, (bm, bn)].launch((-(-n // bn), cdiv(m, bm)), GEMM_THREADS,
+                                  (x, w, residual, y, m, n, k), stream,
+                                  smem=gemm_smem((bm, bn)), symbols=symbols)
         return
     tile = next(t for t in M_TILES if t >= top)
     c = cluster_for(n, k)
