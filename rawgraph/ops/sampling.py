@@ -3,6 +3,7 @@ top-k / top-p sampling with per-row parameters in device memory."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ _SAMPLE = ("const {t}* logits, const float* temperature, const int* top_k, const
 SAMPLE = {"float16": Kernel("sample", "sample_f16", _SAMPLE.format(t="__half")),
           "bfloat16": Kernel("sample", "sample_bf16", _SAMPLE.format(t="__nv_bfloat16"))}
 GREEDY_TEMPERATURE = 1e-6  # at or below: argmax
+SAMPLE_SMEM = 32 * 256 * 8  # per-warp radix histograms
 
 
 def _row_array(arr: Any, name: str, dtype: Any, rows: int) -> None:
@@ -67,4 +69,22 @@ def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seed
         _row_array(arr, name, t, n)
     rows = shapes.count(rows, n, "rows", symbols)
     SAMPLE[dt].launch(rows, 1024, (logits, temperature, top_k, top_p, seeds, positions, out,
-                                   rows, logits.shape[1]), stream, symbols=symbols)
+                                   rows, logits.shape[1]), stream, smem=SAMPLE_SMEM,
+                      symbols=symbols)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request picks its tokens: temperature <= 1e-6 is greedy; top_k <= 0 and
+    top_p >= 1 switch those cuts off; `seed` makes the draws reproducible."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0 and 0 < self.top_p <= 1 and self.top_k >= 0
+                and 0 <= self.seed < 2**64):
+            raise ValueError(f"bad sampling parameters {self}: temperature >= 0, top_k >= 0, "
+                             f"0 < top_p <= 1, 0 <= seed < 2**64")

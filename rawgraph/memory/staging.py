@@ -1,0 +1,51 @@
+"""Per-step metadata: named host fields packed into one pinned buffer, copied to the device in
+one transfer, so the device buffers that graphs read keep their addresses forever."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy
+import numpy as np
+
+from rawgraph.cuda.stream import cupy_stream
+
+
+class Staging:
+    """Fields `name -> (dtype, count)` in one device buffer and its pinned host mirror.
+
+    Write the host views (`host[name]`) between `begin()` and `push(stream)`: `begin` waits
+    until the previous push has read the pinned buffer, `push` copies it all in one
+    host-to-device transfer on `stream`. Device views (`dev[name]`) never move.
+    """
+
+    def __init__(self, fields: dict[str, tuple[Any, int]]):
+        offsets, off = {}, 0
+        for name, (dtype, count) in fields.items():
+            dt = np.dtype(dtype)
+            off = -(-off // dt.itemsize) * dt.itemsize  # natural alignment (uint64 seeds)
+            offsets[name] = (dt, count, off)
+            off += dt.itemsize * count
+        self.nbytes = -(-off // 16) * 16
+        self._pinned = cupy.cuda.alloc_pinned_memory(self.nbytes)
+        raw = np.frombuffer(self._pinned, np.uint8, self.nbytes)
+        self.buffer = cupy.zeros(self.nbytes, np.uint8)
+        self.host: dict[str, np.ndarray] = {}
+        self.dev: dict[str, cupy.ndarray] = {}
+        for name, (dt, count, o) in offsets.items():
+            self.host[name] = raw[o:o + dt.itemsize * count].view(dt)
+            self.dev[name] = self.buffer[o:o + dt.itemsize * count].view(dt)
+        raw[:] = 0
+        self._copied = cupy.cuda.Event(block=False, disable_timing=True)
+        self._copied.record()
+
+    def begin(self) -> dict[str, np.ndarray]:
+        """Wait until the pinned buffer is free to write; returns the host views."""
+        self._copied.synchronize()
+        return self.host
+
+    def push(self, stream: Any) -> None:
+        """Copy every field to the device on `stream` (one transfer)."""
+        s = cupy_stream(stream)
+        self.buffer.data.copy_from_host_async(self._pinned.ptr, self.nbytes, s)
+        self._copied.record(s)
