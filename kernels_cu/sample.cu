@@ -13,12 +13,12 @@
 //   probability mass reaches top_p (ties at the cut kept); one token is drawn from what is left
 //   with probability proportional to exp(x - max x). NaN logits are never drawn.
 //   Exact and deterministic: the cuts are radix selects (4 passes of 256 bins over the logits'
-//   order-preserving 32-bit keys; lanes hitting the same bin sum in-warp first), counts and
+//   order-preserving 32-bit keys; one histogram per warp, 32-bit shared atomics), counts and
 //   masses are integers (mass = exp(x - max) in 32-bit fixed point, 64-bit sums), so no
 //   float atomics reorder anything. The draw is
 //   r = hash(seed, position) * total mass; thread t owns a contiguous slice of the vocabulary,
 //   a block scan of slice masses finds the slice holding r, and that thread walks it.
-//   grid (rows), block (1024), dynamic shared memory 32 * 256 * 8 bytes. Patchable: rows with grid.x; everything per row is read from
+//   grid (rows), block (1024), dynamic shared memory 32 * 512 * 4 bytes. Patchable: rows with grid.x; everything per row is read from
 //   device memory, so requests with their own parameters share one graph node.
 #include "common.cuh"
 
@@ -126,36 +126,41 @@ template <typename T> struct Row {
 // reaches `need`. Four passes of 8 bits, most significant first.
 template <typename T>
 __device__ unsigned radix_select(const Row<T>& row, unsigned floor, bool by_mass, u64 need,
-                                 Shared& sh, u64* whist) {
+                                 Shared& sh, unsigned* whist) {
   const int lane = threadIdx.x & 31;
   unsigned prefix = 0, mask = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    u64* mine = whist + (threadIdx.x >> 5) * 256;  // this warp's histogram
-    for (int b = lane; b < 256; b += 32) mine[b] = 0;
+    // Each warp fills its own histogram with 32-bit shared atomics (conflicts only among its
+    // own lanes; one histogram for all warps made the first pass, which sees mostly one
+    // exponent byte, crawl). Masses go in as two 16-bit halves so 32 bits never overflow:
+    // a warp sees at most vocab / 32 tokens, each half < 2^16 (high half <= 2^16).
+    unsigned* lo_h = whist + (threadIdx.x >> 5) * 512;
+    unsigned* hi_h = lo_h + 256;
+    for (int b = lane; b < 512; b += 32) lo_h[b] = 0;
     __syncwarp();
-    // Lanes of a warp that hit the same bin add up first (match + redux.sync) and one of them
-    // adds to its warp's own histogram: no atomics, no contention between warps (the first
-    // pass sees mostly one exponent byte, which made shared 64-bit atomics crawl).
-    for (int base = 0; base < row.chunks(); base += kThreads) {  // warp-uniform trip count
+    for (int j = threadIdx.x; j < row.chunks(); j += kThreads) {
       float v[8];
-      row.load8(8 * (base + static_cast<int>(threadIdx.x)), v);
+      row.load8(8 * j, v);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const unsigned k = key_of(v[e]);  // NaN and past-the-end: 0, below any floor
-        const bool in = k >= floor && !((k ^ prefix) & mask);
-        const u64 w = in ? (by_mass ? row.mass(v[e]) : 1ull) : 0ull;
-        const unsigned bin = w ? (k >> shift) & 255 : 256u;
-        const unsigned group = __match_any_sync(0xffffffffu, bin);
-        const unsigned lo = __reduce_add_sync(group, static_cast<unsigned>(w & 0xffff));
-        const unsigned hi = __reduce_add_sync(group, static_cast<unsigned>(w >> 16));
-        if (bin < 256 && lane == __ffs(group) - 1) mine[bin] += (static_cast<u64>(hi) << 16) + lo;
+        if (k < floor || ((k ^ prefix) & mask)) continue;
+        const unsigned bin = (k >> shift) & 255;
+        if (!by_mass) {
+          atomicAdd(&lo_h[bin], 1u);
+          continue;
+        }
+        const u64 w = row.mass(v[e]);
+        if (w == 0) continue;
+        atomicAdd(&lo_h[bin], static_cast<unsigned>(w & 0xffff));
+        atomicAdd(&hi_h[bin], static_cast<unsigned>(w >> 16));
       }
-      __syncwarp();
     }
     __syncthreads();
     for (int b = threadIdx.x; b < 256; b += kThreads) {
       u64 sum = 0;
-      for (int w = 0; w < kWarps; ++w) sum += whist[w * 256 + b];
+      for (int w = 0; w < kWarps; ++w)
+        sum += whist[w * 512 + b] + (static_cast<u64>(whist[w * 512 + 256 + b]) << 16);
       sh.hist[b] = sum;
     }
     __syncthreads();
@@ -201,7 +206,7 @@ __device__ void sample_impl(const T* __restrict__ logits, const float* __restric
                             const u64* __restrict__ seeds, const int* __restrict__ positions,
                             int* __restrict__ out, int rows, int vocab) {
   __shared__ Shared sh;
-  extern __shared__ u64 whist[];  // (warps, 256): per-warp radix histograms
+  extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms
   const int r = blockIdx.x;
   if (r >= rows) return;
   Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};

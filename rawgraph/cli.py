@@ -1,4 +1,4 @@
-"""The `rawgraph` command: info, bench, check-kernels."""
+"""The `rawgraph` command: info, demo, bench, check-kernels."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import sys
 
 from rawgraph.cuda.device import info
+from rawgraph.engine import demo
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -33,10 +34,16 @@ def _bench(args: argparse.Namespace) -> int:
         from rawgraph.bench.kernels import run
     elif args.name == "model":
         from rawgraph.bench.model import run
+    elif args.name == "decode":
+        from rawgraph.bench.decode import run
     else:  # argparse restricts the choices
         raise AssertionError(args.name)
     rows = run(args.only) if args.only else run()
     path = results.save(args.name, rows, args.out)
+    if args.name == "decode":
+        from rawgraph.bench.decode import plot
+
+        print(f"plot: {plot(rows, path.with_suffix('.png'))}")
     print(results.table(rows, list(dict.fromkeys(k for r in rows for k in r))))
     print(f"\nwritten {path}")
     return 0
@@ -66,12 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--json", action="store_true")
     q.set_defaults(fn=_info)
     q = sub.add_parser("bench", help="run a benchmark, print a table, save JSON")
-    q.add_argument("name", choices=["primitives", "memory", "kernels", "model"])
+    q.add_argument("name", choices=["primitives", "memory", "kernels", "model", "decode"])
     q.add_argument("--out", default=None, help="directory for the JSON (benchmarks/results/)")
     q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,attention,"
-                   "elementwise,gemm,prefill,sample; "
-                                              "model: a preset name")
+                   "elementwise,gemm,prefill,sample; model, decode: a preset name")
     q.set_defaults(fn=_bench)
+    demo.add_parser(sub)
     q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc; fail on spills")
     q.add_argument("--arch", default="sm_90")
     q.set_defaults(fn=_check_kernels)

@@ -9,6 +9,13 @@ from typing import Any
 from rawgraph.ops.rope import Llama3Scaling
 
 
+def _ids(v: Any) -> tuple[int, ...]:
+    """eos_token_id as config.json writes it: absent, one id, or a list."""
+    if v is None:
+        return ()
+    return tuple(int(x) for x in (v if isinstance(v, list) else [v]))
+
+
 @dataclass(frozen=True)
 class LlamaConfig:
     """Dimensions and constants of a LLaMA-architecture decoder."""
@@ -27,6 +34,7 @@ class LlamaConfig:
     max_position: int = 8192
     dtype: str = "float16"
     name: str = "custom"
+    eos: tuple[int, ...] = ()  # end-of-sequence ids (config.json's eos_token_id)
 
     def __post_init__(self) -> None:
         problems = []
@@ -107,7 +115,7 @@ class LlamaConfig:
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             max_position=int(cfg.get("max_position_embeddings", 8192)),
             dtype=dtype or ("bfloat16" if torch_dtype == "bfloat16" else "float16"),
-            name=cfg.get("_name_or_path") or "checkpoint")
+            name=cfg.get("_name_or_path") or "checkpoint", eos=_ids(cfg.get("eos_token_id")))
 
     def to_hf(self) -> dict[str, Any]:
         """A Hugging Face style config.json dict for this configuration."""
@@ -121,6 +129,8 @@ class LlamaConfig:
             "max_position_embeddings": self.max_position, "hidden_act": "silu",
             "torch_dtype": self.dtype,
         }
+        if self.eos:
+            out["eos_token_id"] = self.eos[0] if len(self.eos) == 1 else list(self.eos)
         if self.rope_scaling is not None:
             s = self.rope_scaling
             out["rope_scaling"] = {"rope_type": "llama3", "factor": s.factor,

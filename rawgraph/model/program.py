@@ -194,10 +194,11 @@ class Model:
             raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
 
     def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
-                       sampling: Sequence[SamplingParams] | None = None) -> int:
+                       sampling: Sequence[SamplingParams] | None = None, *,
+                       sync: bool = True) -> int:
         """Host side of one decode step: grow each sequence by its token, then copy ids,
-        positions, slots, sampling parameters, tables and lengths to the device. Returns the
-        longest context (the `max_len` of `launch_decode`)."""
+        positions, slots, sampling parameters (and with `sync`, tables and lengths) to the
+        device. Returns the longest context (the `max_len` of `launch_decode`)."""
         if not 0 < len(slots) == len(tokens) <= self.max_batch:
             raise ValueError(f"{len(slots)} slots, {len(tokens)} tokens: need 1 to "
                              f"{self.max_batch} rows, one token each")
@@ -215,13 +216,16 @@ class Model:
         h["pos"][:n] = [int(self.kv.tables.lens[s]) - 1 for s in slots]
         _write_sampling(h, sampling)
         self.dec_meta.push(stream)
-        self.kv.sync(stream)
+        if sync:
+            self.kv.sync(stream)
         return max(int(self.kv.tables.lens[s]) for s in slots)
 
-    def prepare_prefill(self, pieces: Sequence[PrefillPiece],
-                        stream: Any) -> tuple[int, int, int]:
-        """Host side of one prefill chunk: grow each sequence by its piece, copy metadata.
-        Returns (tokens, sequences, longest piece) for `launch_prefill`."""
+    def prepare_prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
+                        sync: bool = True) -> tuple[int, int, int]:
+        """Host side of one prefill chunk: grow each sequence by its piece, copy metadata
+        (and with `sync`, the cache tables). Returns (tokens, sequences, longest piece) for
+        `launch_prefill`. Without `sync`, call `kv.sync` before launching: a prefill and a
+        decode step prepared together share one copy of the tables."""
         n = sum(len(p.tokens) for p in pieces)
         if not 0 < len(pieces) <= self.max_chunk_seqs or not 0 < n <= self.max_chunk:
             raise ValueError(f"{len(pieces)} pieces of {n} tokens: a chunk takes 1 to "
@@ -250,7 +254,8 @@ class Model:
             h["cu"][i + 1] = row
         _write_sampling(h, [p.sampling for p in pieces])
         self.pre_meta.push(stream)
-        self.kv.sync(stream)
+        if sync:
+            self.kv.sync(stream)
         return n, len(pieces), max(len(p.tokens) for p in pieces)
 
     # -- device side: the kernel sequences ----------------------------------------------------

@@ -38,7 +38,7 @@ _SAMPLE = ("const {t}* logits, const float* temperature, const int* top_k, const
 SAMPLE = {"float16": Kernel("sample", "sample_f16", _SAMPLE.format(t="__half")),
           "bfloat16": Kernel("sample", "sample_bf16", _SAMPLE.format(t="__nv_bfloat16"))}
 GREEDY_TEMPERATURE = 1e-6  # at or below: argmax
-SAMPLE_SMEM = 32 * 256 * 8  # per-warp radix histograms
+SAMPLE_SMEM = 32 * 2 * 256 * 4  # per-warp radix histograms (two 32-bit halves)
 
 
 def _row_array(arr: Any, name: str, dtype: Any, rows: int) -> None:

@@ -1,0 +1,170 @@
+"""`rawgraph bench decode`: the engine's decode step, eager vs bucket graph vs the floor.
+
+llama-1b and llama-8b shapes (random weights), batch in {1, 8, 32, 64}, context in {1024,
+4096}, plus B=64 at 2048 (the PyTorch + CUDA graph reference point). Per case: wall time of
+a whole step (host metadata copy, patch, launch, tokens back), the GPU time of the replay,
+host overhead (prepare + patch + launch), nodes patched; the floor is (weights + KV bytes) /
+the copy bandwidth measured in the same run. Also: capture time of every decode bucket, and
+one prefill chunk beside a decode step on one stream vs two. JSON rows + a PNG plot.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import cupy
+
+from rawgraph.bench.kernels import copy_gbps
+from rawgraph.bench.timing import device_us
+from rawgraph.cuda.stream import new_stream
+from rawgraph.engine.runner import Runner
+from rawgraph.model.config import preset
+from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.ops.sampling import SamplingParams
+
+BATCHES = (1, 8, 32, 64)
+CONTEXTS = (1024, 4096)
+EXTRA = ((64, 2048),)  # the PyTorch reference point: 2.99 ms/step
+PYTORCH_MS = {("llama-1b", 1, 1024): 1.80, ("llama-1b", 8, 1024): 1.99,
+              ("llama-1b", 32, 1024): 2.18, ("llama-1b", 64, 2048): 2.99}
+TARGET_MS = {("llama-1b", 1, 1024): 0.85, ("llama-1b", 64, 2048): 2.99}
+STEPS = 15
+
+
+def _fill(model: Model, batch: int, ctx: int) -> list[int]:
+    t = model.kv.tables
+    for s in list(t.active):
+        t.free(s)
+    for s in range(batch):
+        t.add(s)
+        t.append(s, ctx - 1)
+    return list(range(batch))
+
+
+def _median_step(fn: Any, s: Any) -> tuple[float, float]:
+    """(median wall ms of fn() + sync, median host ms of fn() alone)."""
+    fn()
+    s.synchronize()
+    wall, host = [], []
+    for _ in range(STEPS):
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        s.synchronize()
+        wall.append((time.perf_counter() - t0) * 1e3)
+        host.append((t1 - t0) * 1e3)
+    return statistics.median(wall), statistics.median(host)
+
+
+def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
+    cfg = preset(name)
+    cases = [(b, c) for c in CONTEXTS for b in BATCHES] + list(EXTRA)
+    top_ctx = max(c for _, c in cases)
+    model = Model(cfg, None, max_batch=max(BATCHES), max_context=top_ctx + 64,
+                  max_chunk=512, max_chunk_seqs=8)
+    runner = Runner(model, graphs=True, buckets=BATCHES, chunks=[512])
+    t0 = time.perf_counter()
+    for b in BATCHES:
+        runner.pool.acquire(("decode", b))
+    capture_ms = (time.perf_counter() - t0) * 1e3
+    rows = [_case(model, runner, name, batch, ctx, floor_gbps) for batch, ctx in cases]
+    rows.append({"preset": name, "B": "all", "context": "", "capture ms": capture_ms,
+                 "graphs": len(BATCHES), "target": "<= 1000 ms", "ok": capture_ms <= 1000})
+    rows.extend(_streams(name, model))
+    runner.close()
+    model.close()
+    return rows
+
+
+def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
+          floor_gbps: float) -> dict[str, Any]:
+    cfg, s = model.cfg, runner.decode_stream
+    slots = _fill(model, batch, ctx)
+    tokens, greedy = [1] * batch, [SamplingParams()] * batch
+    ex = runner.pool.acquire(("decode", batch))
+    patched: list[int] = []
+
+    def graph_step() -> None:
+        patched.append(ex.set(max_len=model.prepare_decode(slots, tokens, s, greedy)))
+        ex.launch(s)
+
+    def eager_step() -> None:
+        model.launch_decode(batch, model.prepare_decode(slots, tokens, s, greedy), s)
+
+    graph_ms, host_ms = _median_step(graph_step, s)
+    gpu_ms = device_us(lambda: ex.launch(s), s, reps=10) / 1e3
+    eager_ms, _ = _median_step(eager_step, s)
+    kv_bytes = batch * ctx * cfg.layers * 2 * cfg.kv_size * 2
+    floor = (cfg.decode_bytes() + kv_bytes) / floor_gbps / 1e6
+    key = (name, batch, ctx)
+    row = {"preset": name, "B": batch, "context": ctx, "eager ms": eager_ms,
+           "graph ms": graph_ms, "graph GPU ms": gpu_ms, "floor ms": floor,
+           "graph/floor": graph_ms / floor, "eager/graph": eager_ms / graph_ms,
+           "host us": host_ms * 1e3, "patched/step": statistics.mean(patched),
+           "PyTorch graph ms": PYTORCH_MS.get(key, "")}
+    if key in TARGET_MS:
+        row.update({"target ms": TARGET_MS[key], "ok": graph_ms <= TARGET_MS[key]})
+    return row
+
+
+def _streams(name: str, model: Model) -> list[dict[str, Any]]:
+    """A 512-token prefill chunk beside a B=8 decode step: one stream vs two."""
+    return [_stream_case(name, model, streams) for streams in (1, 2)]
+
+
+def _stream_case(name: str, model: Model, streams: int) -> dict[str, Any]:
+    runner = Runner(model, graphs=True, buckets=[8], chunks=[512], streams=streams)
+    slots = _fill(model, 8, 1024)
+    pos = [0]
+
+    def iteration() -> None:
+        if pos[0] + 512 > model.max_context:
+            model.free(8)
+            pos[0] = 0
+        piece = PrefillPiece(8, [1] * 512, pos[0])
+        pos[0] += 512
+        runner.run([piece], slots, [1] * 8, [SamplingParams()] * 8)
+
+    ms, _ = _median_step(iteration, runner.decode_stream)
+    runner.close()
+    return {"preset": name, "B": "8 + prefill 512", "context": 1024,
+            f"{streams} stream ms": ms}
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """ms/step against batch, one panel per (preset, context): eager, graph, floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["preset"], r["context"]) for r in rows
+                     if isinstance(r["B"], int) and r["context"] in CONTEXTS})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
+    for ax, (name, ctx) in zip(axes[0], panels):
+        sel = [r for r in rows if (r["preset"], r["context"]) == (name, ctx)
+               and isinstance(r["B"], int)]
+        b = [r["B"] for r in sel]
+        for key, style in (("eager ms", "o-"), ("graph ms", "s-"), ("floor ms", "k--")):
+            ax.plot(b, [r[key] for r in sel], style, label=key.replace(" ms", ""))
+        ax.set(xscale="log", yscale="log", xlabel="batch", ylabel="ms / decode step",
+               title=f"{name}, context {ctx}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run(only: str = "") -> list[dict[str, Any]]:
+    """Measure llama-1b and llama-8b (or the presets containing `only`)."""
+    floor = copy_gbps(new_stream())
+    rows = []
+    for name in ("llama-1b", "llama-8b"):
+        if not only or only in name:
+            rows.extend(_preset(name, floor))
+            cupy.get_default_memory_pool().free_all_blocks()
+    return rows

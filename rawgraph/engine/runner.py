@@ -1,0 +1,189 @@
+"""Runs the model's prefill chunks and decode steps, as graphs or eagerly.
+
+Decode: one graph per batch bucket, captured once for the longest context; per step the
+sequences' tables, positions and sampling parameters go through one host-to-device copy,
+and only the attention nodes whose split count changes are patched (`max_len`). Batches
+above the largest bucket run eagerly, and the reason is logged.
+Prefill: one graph per chunk size; a chunk of n tokens runs in the smallest graph that
+holds it, with n, the sequence count and the longest piece patched in, so the last partial
+chunk of a prompt costs a patch, not a recapture or a pad to the full chunk.
+With two streams, a prefill chunk and a decode step of the same iteration run concurrently,
+ordered after one shared copy of the cache tables by an event.
+The eager path issues exactly the same launches (same buckets, same kernels): its tokens
+and logits are bit-identical to the graphs'.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cupy
+
+from rawgraph.cuda.stream import cupy_stream, new_stream
+from rawgraph.engine.pool import GraphPool
+from rawgraph.graph.capture import capture
+from rawgraph.graph.graph import Graph
+from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.ops.sampling import SamplingParams
+from rawgraph.symbols import Range, Symbols
+
+log = logging.getLogger("rawgraph.engine")
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+CHUNKS = (64, 256, 1024, 2048)
+
+
+@dataclass
+class IterStats:
+    """What one iteration (a prefill chunk and/or a decode step) cost on the host."""
+
+    decode_rows: int = 0
+    prefill_tokens: int = 0
+    host_us: float = 0.0      # prepare + patch + launch, before waiting for the GPU
+    patch_us: float = 0.0     # ex.set calls alone
+    patched: int = 0          # kernel nodes patched
+    wall_ms: float = 0.0      # the whole iteration, tokens back on the host
+    eager: list[str] = field(default_factory=list)  # why parts ran eagerly
+
+
+def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> tuple[int, ...]:
+    sizes = sorted(set(given if given is not None else [s for s in default if s < limit]))
+    if given is None:
+        sizes.append(limit)
+    if not sizes or sizes[0] < 1 or sizes[-1] > limit:
+        raise ValueError(f"sizes {sizes} must lie in [1, {limit}]")
+    return tuple(dict.fromkeys(sizes))
+
+
+class Runner:
+    """The model's iterations through bucket and chunk graphs (`graphs=True`) or eagerly."""
+
+    def __init__(self, model: Model, *, graphs: bool = True, buckets: Sequence[int] | None = None,
+                 chunks: Sequence[int] | None = None, streams: int = 2, max_graphs: int = 64,
+                 max_graph_bytes: int = 1 << 30):
+        if streams not in (1, 2):
+            raise ValueError(f"streams = {streams}: one stream, or two (prefill beside decode)")
+        self.model, self.graphs = model, graphs
+        self.buckets = _sizes(BUCKETS, model.max_batch, buckets)
+        self.chunks = _sizes(CHUNKS, model.max_chunk, chunks)
+        self.decode_stream = new_stream()
+        self.prefill_stream = new_stream() if streams == 2 else self.decode_stream
+        self._tables_copied = cupy.cuda.Event(block=False, disable_timing=True)
+        self.pool = GraphPool(self._build, self.decode_stream, max_graphs=max_graphs,
+                              max_bytes=max_graph_bytes)
+        self._warned: set[str] = set()
+
+    # -- graphs -------------------------------------------------------------------------------
+
+    def _build(self, key: tuple[str, int]) -> Graph:
+        kind, size = key
+        m, s = self.model, self.decode_stream
+        if kind == "decode":
+            sym = Symbols(max_len=Range(1, m.max_context))
+            sym.set(max_len=m.max_context)
+            with capture(s, name=f"decode B={size}") as cap:
+                m.launch_decode(size, sym.max_len, s, symbols=sym)
+        else:
+            sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs), q=Range(1, size))
+            sym.set(n=size, seqs=1, q=size)
+            with capture(s, name=f"prefill C={size}") as cap:
+                m.launch_prefill(sym.n, sym.seqs, sym.q, s, symbols=sym, chunk=size)
+        return cap.graph
+
+    def keys(self) -> list[tuple[str, int]]:
+        """Every graph this runner uses: decode buckets, then prefill chunk sizes."""
+        return [("decode", b) for b in self.buckets] + [("prefill", c) for c in self.chunks]
+
+    def capture_all(self, progress: bool = True) -> dict[str, Any]:
+        """Capture and instantiate every graph now; a progress bar on stderr, a summary back."""
+        t0 = time.perf_counter()
+        keys = self.keys()
+        for i, key in enumerate(keys):
+            self.pool.acquire(key)
+            if progress:
+                bar = "#" * (20 * (i + 1) // len(keys))
+                print(f"\rcapturing graphs [{bar:<20}] {i + 1}/{len(keys)} {key[0]} {key[1]:<5}",
+                      end="", file=sys.stderr, flush=True)
+        ms = (time.perf_counter() - t0) * 1e3
+        nodes = sum(len(e.graph.nodes) for e in self.pool.entries.values())
+        summary = {"graphs": len(self.pool), "nodes": nodes, "capture ms": ms,
+                   "graph MiB": self.pool.nbytes / 2**20}
+        if progress:
+            print(f"\rcaptured {summary['graphs']} graphs ({nodes} nodes) in {ms:.0f} ms, "
+                  f"{summary['graph MiB']:.1f} MiB" + " " * 20, file=sys.stderr)
+        return summary
+
+    # -- one iteration -----------------------------------------------------------------------
+
+    def bucket(self, rows: int) -> int | None:
+        """The smallest decode bucket holding `rows`, or None above the largest."""
+        return next((b for b in self.buckets if b >= rows), None)
+
+    def chunk(self, tokens: int) -> int:
+        """The smallest chunk size holding `tokens` (planners never exceed the largest)."""
+        c = next((c for c in self.chunks if c >= tokens), None)
+        if c is None:
+            raise ValueError(f"a chunk of {tokens} tokens exceeds the largest chunk size "
+                             f"{self.chunks[-1]}")
+        return c
+
+    def _eager(self, st: IterStats, why: str) -> None:
+        st.eager.append(why)
+        if why not in self._warned:
+            self._warned.add(why)
+            log.warning("running eagerly: %s", why)
+
+    def run(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+            tokens: Sequence[int], sampling: Sequence[SamplingParams]
+            ) -> tuple[list[int], list[int], IterStats]:
+        """One iteration: a prefill chunk of `pieces` and a decode step of `slots` (either may
+        be empty). Returns (next token per piece, next token per slot, stats)."""
+        m, ds, ps = self.model, self.decode_stream, self.prefill_stream
+        st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
+        t0 = time.perf_counter()
+        if pieces:
+            n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
+        if slots:
+            longest = m.prepare_decode(slots, tokens, ds, sampling, sync=False)
+        m.kv.sync(ds)  # one copy of the tables for both
+        if pieces and ps is not ds:
+            self._tables_copied.record(cupy_stream(ds))
+            cupy_stream(ps).wait_event(self._tables_copied)
+        if slots:  # decode first: it is what the waiting users feel
+            b = self.bucket(len(slots))
+            if b is None:
+                self._eager(st, f"{len(slots)} rows exceed the largest bucket "
+                                f"{self.buckets[-1]}")
+                m.launch_decode(len(slots), longest, ds)
+            elif self.graphs:
+                ex = self.pool.acquire(("decode", b))
+                tp = time.perf_counter()
+                st.patched += ex.set(max_len=longest)
+                st.patch_us += (time.perf_counter() - tp) * 1e6
+                ex.launch(ds)
+            else:
+                m.launch_decode(b, longest, ds)
+        if pieces:
+            c = self.chunk(n)
+            if self.graphs:
+                ex = self.pool.acquire(("prefill", c))
+                tp = time.perf_counter()
+                st.patched += ex.set(n=n, seqs=seqs, q=longest_piece)
+                st.patch_us += (time.perf_counter() - tp) * 1e6
+                ex.launch(ps)
+            else:
+                m.launch_prefill(n, seqs, longest_piece, ps, chunk=c)
+        st.host_us = (time.perf_counter() - t0) * 1e6
+        first = m.pre["next"][:len(pieces)].get(stream=cupy_stream(ps)).tolist() \
+            if pieces else []
+        nxt = m.dec["next"][:len(slots)].get(stream=cupy_stream(ds)).tolist() if slots else []
+        st.wall_ms = (time.perf_counter() - t0) * 1e3
+        return first, nxt, st
+
+    def close(self) -> None:
+        """Destroy the graphs."""
+        self.pool.close()

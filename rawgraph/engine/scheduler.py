@@ -1,0 +1,90 @@
+"""Continuous batching: which requests enter, which prompt tokens go into the next prefill
+chunk, which sequences take a decode step. Requests join and leave between iterations.
+
+Admission reserves a request's worst case (prompt + max_new_tokens) in KV blocks, so a
+running request never runs out of cache and nothing has to be preempted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from rawgraph.engine.request import Request
+from rawgraph.model.program import PrefillPiece
+
+
+@dataclass
+class Plan:
+    """One iteration's work."""
+
+    prefill: list[tuple[Request, PrefillPiece]]
+    decode: list[Request]
+
+
+class Scheduler:
+    """FIFO admission into `max_seqs` cache slots; prefill chunks of up to `chunk_tokens`
+    tokens from up to `chunk_seqs` sequences; every decoding sequence steps each iteration."""
+
+    def __init__(self, *, max_seqs: int, chunk_tokens: int, chunk_seqs: int, num_blocks: int,
+                 block_size: int, max_context: int):
+        self.max_seqs, self.chunk_tokens, self.chunk_seqs = max_seqs, chunk_tokens, chunk_seqs
+        self.num_blocks, self.block_size, self.max_context = num_blocks, block_size, max_context
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._free_slots = list(range(max_seqs))[::-1]
+        self._reserved = 0  # KV blocks promised to running requests
+
+    def _blocks(self, r: Request) -> int:
+        return -(-(len(r.prompt) + r.max_new_tokens) // self.block_size)
+
+    def check(self, r: Request) -> None:
+        """ValueError for a request that could never run."""
+        need = len(r.prompt) + r.max_new_tokens
+        if need > self.max_context:
+            raise ValueError(f"{r.name}: prompt of {len(r.prompt)} + {r.max_new_tokens} new "
+                             f"tokens exceeds max_context = {self.max_context}")
+        if self._blocks(r) > self.num_blocks:
+            raise ValueError(f"{r.name}: needs {self._blocks(r)} KV blocks, the cache has "
+                             f"{self.num_blocks}")
+
+    def add(self, r: Request) -> None:
+        """Queue a request (checked first)."""
+        self.check(r)
+        self.waiting.append(r)
+
+    def admit(self, step: int) -> None:
+        """Move arrived requests into free slots while their worst case fits the cache."""
+        while self.waiting and self._free_slots and self.waiting[0].arrival <= step:
+            r = self.waiting[0]
+            if self._reserved + self._blocks(r) > self.num_blocks:
+                break  # FIFO: later requests wait behind it
+            self.waiting.popleft()
+            r.slot = self._free_slots.pop()
+            self._reserved += self._blocks(r)
+            self.running.append(r)
+
+    def plan(self) -> Plan:
+        """This iteration's prefill pieces (in arrival order) and decode rows."""
+        pieces, budget = [], self.chunk_tokens
+        for r in self.running:
+            if r.decoding or r.finish or budget == 0 or len(pieces) == self.chunk_seqs:
+                continue
+            take = min(len(r.prompt) - r.prefilled, budget)
+            piece = PrefillPiece(r.slot, r.prompt[r.prefilled:r.prefilled + take], r.prefilled,
+                                 r.sampling)
+            pieces.append((r, piece))
+            budget -= take
+        return Plan(pieces, [r for r in self.running if r.decoding])
+
+    def finish(self, r: Request, why: str) -> None:
+        """Retire a request: its slot and reserved blocks come back."""
+        r.finish = why
+        self.running.remove(r)
+        self._free_slots.append(r.slot)
+        self._reserved -= self._blocks(r)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waiting, nothing running."""
+        return not self.waiting and not self.running

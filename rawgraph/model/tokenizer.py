@@ -1,0 +1,29 @@
+"""Text in and out through a checkpoint's tokenizer.json (the `tokenizers` package, the
+`hf` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class Tokenizer:
+    """encode(text) -> ids and decode(ids) -> text with a Hugging Face tokenizer.json."""
+
+    def __init__(self, path: str | Path):
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError as e:  # an optional dependency
+            raise ImportError("text in and out needs the `tokenizers` package: "
+                              "pip install 'rawgraph[hf]'") from e
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no tokenizer file {path}")
+        self._tok = HFTokenizer.from_file(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (with the tokenizer's special tokens, such as BOS)."""
+        return self._tok.encode(text).ids
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of token ids, special tokens dropped."""
+        return self._tok.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,102 @@
+"""Engine logic without a GPU: scheduling (admission by KV blocks, chunk planning, retiring),
+request checks, the demo script, bucket and chunk sizes, the tokenizer wrapper, eos ids."""
+
+import pytest
+
+from rawgraph.engine.demo import script
+from rawgraph.engine.request import Request
+from rawgraph.engine.runner import _sizes
+from rawgraph.engine.scheduler import Scheduler
+from rawgraph.model.config import LlamaConfig, preset
+
+
+def _sched(**kw):
+    args = {"max_seqs": 3, "chunk_tokens": 16, "chunk_seqs": 2, "num_blocks": 10,
+            "block_size": 16, "max_context": 128} | kw
+    return Scheduler(**args)
+
+
+def test_admission_reserves_the_worst_case_in_blocks():
+    s = _sched()
+    a, b, c = Request([1] * 60, 40), Request([1] * 30, 2), Request([1], 1, arrival=3)
+    for r in (a, b, c):
+        s.add(r)
+    s.admit(0)  # a: 7 blocks; b: 2 blocks; c has not arrived
+    assert [r.slot for r in s.running] == [0, 1] and list(s.waiting) == [c]
+    s.admit(3)  # c needs 1 block: 10 reserved now
+    assert len(s.running) == 3
+    d = Request([1] * 10, 10)
+    s.add(d)
+    s.admit(4)
+    assert list(s.waiting) == [d]  # no slot left
+    s.finish(a, "length")
+    s.admit(5)
+    assert d.slot == 0 and a.finish == "length"
+
+
+def test_plan_fills_chunks_in_arrival_order_and_steps_every_decoder():
+    s = _sched()
+    a, b, c = Request([1] * 20, 4), Request([2] * 5, 4), Request([3] * 3, 4)
+    for r in (a, b, c):
+        s.add(r)
+    s.admit(0)
+    p = s.plan()
+    assert [(r.name, len(x.tokens), x.start) for r, x in p.prefill] == [(a.name, 16, 0)]
+    a.prefilled = 16
+    p = s.plan()  # a's last 4 tokens, then b's 5; c waits (two sequences per chunk)
+    assert [(len(x.tokens), x.start) for _, x in p.prefill] == [(4, 16), (5, 0)]
+    a.prefilled, b.prefilled = 20, 5
+    a.output, b.output = [7], [8]
+    p = s.plan()
+    assert p.decode == [a, b] and [r for r, _ in p.prefill] == [c]
+
+
+def test_requests_that_can_never_run_are_refused():
+    s = _sched()
+    with pytest.raises(ValueError, match="exceeds max_context = 128"):
+        s.add(Request([1] * 100, 29))
+    with pytest.raises(ValueError, match="KV blocks"):
+        _sched(num_blocks=2).add(Request([1] * 40, 1))
+    with pytest.raises(ValueError, match="at least one prompt token"):
+        Request([], 1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        Request([1], 0)
+
+
+def test_bucket_and_chunk_sizes():
+    assert _sizes((1, 2, 4, 8, 16), 12, None) == (1, 2, 4, 8, 12)
+    assert _sizes((1, 2, 4), 8, [4, 2, 2]) == (2, 4)
+    with pytest.raises(ValueError, match="must lie in"):
+        _sizes((1,), 8, [16])
+
+
+def test_demo_script_is_varied_and_valid():
+    reqs = script(512, 12)
+    assert len({len(r.prompt) for r in reqs}) >= 3 and len({r.max_new_tokens for r in reqs}) >= 3
+    assert any(r.sampling.temperature > 0 for r in reqs)
+    assert any(r.arrival > 0 for r in reqs) and all(max(r.prompt) < 512 for r in reqs)
+    assert [r.output for r in script(512, 12)] == [r.output for r in reqs]
+
+
+def test_eos_ids_from_config_json():
+    hf = preset("tiny").to_hf()
+    assert LlamaConfig.from_hf(hf).eos == ()
+    assert LlamaConfig.from_hf({**hf, "eos_token_id": 7}).eos == (7,)
+    cfg = LlamaConfig.from_hf({**hf, "eos_token_id": [1, 2]})
+    assert cfg.eos == (1, 2) and LlamaConfig.from_hf(cfg.to_hf()).eos == (1, 2)
+
+
+def test_tokenizer_round_trip(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers
+
+    tok = tokenizers.Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "graphs": 2},
+                                                unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    from rawgraph.model.tokenizer import Tokenizer
+
+    t = Tokenizer(tmp_path / "tokenizer.json")
+    assert t.encode("hello graphs") == [1, 2] and t.decode([1, 2]) == "hello graphs"
+    with pytest.raises(FileNotFoundError):
+        Tokenizer(tmp_path / "missing.json")
