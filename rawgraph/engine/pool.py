@@ -50,8 +50,9 @@ class GraphPool:
         """Device memory the held executable graphs took."""
         return sum(e.nbytes for e in self.entries.values())
 
-    def acquire(self, key: Any) -> GraphExec:
-        """The executable graph for `key`, captured and instantiated on a miss."""
+    def acquire(self, key: Any, keep: tuple = ()) -> GraphExec:
+        """The executable graph for `key`, captured and instantiated on a miss; eviction
+        spares `keep` (graphs the caller holds for this step)."""
         entry = self.entries.get(key)
         if entry is not None:
             self.hits += 1
@@ -65,13 +66,14 @@ class GraphPool:
         entry = PoolEntry(graph, ex, max(0, free0 - free_bytes()),
                           (time.perf_counter() - t0) * 1e3)
         self.entries[key] = entry
-        self._evict(keep=key)
+        self._evict(keep=(key, *keep))
         return ex
 
-    def _evict(self, keep: Any) -> None:
-        while len(self.entries) > 1 and (len(self.entries) > self.max_graphs
-                                         or self.nbytes > self.max_bytes):
-            key = next(k for k in self.entries if k != keep)
+    def _evict(self, keep: tuple) -> None:
+        while len(self.entries) > self.max_graphs or self.nbytes > self.max_bytes:
+            key = next((k for k in self.entries if k not in keep), None)
+            if key is None:  # everything left is in use this step
+                return
             self.release(key)
             self.evictions += 1
 

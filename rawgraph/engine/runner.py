@@ -144,6 +144,15 @@ class Runner:
         be empty). Returns (next token per piece, next token per slot, stats)."""
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
         st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
+        b = self.bucket(len(slots)) if slots else None
+        c = self.chunk(st.prefill_tokens) if pieces else None
+        dec_ex = pre_ex = None
+        if self.graphs:  # graphs first (a lazy capture runs before this step's copies)
+            dec_ex = self.pool.acquire(("decode", b)) if b is not None else None
+            if c is not None:
+                pre_ex = self.pool.acquire(("prefill", c), keep=(("decode", b),))
+        if slots and b is None:
+            self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
         t0 = time.perf_counter()
         if pieces:
             n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
@@ -154,27 +163,19 @@ class Runner:
             self._tables_copied.record(cupy_stream(ds))
             cupy_stream(ps).wait_event(self._tables_copied)
         if slots:  # decode first: it is what the waiting users feel
-            b = self.bucket(len(slots))
-            if b is None:
-                self._eager(st, f"{len(slots)} rows exceed the largest bucket "
-                                f"{self.buckets[-1]}")
-                m.launch_decode(len(slots), longest, ds)
-            elif self.graphs:
-                ex = self.pool.acquire(("decode", b))
+            if dec_ex is not None:
                 tp = time.perf_counter()
-                st.patched += ex.set(max_len=longest)
+                st.patched += dec_ex.set(max_len=longest)
                 st.patch_us += (time.perf_counter() - tp) * 1e6
-                ex.launch(ds)
+                dec_ex.launch(ds)
             else:
-                m.launch_decode(b, longest, ds)
+                m.launch_decode(b or len(slots), longest, ds)
         if pieces:
-            c = self.chunk(n)
-            if self.graphs:
-                ex = self.pool.acquire(("prefill", c))
+            if pre_ex is not None:
                 tp = time.perf_counter()
-                st.patched += ex.set(n=n, seqs=seqs, q=longest_piece)
+                st.patched += pre_ex.set(n=n, seqs=seqs, q=longest_piece)
                 st.patch_us += (time.perf_counter() - tp) * 1e6
-                ex.launch(ps)
+                pre_ex.launch(ps)
             else:
                 m.launch_prefill(n, seqs, longest_piece, ps, chunk=c)
         st.host_us = (time.perf_counter() - t0) * 1e6
