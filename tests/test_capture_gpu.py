@@ -85,3 +85,29 @@ def test_bad_capture_requests(stream):
     with capture(stream), pytest.raises(CaptureError, match="already capturing"), \
             capture(stream):
         pass
+
+
+def test_garbage_with_cuda_finalizers_is_not_collected_mid_capture(stream, rng):
+    import gc
+
+    class Holder:  # a reference cycle: only the cyclic collector frees it
+        def __init__(self):
+            self.me = self
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self.event = cupy.cuda.Event()
+            self.pinned = cupy.cuda.alloc_pinned_memory(1 << 16)
+
+    old = gc.get_threshold()
+    bufs = buffers(rng, 4)
+    try:
+        for _ in range(20):
+            Holder()
+        gc.set_threshold(1)  # collect at the first allocation anywhere
+        with capture(stream) as cap:
+            layer(bufs, stream)
+            _ = [object() for _ in range(1000)]  # allocations that would trigger the collector
+        with cap.graph as g, g.instantiate() as ex:
+            ex.launch(stream)
+            stream.synchronize()
+    finally:
+        gc.set_threshold(*old)

@@ -9,6 +9,7 @@ out as one CaptureError naming it. CuPy allocations inside the block raise by de
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -114,7 +115,9 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
       'allow'   use CuPy's current allocator (its pool may hand out memory that later moves);
       a function `nbytes -> MemoryPointer`, e.g. ScratchSet.allocator() for stable addresses.
     Inside the block CuPy's current stream is the capturing stream, so CuPy work lands in
-    the graph too.
+    the graph too. Python's cyclic garbage collector is paused for the block: a finalizer
+    run mid-capture (a dropped stream, event or pinned buffer of some unrelated object)
+    would make a CUDA call that invalidates the capture.
     """
     if mode not in MODES:
         raise ValueError(f"capture mode {mode!r}: choose one of {sorted(MODES)}")
@@ -127,6 +130,20 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
         raise CaptureError(f"stream {h:#x} is already capturing")
     alloc = _allocator(allocations, name, h)
     cap = Capture(name, h)
+    gc.collect()  # run pending finalizers now, not inside the capture
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with _captured(stream, h, name, mode, alloc, cap) as c:
+            yield c
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _captured(stream: Any, h: int, name: str, mode: str, alloc: Any,
+              cap: Capture) -> Iterator[Capture]:
     check(driver.cuStreamBeginCapture(driver.CUstream(h), MODES[mode]), f"begin capture {name!r}")
     cap.id = int(driver.cuStreamGetCaptureInfo(driver.CUstream(h))[2])
     observers().append(cap._observe)
