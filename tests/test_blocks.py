@@ -84,3 +84,31 @@ def test_invariants_hold_under_any_sequence_of_operations(ops):
         assert np.array_equal(refs, t.alloc.refs)
         assert t.alloc.num_free == int((refs == 0).sum())
         assert sorted(t.alloc._free) == [i for i in range(12) if refs[i] == 0]
+
+
+def test_append_one_matches_append_and_is_all_or_nothing():
+    def tables():
+        t = BlockTables(BlockAllocator(40), 4, 6, 8)
+        for s, n in ((0, 3), (1, 4), (2, 0), (3, 7)):
+            t.add(s)
+            t.append(s, n)
+        t.fork(3, 4)  # shares a partly filled last block: copy on write
+        return t
+
+    a, b = tables(), tables()
+    rows = np.array([0, 1, 2, 3, 4])
+    for _ in range(9):
+        a.append_one(rows)
+        for s in rows:
+            b.append(int(s), 1)
+        np.testing.assert_array_equal(a.table, b.table)
+        np.testing.assert_array_equal(a.lens, b.lens)
+        assert a.pending_copies == b.pending_copies and a.alloc.num_free == b.alloc.num_free
+    t = BlockTables(BlockAllocator(2), 4, 3, 8)
+    for s in (0, 1):
+        t.add(s)
+        t.append(s, 4)
+    before = (t.table.copy(), t.lens.copy())
+    with pytest.raises(OutOfBlocks):
+        t.append_one(np.array([0, 1]))
+    assert (t.table == before[0]).all() and (t.lens == before[1]).all()

@@ -83,16 +83,18 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
           floor_gbps: float) -> dict[str, Any]:
     cfg, s = model.cfg, runner.decode_stream
     slots = _fill(model, batch, ctx)
-    tokens, greedy = [1] * batch, [SamplingParams()] * batch
+    tokens = [1] * batch
+    for slot in slots:
+        model.set_sampling(slot, SamplingParams())
     ex = runner.pool.acquire(("decode", batch))
     patched: list[int] = []
 
     def graph_step() -> None:
-        patched.append(ex.set(max_len=model.prepare_decode(slots, tokens, s, greedy)))
+        patched.append(ex.set(max_len=model.prepare_decode(slots, tokens, s)))
         ex.launch(s)
 
     def eager_step() -> None:
-        model.launch_decode(batch, model.prepare_decode(slots, tokens, s, greedy), s)
+        model.launch_decode(batch, model.prepare_decode(slots, tokens, s), s)
 
     graph_ms, host_ms = _median_step(graph_step, s)
     gpu_ms = device_us(lambda: ex.launch(s), s, reps=10) / 1e3
@@ -126,7 +128,7 @@ def _stream_case(name: str, model: Model, streams: int) -> dict[str, Any]:
             pos[0] = 0
         piece = PrefillPiece(8, [1] * 512, pos[0])
         pos[0] += 512
-        runner.run([piece], slots, [1] * 8, [SamplingParams()] * 8)
+        runner.run([piece], slots, [1] * 8)
 
     ms, _ = _median_step(iteration, runner.decode_stream)
     runner.close()

@@ -87,7 +87,7 @@ class Engine:
             t0 = time.perf_counter()
             first, nxt, st = self.runner.run(
                 [p for _, p in plan.prefill], [r.slot for r in plan.decode],
-                [r.output[-1] for r in plan.decode], [r.sampling for r in plan.decode])
+                [r.output[-1] for r in plan.decode])
             self.stats.wall_s += time.perf_counter() - t0
             self.stats.iters.append(st)
             for (r, piece), tok in zip(plan.prefill, first):

@@ -138,10 +138,12 @@ class Runner:
             log.warning("running eagerly: %s", why)
 
     def run(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-            tokens: Sequence[int], sampling: Sequence[SamplingParams]
+            tokens: Sequence[int], sampling: Sequence[SamplingParams] | None = None
             ) -> tuple[list[int], list[int], IterStats]:
         """One iteration: a prefill chunk of `pieces` and a decode step of `slots` (either may
-        be empty). Returns (next token per piece, next token per slot, stats)."""
+        be empty). Decode rows sample with their slots' stored parameters (set by their
+        prefill pieces) unless `sampling` is given. Returns (next token per piece, next token
+        per slot, stats)."""
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
         st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
         b = self.bucket(len(slots)) if slots else None

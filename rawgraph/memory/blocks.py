@@ -109,6 +109,28 @@ class BlockTables:
         self.table[s, have:have + fresh] = got
         self.lens[s] = new
 
+    def append_one(self, slots: np.ndarray) -> None:
+        """One more token for each sequence in `slots` (distinct, active): the decode step's
+        growth, vectorized; all or nothing. Rows whose shared last block needs copy-on-write
+        take the general path."""
+        old = self.lens[slots]
+        if (old >= self.max_tokens).any():
+            s = int(slots[np.argmax(old >= self.max_tokens)])
+            raise ValueError(f"sequence {s}: {int(self.lens[s]) + 1} tokens exceed the "
+                             f"table's {self.max_tokens}")
+        partial = old % self.block_size != 0
+        last = self.table[slots, np.maximum(-(-old // self.block_size) - 1, 0)]
+        cow = partial & (last >= 0) & (self.alloc.refs[np.maximum(last, 0)] > 1)
+        fresh = slots[~partial]
+        if len(fresh) + int(cow.sum()) > self.alloc.num_free:
+            raise OutOfBlocks(f"need {len(fresh) + int(cow.sum())} KV blocks for one more "
+                              f"token each, only {self.alloc.num_free} are free")
+        got = self.alloc.allocate(len(fresh))
+        self.table[fresh, old[~partial] // self.block_size] = got
+        self.lens[slots[~cow]] += 1
+        for s in slots[cow]:
+            self.append(int(s), 1)
+
     def fork(self, src: int, dst: int) -> None:
         """Sequence dst starts as a copy of src, sharing its blocks (copy on write later)."""
         self._check_slot(src, active=True)

@@ -86,14 +86,6 @@ def _sampling_fields(n: int) -> dict[str, tuple[Any, int]]:
             "top_p": (np.float32, n)}
 
 
-def _write_sampling(h: dict[str, np.ndarray], params: Sequence[SamplingParams]) -> None:
-    n = len(params)
-    h["seeds"][:n] = [p.seed for p in params]
-    h["temperature"][:n] = [p.temperature for p in params]
-    h["top_k"][:n] = [p.top_k for p in params]
-    h["top_p"][:n] = [p.top_p for p in params]
-
-
 class Model:
     """A LLaMA decoder resident on the GPU: batched decode steps of up to `max_batch` rows and
     prefill chunks of up to `max_chunk` tokens from up to `max_chunk_seqs` sequences.
@@ -137,6 +129,10 @@ class Model:
                                  "last": (np.int32, s), "last_pos": (np.int32, s)})
         self.workspace = cupy.empty(ops.workspace_floats(max_batch, cfg.heads, cfg.head_dim,
                                                          max_context), np.float32)
+        # per-slot sampling parameters, gathered into each step's metadata
+        self.sampling = {name: np.zeros(max_batch, dt)
+                         for name, (dt, _) in _sampling_fields(max_batch).items()}
+        self.sampling["top_p"][:] = 1.0  # greedy until set_sampling says otherwise
 
     def _load(self, tensors: dict[str, np.ndarray] | None, seed: int) -> None:
         cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
@@ -193,32 +189,59 @@ class Model:
         if len(set(slots)) < len(slots) or not all(0 <= s < self.max_batch for s in slots):
             raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
 
+    def set_sampling(self, slot: int, params: SamplingParams) -> None:
+        """How the sequence in `slot` samples from now on (kept per slot, like its table)."""
+        self._check_slots([slot])
+        p = self.sampling
+        p["seeds"][slot], p["temperature"][slot] = params.seed, params.temperature
+        p["top_k"][slot], p["top_p"][slot] = params.top_k, params.top_p
+
     def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
                        sampling: Sequence[SamplingParams] | None = None, *,
                        sync: bool = True) -> int:
         """Host side of one decode step: grow each sequence by its token, then copy ids,
         positions, slots, sampling parameters (and with `sync`, tables and lengths) to the
-        device. Returns the longest context (the `max_len` of `launch_decode`)."""
-        if not 0 < len(slots) == len(tokens) <= self.max_batch:
-            raise ValueError(f"{len(slots)} slots, {len(tokens)} tokens: need 1 to "
-                             f"{self.max_batch} rows, one token each")
-        self._check_slots(slots)
-        if not all(0 <= x < self.cfg.vocab for x in tokens):
+        device. Returns the longest context (the `max_len` of `launch_decode`).
+
+        `sampling` (one per row) replaces the slots' stored parameters (`set_sampling`);
+        without it the stored ones apply. Vectorized: this runs before every step.
+        """
+        n = len(slots)
+        sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
+        if not 0 < n == len(tok) <= self.max_batch:
+            raise ValueError(f"{n} slots, {len(tok)} tokens: need 1 to {self.max_batch} rows, "
+                             f"one token each")
+        if sl.min() < 0 or sl.max() >= self.max_batch or len(np.unique(sl)) < n:
+            raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
+        if tok.min() < 0 or tok.max() >= self.cfg.vocab:
             raise ValueError(f"token ids {list(tokens)} outside [0, {self.cfg.vocab})")
-        sampling = sampling or [GREEDY] * len(slots)
-        self._grow({s: 1 for s in slots})
-        h, n = self.dec_meta.begin(), len(slots)
-        h["ids"][:] = 0
-        h["slots"][:] = -1  # padding rows: no cache slot, nothing written
-        h["pos"][:] = 0
-        h["ids"][:n] = tokens
-        h["slots"][:n] = slots
-        h["pos"][:n] = [int(self.kv.tables.lens[s]) - 1 for s in slots]
-        _write_sampling(h, sampling)
+        t = self.kv.tables
+        if (t.lens[sl] + 1 > self.max_context).any():
+            raise ValueError(f"context {int(t.lens[sl].max()) + 1} exceeds max_context = "
+                             f"{self.max_context}")
+        new = [s for s in slots if s not in t.active]
+        for s in new:
+            t.add(s)
+        try:
+            t.append_one(sl)
+        except (ValueError, OutOfBlocks):
+            for s in new:  # all or nothing
+                t.free(s)
+            raise
+        if sampling is not None:
+            for s, p in zip(slots, sampling):
+                self.set_sampling(s, p)
+        h = self.dec_meta.begin()
+        h["ids"][:n], h["ids"][n:] = tok, 0
+        h["slots"][:n], h["slots"][n:] = sl, -1  # padding rows: no cache slot, nothing written
+        lens = t.lens[sl]
+        h["pos"][:n], h["pos"][n:] = lens - 1, 0
+        for name, arr in self.sampling.items():
+            h[name][:n] = arr[sl]
         self.dec_meta.push(stream)
         if sync:
             self.kv.sync(stream)
-        return max(int(self.kv.tables.lens[s]) for s in slots)
+        return int(lens.max())
 
     def prepare_prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
                         sync: bool = True) -> tuple[int, int, int]:
@@ -252,7 +275,10 @@ class Model:
             h["seqs"][i], h["last"][i], h["last_pos"][i] = p.slot, row + m - 1, p.start + m - 1
             row += m
             h["cu"][i + 1] = row
-        _write_sampling(h, [p.sampling for p in pieces])
+        for i, p in enumerate(pieces):  # stored per slot: later decode steps use them too
+            self.set_sampling(p.slot, p.sampling)
+            for name, arr in self.sampling.items():
+                h[name][i] = arr[p.slot]
         self.pre_meta.push(stream)
         if sync:
             self.kv.sync(stream)
