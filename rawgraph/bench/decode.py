@@ -161,8 +161,28 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
+def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dict[str, Any]]:
+    """Per-kernel GPU time of one decode graph (rawgraph.bench.profile)."""
+    from rawgraph.bench.profile import per_kernel
+
+    model = Model(preset(name), None, max_batch=batch, max_context=ctx + 64, max_chunk=64,
+                  max_chunk_seqs=1)
+    runner = Runner(model, graphs=True, buckets=[batch], chunks=[64])
+    slots = _fill(model, batch, ctx)
+    ex = runner.pool.acquire(("decode", batch))
+    ex.set(max_len=model.prepare_decode(slots, [1] * batch, runner.decode_stream))
+    rows = per_kernel(ex, runner.decode_stream)
+    runner.close()
+    model.close()
+    return [{"preset": name, "B": batch, "context": ctx, **r} for r in rows]
+
+
 def run(only: str = "") -> list[dict[str, Any]]:
-    """Measure llama-1b and llama-8b (or the presets containing `only`)."""
+    """Measure llama-1b and llama-8b (or the presets containing `only`; 'profile:B:ctx' for
+    a per-kernel breakdown of the llama-1b graph at that batch and context)."""
+    if only.startswith("profile"):
+        _, b, c = [*only.split(":"), "1", "1024"][:3]
+        return profile("llama-1b", int(b), int(c))
     floor = copy_gbps(new_stream())
     rows = []
     for name in ("llama-1b", "llama-8b"):
