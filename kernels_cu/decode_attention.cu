@@ -10,12 +10,15 @@
 //       float* partial,           // (batch, q_heads, max_splits, D + 2) workspace
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
 //       int split_tokens, int max_splits, float scale)
-//   grid (batch * kv_heads, n_splits), block (128). Block (b, h, s) reads tokens
-//   [s * split_tokens, min((s + 1) * split_tokens, len)) of sequence b once for all G =
-//   q_heads / kv_heads query heads of kv head h (G <= 8), 64 tokens per tile:
-//     scores: thread i takes token i % 64 and every other group head, q from shared memory;
+//   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory 4 * 64 * D * 2 B.
+//   Block (b, h, s) reads tokens [s * split_tokens, min((s + 1) * split_tokens, len)) of
+//   sequence b once for all G = q_heads / kv_heads query heads of kv head h (G <= 8), 64
+//   tokens per tile, K and V tiles gathered through the block table with cp.async into
+//   double-buffered shared memory (the next tile loads while this one is used):
+//     scores: D/8 lanes per token, each with 8 columns of K and of every group head's q (in
+//     registers), a token's dot product summed across its lanes by shuffles;
 //     softmax: one warp per head updates the running max m and sum l (base-2 exponentials);
-//     values: thread i owns 8 output columns (one 16-byte load of V per token) for every
+//     values: thread i owns 8 output columns (one 16-byte shared load of V per token) for every
 //     (128 / (D / 8))-th token of the tile; the token groups meet in shared memory at the end.
 //   It writes (m, l, unnormalised accumulator) for its heads; an empty split writes m = -inf.
 //
@@ -28,7 +31,7 @@
 //   Graph use: lengths, tables and slots are read from device memory; the number of splits
 //   (grid.y of both kernels, n_splits of the combine) is patchable from the longest context,
 //   which keeps the grid proportional to the work as sequences grow.
-#include "common.cuh"
+#include "mma.cuh"  // cp.async
 
 namespace {
 
@@ -57,7 +60,10 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
   __shared__ float qs[kMaxGroup][D];
   __shared__ float ps[kMaxGroup][kTile];
   __shared__ float m_s[kMaxGroup], l_s[kMaxGroup], alpha_s[kMaxGroup];
-  __shared__ int phys[kTile];
+  // dynamic: K and V tiles, double-buffered [buf][K|V][token][D]; after the loop, the token
+  // groups' partial sums (the same bytes)
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* kv_s = reinterpret_cast<T*>(smem);
   for (int i = tid; i < G * D; i += kThreads)
     qs[i / D][i % D] =
         rg::to_float(q[(static_cast<long long>(b) * q_heads + h * G + i / D) * D + i % D]) * qscale;
@@ -71,41 +77,56 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
   const int c8 = 8 * (tid % kColThreads), tg = tid / kColThreads;
+  const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
 
-  for (int t0 = begin; t0 < end; t0 += kTile) {
-    __syncthreads();  // qs ready / previous tile's ps and phys consumed
-    if (tid < kTile) {
-      const int t = t0 + tid;
-      phys[tid] = t < end ? (block_tables[static_cast<long long>(slot) * max_blocks +
-                                          t / block_size] * block_size + t % block_size)
-                          : -1;
+  // K and V of tokens [t0, t0 + kTile) into buffer `buf`: 16-byte cp.async chunks, a chunk
+  // per (token, 8 columns); tokens past `end` are zero-filled
+  auto prefetch = [&](int t0, int buf) {
+    T* ks = kv_s + buf * 2 * kTile * D;
+    for (int i = tid; i < kTile * kColThreads; i += kThreads) {
+      const int j = i / kColThreads, c = 8 * (i % kColThreads), t = t0 + j;
+      const bool ok = t < end;
+      const long long p = ok ? static_cast<long long>(table[t / block_size]) * block_size +
+                                   t % block_size : 0;
+      const long long at = p * row + static_cast<long long>(h) * D + c;
+      rg::cp_async16(ks + j * D + c, k_cache + at, ok);
+      rg::cp_async16(ks + (kTile + j) * D + c, v_cache + at, ok);
     }
-    __syncthreads();
-    {  // scores: token j, heads g = half, half + 2, ...
-      const int j = tid % kTile, half = tid / kTile;
-      const int p = phys[j];
-      float s[kMaxGroup / 2];
+    rg::cp_async_commit();
+  };
+
+  // scores: lanes sub = lane % kColThreads of a token hold 8 columns of q (every head of the
+  // group) and of K; the token's dot product meets across those lanes by shuffles
+  constexpr int kTokPerWarp = 32 / kColThreads;
+  const int sub = lane % kColThreads, tok = lane / kColThreads;
+  float qv[kMaxGroup][8];
+  __syncthreads();  // qs written
 #pragma unroll
-      for (int r = 0; r < kMaxGroup / 2; ++r) s[r] = 0.f;
-      if (p >= 0) {
-        const T* kr = k_cache + p * row + static_cast<long long>(h) * D;
-#pragma unroll 4
-        for (int d = 0; d < D; d += 8) {
-          const rg::Vec<T, 8> kv = rg::load<T, 8>(kr + d);
+  for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
-          for (int r = 0; r < kMaxGroup / 2; ++r) {
-            const int g = half + 2 * r;
-            if (g < G) {
+    for (int e = 0; e < 8; ++e) qv[g][e] = g < G ? qs[g][8 * sub + e] : 0.f;
+
+  if (begin < end) prefetch(begin, 0);
+  for (int t0 = begin, it = 0; t0 < end; t0 += kTile, ++it) {
+    rg::cp_async_wait<0>();
+    __syncthreads();  // tile `it` landed; the previous tile's buffers, ps and alpha are free
+    if (t0 + kTile < end) prefetch(t0 + kTile, (it + 1) & 1);
+    const T* ks = kv_s + (it & 1) * 2 * kTile * D;
+    const T* vs = ks + kTile * D;
+    for (int j = warp * kTokPerWarp + tok; j < kTile; j += (kThreads / 32) * kTokPerWarp) {
+      const rg::Vec<T, 8> kv = rg::load<T, 8>(ks + j * D + 8 * sub);
+      float kf[8];
 #pragma unroll
-              for (int e = 0; e < 8; ++e) s[r] = fmaf(qs[g][d + e], rg::to_float(kv.v[e]), s[r]);
-            }
-          }
-        }
-      }
+      for (int e = 0; e < 8; ++e) kf[e] = rg::to_float(kv.v[e]);
 #pragma unroll
-      for (int r = 0; r < kMaxGroup / 2; ++r) {
-        const int g = half + 2 * r;
-        if (g < G) ps[g][j] = p >= 0 ? s[r] : rg::neg_inf();
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= G) break;
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(qv[g][e], kf[e], d);
+#pragma unroll
+        for (int o = kColThreads / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (sub == 0) ps[g][j] = t0 + j < end ? d : rg::neg_inf();
       }
     }
     __syncthreads();
@@ -127,7 +148,7 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
       }
     }
     __syncthreads();
-    {  // values: columns c8..c8+7, tokens tg, tg + kGroups, ...
+    {  // values: columns c8..c8+7, tokens tg, tg + kGroups, ... (zero-filled past the end)
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g)
         if (g < G) {
@@ -135,11 +156,9 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
 #pragma unroll
           for (int e = 0; e < 8; ++e) acc[g][e] *= a;
         }
-      for (int j = tg; j < kTile; j += kGroups) {
-        const int p = phys[j];
-        if (p < 0) break;  // tokens past the end come last
-        const rg::Vec<T, 8> v =
-            rg::load<T, 8>(v_cache + p * row + static_cast<long long>(h) * D + c8);
+      const int live = min(kTile, end - t0);
+      for (int j = tg; j < live; j += kGroups) {
+        const rg::Vec<T, 8> v = rg::load<T, 8>(vs + j * D + c8);
         float vf[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) vf[e] = rg::to_float(v.v[e]);
@@ -153,20 +172,21 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
       }
     }
   }
-  // the token groups' sums meet in shared memory, added in a fixed order
-  __shared__ float red[kGroups][kMaxGroup][D];
+  // the token groups' sums meet in shared memory (the K/V buffers' bytes), fixed order
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(smem);  // [kGroups][kMaxGroup][D]
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g)
     if (g < G) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) red[tg][g][c8 + e] = acc[g][e];
+      for (int e = 0; e < 8; ++e) red[(tg * kMaxGroup + g) * D + c8 + e] = acc[g][e];
     }
   __syncthreads();
   for (int i = tid; i < G * D; i += kThreads) {
     const int g = i / D, col = i % D;
     float v = 0.f;
 #pragma unroll
-    for (int q = 0; q < kGroups; ++q) v += red[q][g][col];
+    for (int q = 0; q < kGroups; ++q) v += red[(q * kMaxGroup + g) * D + col];
     float* out = partial + ((static_cast<long long>(b) * q_heads + h * G + g) * max_splits +
                             split) * (D + 2);
     out[col] = v;

@@ -7,7 +7,8 @@
 //     x[i]      <- x[i] cos a - x[i + d/2] sin a
 //     x[i + d/2] <- x[i + d/2] cos a + x[i] sin a          (fp32 math, one rounding)
 //   LLaMA-3 frequency scaling lives in inv_freq, computed on the host (rawgraph.ops.rope).
-//   grid (n), block (128): threads stride over (head, i) pairs of token t.
+//   grid (n), block (256): thread (g, i) computes the angle of pair i once and rotates it in
+//   heads g, g + 256 / (d/2), ... (head_dim <= 512).
 //   Patchable: n with grid.x (grid.x == n <= rows of q and k); positions come from device memory.
 #include "common.cuh"
 
@@ -18,15 +19,15 @@ __device__ void rope_impl(T* __restrict__ q, T* __restrict__ k, const int* __res
   const int t = blockIdx.x;
   if (t >= n) return;
   const int half = head_dim / 2;
-  const float pos = static_cast<float>(positions[t]);
-  const int pairs = (q_heads + kv_heads) * half;
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int head = p / half, i = p % half;
+  const int groups = blockDim.x / half;  // threads (g, i): pair i of heads g, g + groups, ...
+  const int g = threadIdx.x / half, i = threadIdx.x % half;
+  if (g >= groups) return;
+  float s, c;  // one angle per thread, shared by all the heads it rotates
+  sincosf(static_cast<float>(positions[t]) * inv_freq[i], &s, &c);
+  for (int head = g; head < q_heads + kv_heads; head += groups) {
     T* x = head < q_heads
                ? q + (static_cast<long long>(t) * q_heads + head) * head_dim
                : k + (static_cast<long long>(t) * kv_heads + (head - q_heads)) * head_dim;
-    float s, c;
-    sincosf(pos * inv_freq[i], &s, &c);
     const float a = rg::to_float(x[i]), b = rg::to_float(x[i + half]);
     x[i] = rg::from_float<T>(a * c - b * s);
     x[i + half] = rg::from_float<T>(b * c + a * s);

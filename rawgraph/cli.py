@@ -40,7 +40,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise AssertionError(args.name)
     rows = run(args.only) if args.only else run()
     path = results.save(args.name, rows, args.out)
-    if args.name == "decode":
+    if args.name == "decode" and not args.only.startswith("profile"):
         from rawgraph.bench.decode import plot
 
         print(f"plot: {plot(rows, path.with_suffix('.png'))}")

@@ -144,7 +144,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     panels = sorted({(r["preset"], r["context"]) for r in rows
-                     if isinstance(r["B"], int) and r["context"] in CONTEXTS})
+                     if isinstance(r["B"], int) and r["context"] in CONTEXTS
+                     and "eager ms" in r})
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (name, ctx) in zip(axes[0], panels):
         sel = [r for r in rows if (r["preset"], r["context"]) == (name, ctx)

@@ -27,6 +27,7 @@ from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import PagedKVCache
 from rawgraph.memory.staging import Staging
 from rawgraph.model.config import LlamaConfig
+from rawgraph.ops.attention import split_for
 from rawgraph.ops.linear import M_TILES
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
@@ -127,8 +128,10 @@ class Model:
                                  "pos": (np.int32, max_chunk), "slots": (np.int32, max_chunk),
                                  "cu": (np.int32, s + 1), "seqs": (np.int32, s),
                                  "last": (np.int32, s), "last_pos": (np.int32, s)})
-        self.workspace = cupy.empty(ops.workspace_floats(max_batch, cfg.heads, cfg.head_dim,
-                                                         max_context), np.float32)
+        self.workspace = cupy.empty(max(
+            ops.workspace_floats(b, cfg.heads, cfg.head_dim, max_context,
+                                 split_for(b, cfg.kv_heads)) for b in range(1, max_batch + 1)),
+            np.float32)
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
@@ -331,7 +334,7 @@ class Model:
                           **kw)
             ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                  m["slots"], a["attn"].reshape(q3.shape), self.workspace,
-                                 max_len, **kw)
+                                 max_len, split_tokens=split_for(batch, cfg.kv_heads), **kw)
 
         ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
         for i in range(cfg.layers):

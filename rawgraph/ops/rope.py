@@ -57,8 +57,8 @@ def rope(q: Any, k: Any, positions: Any, freqs: Any, n: Any = None, *, stream: A
         raise ValueError(f"q and k must be (tokens, heads, head_dim) alike; got "
                          f"{getattr(q, 'shape', '?')} and {getattr(k, 'shape', '?')}")
     cap, q_heads, head_dim = q.shape
-    if head_dim % 2:
-        raise ValueError(f"head_dim must be even, got {head_dim}")
+    if head_dim % 2 or head_dim > 512:
+        raise ValueError(f"head_dim must be even and at most 512, got {head_dim}")
     dt = shapes.tensor(q, "q", align=4)
     shapes.tensor(k, "k", dtype=dt, align=4)
     if not hasattr(positions, "data") or np.dtype(positions.dtype) != np.int32 \
@@ -68,5 +68,5 @@ def rope(q: Any, k: Any, positions: Any, freqs: Any, n: Any = None, *, stream: A
             or freqs.shape != (head_dim // 2,):
         raise ValueError(f"inv_freq must be float32 of shape ({head_dim // 2},)")
     n = shapes.count(n, cap, "n", symbols)
-    ROPE[dt].launch(n, 128, (q, k, positions, freqs, n, q_heads, k.shape[1], head_dim), stream,
+    ROPE[dt].launch(n, 256, (q, k, positions, freqs, n, q_heads, k.shape[1], head_dim), stream,
                     symbols=symbols)
