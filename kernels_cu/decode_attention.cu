@@ -25,7 +25,9 @@
 //   extern "C" decode_attention_combine_{f16,bf16}_d{64,128}(
 //       const float* partial, T* out,   // out: (batch, q_heads, D)
 //       const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits)
-//   grid (batch * q_heads), block (D): out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s.
+//   grid (batch * q_heads), block (D), dynamic shared memory 4 * max_splits B:
+//   out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s; the splits' maxima and weights are
+//   read and computed in parallel, the sums run in split order.
 //   A sequence of length 0 gives zeros; padding rows are not written.
 //
 //   Graph use: lengths, tables and slots are read from device memory; the number of splits
@@ -201,18 +203,29 @@ template <typename T, int D>
 __device__ void combine(const float* __restrict__ partial, T* __restrict__ out,
                         const int* __restrict__ seq_slots, int batch, int q_heads, int n_splits,
                         int max_splits) {
+  extern __shared__ float w[];  // (max_splits,): each split's weight 2^(m_s - M)
+  __shared__ float red[D / 32];
   const int b = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;
-  if (b >= batch || seq_slots[b] < 0 || d >= D) return;
+  if (b >= batch || seq_slots[b] < 0) return;
   const float* p = partial + (static_cast<long long>(b) * q_heads + head) * max_splits * (D + 2);
+  // the splits' maxima, read in parallel (one split per thread at a time), then M
   float m = rg::neg_inf();
-  for (int s = 0; s < n_splits; ++s) m = fmaxf(m, p[s * (D + 2) + D]);
+  for (int s = d; s < n_splits; s += D) m = fmaxf(m, p[s * (D + 2) + D]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((d & 31) == 0) red[d >> 5] = m;
+  __syncthreads();
+  m = red[0];
+#pragma unroll
+  for (int i = 1; i < D / 32; ++i) m = fmaxf(m, red[i]);
+  for (int s = d; s < n_splits; s += D)  // 0 for empty splits (m_s = -inf)
+    w[s] = m == rg::neg_inf() ? 0.f : exp2f(p[s * (D + 2) + D] - m);
+  __syncthreads();
   float num = 0.f, den = 0.f;
-  if (m != rg::neg_inf()) {
-    for (int s = 0; s < n_splits; ++s) {
-      const float w = exp2f(p[s * (D + 2) + D] - m);  // 0 for empty splits
-      num += w * p[s * (D + 2) + d];
-      den += w * p[s * (D + 2) + D + 1];
-    }
+#pragma unroll 4
+  for (int s = 0; s < n_splits; ++s) {  // fixed order: deterministic
+    num = fmaf(w[s], p[s * (D + 2) + d], num);
+    den = fmaf(w[s], p[s * (D + 2) + D + 1], den);
   }
   out[(static_cast<long long>(b) * q_heads + head) * D + d] =
       rg::from_float<T>(den > 0.f ? num / den : 0.f);

@@ -135,7 +135,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
                           split_tokens, max_splits, float(s)), stream, smem=decode_smem(d),
                          symbols=symbols)
     COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
-                                               n_splits, max_splits), stream, symbols=symbols)
+                                               n_splits, max_splits), stream,
+                          smem=4 * max_splits, symbols=symbols)
 
 
 
