@@ -2,14 +2,14 @@
 // (GQA), split along the context (flash-decoding), then a combine pass.
 //
 //   extern "C" decode_attention_{f16,bf16}_d{64,128}(
-//       const T* q,               // (batch, q_heads, D)
+//       const T* q,               // (batch, q_heads, D); row b at q + b * q_stride
 //       const T* k_cache, const T* v_cache,  // one layer: (num_blocks, block_size, kv_heads * D)
 //       const int* block_tables,  // (max_seqs, max_blocks)
 //       const int* seq_lens,      // (max_seqs,) tokens in the cache, the new one included
 //       const int* seq_slots,     // (batch,) cache slot of each row; < 0: padding row
 //       float* partial,           // (batch, q_heads, max_splits, D + 2) workspace
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
-//       int split_tokens, int max_splits, float scale)
+//       int split_tokens, int max_splits, float scale, int q_stride)
 //   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory 4 * 64 * D * 2 B.
 //   Block (b, h, s) reads tokens [s * split_tokens, min((s + 1) * split_tokens, len)) of
 //   sequence b once for all G = q_heads / kv_heads query heads of kv head h (G <= 8), 64
@@ -45,7 +45,7 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
                        const int* __restrict__ seq_lens, const int* __restrict__ seq_slots,
                        float* __restrict__ partial, int batch, int q_heads, int kv_heads,
                        int block_size, int max_blocks, int split_tokens, int max_splits,
-                       float scale) {
+                       float scale, int q_stride) {
   constexpr int kColThreads = D / 8;                // threads across one V row
   constexpr int kGroups = kThreads / kColThreads;   // token groups (16 for D = 64, 8 for 128)
   const int b = blockIdx.x / kv_heads, h = blockIdx.x % kv_heads, split = blockIdx.y;
@@ -68,7 +68,8 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
   T* kv_s = reinterpret_cast<T*>(smem);
   for (int i = tid; i < G * D; i += kThreads)
     qs[i / D][i % D] =
-        rg::to_float(q[(static_cast<long long>(b) * q_heads + h * G + i / D) * D + i % D]) * qscale;
+        rg::to_float(q[static_cast<long long>(b) * q_stride + (h * G + i / D) * D + i % D]) *
+        qscale;
   if (tid < kMaxGroup) {
     m_s[tid] = rg::neg_inf();
     l_s[tid] = 0.f;
@@ -237,9 +238,10 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_f16_d64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
     int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale) {
+    float scale, int q_stride) {
   attend<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale);
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
 }
 extern "C" __global__ void decode_attention_combine_f16_d64(const float* partial, __half* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
@@ -249,9 +251,10 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_f16_d128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
     int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale) {
+    float scale, int q_stride) {
   attend<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale);
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
 }
 extern "C" __global__ void decode_attention_combine_f16_d128(const float* partial, __half* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
@@ -261,9 +264,10 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_bf16_d64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
     int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale) {
+    float scale, int q_stride) {
   attend<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale);
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
 }
 extern "C" __global__ void decode_attention_combine_bf16_d64(const float* partial, __nv_bfloat16* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
@@ -273,9 +277,10 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_bf16_d128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
     int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale) {
+    float scale, int q_stride) {
   attend<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale);
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
 }
 extern "C" __global__ void decode_attention_combine_bf16_d128(const float* partial, __nv_bfloat16* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {

@@ -2,14 +2,16 @@
 // paged KV cache (FlashAttention-2 style: query tiles, key tiles, online softmax, tensor cores).
 //
 //   extern "C" prefill_attention_{f16,bf16}_d{64,128}_r{64,128}(
-//       const T* q,               // (tokens, q_heads, D): the chunk's queries, RoPE applied
+//       const T* q,               // (tokens, q_heads, D): the chunk's queries, RoPE applied;
+//                                 // token t at q + t * q_stride
 //       const T* k_cache, const T* v_cache,  // one layer: (num_blocks, block_size, kv_heads * D)
 //       const int* block_tables,  // (max_seqs, max_blocks)
 //       const int* seq_lens,      // (max_seqs,) tokens in the cache, this chunk's included
 //       const int* cu_seqlens,    // (num_seqs + 1,) sequence i's queries: rows [cu[i], cu[i+1])
 //       const int* seq_slots,     // (num_seqs,) cache slot of sequence i; < 0: skipped
 //       T* out,                   // (tokens, q_heads, D)
-//       int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, float scale)
+//       int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, float scale,
+//       int q_stride)
 //   Query row j of sequence i (q_len = cu[i + 1] - cu[i] rows) is the token at position
 //   p = seq_lens[slot] - q_len + j and attends to cached keys 0..p (causal): earlier chunks of
 //   the prompt are in the cache already, and this chunk's K/V were appended before the call.
@@ -62,7 +64,7 @@ __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_ca
                              const int* __restrict__ seq_lens, const int* __restrict__ cu_seqlens,
                              const int* __restrict__ seq_slots, T* __restrict__ out, int num_seqs,
                              int q_heads, int kv_heads, int block_size, int max_blocks,
-                             float scale) {
+                             float scale, int q_stride) {
   constexpr int RC = D / 8, kTile = kBC * D * 2, kThreads = BR * 2;
   extern __shared__ __align__(128) char smem[];
   char* qs = smem;
@@ -79,12 +81,13 @@ __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_ca
   const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
   const int row_stride = kv_heads * D, col = head / (q_heads / kv_heads) * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const long long q_stride = static_cast<long long>(q_heads) * D;
+  const long long o_stride = static_cast<long long>(q_heads) * D;
 
   for (int i = tid; i < BR * RC; i += kThreads) {
     const int r = i / RC, c = i % RC;
     const bool ok = r0 + r < q_len;
-    const T* src = ok ? q + (q_begin + r0 + r) * q_stride + head * D + c * 8 : q;
+    const T* src = ok ? q + static_cast<long long>(q_begin + r0 + r) * q_stride + head * D + c * 8
+                      : q;
     rg::cp_async16(qs + swz<D>(r, c), src, ok);
   }
   load_kv<T, D, kThreads>(kvs, kvs + kTile, k_cache, v_cache, table, 0, kend, block_size, max_blocks,
@@ -189,7 +192,7 @@ __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_ca
     const int r = r0 + warp * 16 + g + 8 * h;
     if (r >= q_len) continue;
     const float inv = 1.f / sum;
-    T* dst = out + (q_begin + r) * q_stride + head * D + c2;
+    T* dst = out + (q_begin + r) * o_stride + head * D + c2;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
       *reinterpret_cast<unsigned*>(dst + d * 8) =
@@ -202,71 +205,71 @@ __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_ca
 extern "C" __global__ void __launch_bounds__(128) prefill_attention_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__half, 64, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(256) prefill_attention_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__half, 64, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(128) prefill_attention_f16_d128_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__half, 128, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(256) prefill_attention_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__half, 128, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(128) prefill_attention_bf16_d64_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__nv_bfloat16, 64, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(256) prefill_attention_bf16_d64_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__nv_bfloat16, 64, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(128) prefill_attention_bf16_d128_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__nv_bfloat16, 128, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }
 
 extern "C" __global__ void __launch_bounds__(256) prefill_attention_bf16_d128_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __nv_bfloat16* out, int num_seqs,
-    int q_heads, int kv_heads, int block_size, int max_blocks, float scale) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_impl<__nv_bfloat16, 128, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                 seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-                                max_blocks, scale);
+                                max_blocks, scale, q_stride);
 }

@@ -1,8 +1,10 @@
 // rope.cu: rotary position embedding (LLaMA's rotate-half form), in place on q and k.
 //
 //   extern "C" rope_f16 / rope_bf16(T* q, T* k, const int* positions, const float* inv_freq,
-//                                  int n, int q_heads, int kv_heads, int head_dim)
-//   q (n, q_heads, head_dim), k (n, kv_heads, head_dim), positions (n,), inv_freq (head_dim/2,)
+//                                  int n, int q_heads, int kv_heads, int head_dim,
+//                                  int q_stride, int k_stride)
+//   q (n, q_heads, head_dim), k (n, kv_heads, head_dim), positions (n,), inv_freq (head_dim/2,);
+//   token t's heads start at q + t * q_stride and k + t * k_stride (views into a fused QKV row)
 //   For each head vector x and i < head_dim/2, with a = positions[t] * inv_freq[i] (fp32):
 //     x[i]      <- x[i] cos a - x[i + d/2] sin a
 //     x[i + d/2] <- x[i + d/2] cos a + x[i] sin a          (fp32 math, one rounding)
@@ -15,7 +17,7 @@
 template <typename T>
 __device__ void rope_impl(T* __restrict__ q, T* __restrict__ k, const int* __restrict__ positions,
                           const float* __restrict__ inv_freq, int n, int q_heads, int kv_heads,
-                          int head_dim) {
+                          int head_dim, int q_stride, int k_stride) {
   const int t = blockIdx.x;
   if (t >= n) return;
   const int half = head_dim / 2;
@@ -26,8 +28,8 @@ __device__ void rope_impl(T* __restrict__ q, T* __restrict__ k, const int* __res
   sincosf(static_cast<float>(positions[t]) * inv_freq[i], &s, &c);
   for (int head = g; head < q_heads + kv_heads; head += groups) {
     T* x = head < q_heads
-               ? q + (static_cast<long long>(t) * q_heads + head) * head_dim
-               : k + (static_cast<long long>(t) * kv_heads + (head - q_heads)) * head_dim;
+               ? q + static_cast<long long>(t) * q_stride + head * head_dim
+               : k + static_cast<long long>(t) * k_stride + (head - q_heads) * head_dim;
     const float a = rg::to_float(x[i]), b = rg::to_float(x[i + half]);
     x[i] = rg::from_float<T>(a * c - b * s);
     x[i + half] = rg::from_float<T>(b * c + a * s);
@@ -36,11 +38,11 @@ __device__ void rope_impl(T* __restrict__ q, T* __restrict__ k, const int* __res
 
 extern "C" __global__ void rope_f16(__half* q, __half* k, const int* positions,
                                     const float* inv_freq, int n, int q_heads, int kv_heads,
-                                    int head_dim) {
-  rope_impl(q, k, positions, inv_freq, n, q_heads, kv_heads, head_dim);
+                                    int head_dim, int q_stride, int k_stride) {
+  rope_impl(q, k, positions, inv_freq, n, q_heads, kv_heads, head_dim, q_stride, k_stride);
 }
 extern "C" __global__ void rope_bf16(__nv_bfloat16* q, __nv_bfloat16* k, const int* positions,
                                      const float* inv_freq, int n, int q_heads, int kv_heads,
-                                     int head_dim) {
-  rope_impl(q, k, positions, inv_freq, n, q_heads, kv_heads, head_dim);
+                                     int head_dim, int q_stride, int k_stride) {
+  rope_impl(q, k, positions, inv_freq, n, q_heads, kv_heads, head_dim, q_stride, k_stride);
 }

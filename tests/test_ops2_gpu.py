@@ -116,3 +116,57 @@ def test_linear_rejects_bad_input(rng):
         ops.linear(x, cupy.ones((64, 64), np.float16), x)
     with pytest.raises(ValueError, match="y has shape"):
         ops.linear(x, cupy.ones((8, 64), np.float16), cupy.ones((4, 9), np.float16))
+
+
+def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
+    """rope, kv_append and both attentions take strided row views of one (n, q + 2 kv)
+    projection output, and give what they give on contiguous copies."""
+    from cupy.lib.stride_tricks import as_strided
+
+    from rawgraph.memory.paged import PagedKVCache
+
+    n, H, KV, D = 24, 8, 2, 64
+    width = (H + 2 * KV) * D
+    qkv, _ = randn(rng, (n, width), "float16")
+    item = qkv.itemsize
+    q = as_strided(qkv, (n, H, D), (width * item, D * item, item))
+    kf = qkv[:, H * D:(H + KV) * D]
+    k = as_strided(kf, (n, KV, D), (width * item, D * item, item))
+    v = qkv[:, (H + KV) * D:]
+    qc, kc, vc = q.copy(), k.copy(), cupy.ascontiguousarray(v)
+    pos = cupy.arange(n, dtype=np.int32)
+    f = cupy.asarray(ops.inv_freq(D))
+    ops.rope(q, k, pos, f, stream=stream)
+    ops.rope(qc, kc, pos, f, stream=stream)
+    stream.synchronize()
+    assert (q == qc).all() and (k == kc).all()
+    caches = []
+    for k_new, v_new in ((kf, v), (kc.reshape(n, KV * D), vc)):
+        kv = PagedKVCache(layers=1, kv_heads=KV, head_dim=D, block_size=16, num_blocks=8,
+                          max_seqs=1, max_blocks_per_seq=8)
+        kv.tables.add(0)
+        kv.tables.append(0, n)
+        kv.sync(stream)
+        slots = cupy.zeros(n, np.int32)
+        ops.kv_append(k_new, v_new, kv.k[0], kv.v[0], kv.block_tables, slots, pos,
+                      stream=stream)
+        caches.append(kv)
+    stream.synchronize()
+    a, b = caches
+    assert (a.k[0, :2] == b.k[0, :2]).all() and (a.v[0, :2] == b.v[0, :2]).all()
+    outs = []
+    for qq in (q, qc):
+        out = cupy.zeros((n, H, D), np.float16)
+        ops.prefill_attention(qq, a.k[0], a.v[0], a.block_tables, a.seq_lens,
+                              cupy.array([0, n], np.int32), cupy.zeros(1, np.int32), out, n,
+                              stream=stream)
+        dec = cupy.zeros((1, H, D), np.float16)
+        ws = cupy.zeros(ops.workspace_floats(1, H, D, n, 32), np.float32)
+        ops.decode_attention(qq[n - 1:], a.k[0], a.v[0], a.block_tables, a.seq_lens,
+                             cupy.zeros(1, np.int32), dec, ws, n, split_tokens=32,
+                             stream=stream)
+        outs.append((out, dec))
+    stream.synchronize()
+    assert (outs[0][0] == outs[1][0]).all() and (outs[0][1] == outs[1][1]).all()
+    assert (outs[0][1][0] == outs[0][0][n - 1]).all() or \
+        float(abs(outs[0][1][0] - outs[0][0][n - 1]).max()) < 2e-3

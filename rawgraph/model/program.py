@@ -18,6 +18,7 @@ from typing import Any
 
 import cupy
 import numpy as np
+from cupy.lib.stride_tricks import as_strided
 
 from rawgraph import ops
 from rawgraph.cuda.stream import cupy_stream
@@ -34,19 +35,18 @@ from rawgraph.symbols import Symbols
 
 
 def layout(cfg: LlamaConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
-    """Device tensors: name -> (shape, the checkpoint tensors stacked into it). Gate and up
-    are one matrix (one GEMV, one activation kernel)."""
+    """Device tensors: name -> (shape, the checkpoint tensors stacked into it). Q, K and V
+    are one matrix (one GEMV; rope, the cache append and attention read strided views of
+    its output), gate and up another (one GEMV, one activation kernel)."""
     out: dict[str, tuple[tuple, tuple[str, ...]]] = {
         "embed": ((cfg.vocab, cfg.hidden), ("model.embed_tokens.weight",))}
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
         for name in ("input_layernorm", "post_attention_layernorm"):
             out[p + name] = ((cfg.hidden,), (p + name + ".weight",))
-        for name, shape in (("q_proj", (cfg.q_size, cfg.hidden)),
-                            ("k_proj", (cfg.kv_size, cfg.hidden)),
-                            ("v_proj", (cfg.kv_size, cfg.hidden)),
-                            ("o_proj", (cfg.hidden, cfg.q_size))):
-            out[p + name] = (shape, (p + "self_attn." + name + ".weight",))
+        out[p + "qkv"] = ((cfg.q_size + 2 * cfg.kv_size, cfg.hidden),
+                          tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv"))
+        out[p + "o_proj"] = ((cfg.hidden, cfg.q_size), (p + "self_attn.o_proj.weight",))
         out[p + "gate_up"] = ((2 * cfg.intermediate, cfg.hidden),
                               (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"))
         out[p + "down_proj"] = ((cfg.hidden, cfg.intermediate), (p + "mlp.down_proj.weight",))
@@ -160,10 +160,16 @@ class Model:
     def _buffers(self, rows: int, seqs: int) -> dict[str, cupy.ndarray]:
         """Activations for `rows` tokens; the LM head's for `seqs` rows."""
         cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
-        cols = {"r": cfg.hidden, "h": cfg.hidden, "q": cfg.q_size, "k": cfg.kv_size,
-                "v": cfg.kv_size, "attn": cfg.q_size, "gu": 2 * cfg.intermediate,
-                "act": cfg.intermediate}
+        cols = {"r": cfg.hidden, "h": cfg.hidden, "qkv": cfg.q_size + 2 * cfg.kv_size,
+                "attn": cfg.q_size, "gu": 2 * cfg.intermediate, "act": cfg.intermediate}
         out = {name: cupy.zeros((rows, c), st) for name, c in cols.items()}
+        # strided views of the fused projection: q (rows, heads, D), k and v (rows, kv_size)
+        qkv, width = out["qkv"], cols["qkv"]
+        item = qkv.itemsize
+        out["q"] = as_strided(qkv, (rows, cfg.heads, cfg.head_dim),
+                              (width * item, cfg.head_dim * item, item))
+        out["k"] = qkv[:, cfg.q_size:cfg.q_size + cfg.kv_size]
+        out["v"] = qkv[:, cfg.q_size + cfg.kv_size:]
         out["last"] = cupy.zeros((seqs, cfg.hidden), st)
         out["logits"] = cupy.zeros((seqs, cfg.vocab), st)
         out["next"] = cupy.zeros(seqs, np.int32)
@@ -295,8 +301,7 @@ class Model:
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
         lin = {"m": n, "m_max": m_max, **kw}
         ops.rmsnorm(a["r"], w[p + "input_layernorm"], a["h"], rows=n, eps=cfg.rms_eps, **kw)
-        for name in ("q", "k", "v"):
-            ops.linear(a["h"], w[p + name + "_proj"], a[name], **lin)
+        ops.linear(a["h"], w[p + "qkv"], a["qkv"], **lin)
         attend(i)
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
         ops.rmsnorm(a["r"], w[p + "post_attention_layernorm"], a["h"], rows=n,
@@ -304,6 +309,12 @@ class Model:
         ops.linear(a["h"], w[p + "gate_up"], a["gu"], **lin)
         ops.silu_mul(a["gu"], a["act"], rows=n, **kw)
         ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
+
+    def _heads(self, k: Any) -> Any:
+        """k (rows, kv_size), a strided view, as (rows, kv_heads, head_dim)."""
+        cfg, item = self.cfg, k.itemsize
+        return as_strided(k, (k.shape[0], cfg.kv_heads, cfg.head_dim),
+                          (k.strides[0], cfg.head_dim * item, item))
 
     def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict) -> None:
         """Final norm, LM head and sampling of `rows` rows of x."""
@@ -324,12 +335,11 @@ class Model:
         cfg, a, meta = self.cfg, {k: v[:batch] for k, v in self.dec.items()}, self.dec_meta.dev
         kw = {"stream": stream, "symbols": symbols}
         m = {k: v[:batch] for k, v in meta.items()}
-        q3 = a["q"].reshape(batch, cfg.heads, cfg.head_dim)
+        q3 = a["q"]
 
         def attend(i: int) -> None:
             kc, vc = self.kv.layer(i)
-            ops.rope(q3, a["k"].reshape(batch, cfg.kv_heads, cfg.head_dim), m["pos"],
-                     self.freqs, **kw)
+            ops.rope(q3, self._heads(a["k"]), m["pos"], self.freqs, **kw)
             ops.kv_append(a["k"], a["v"], kc, vc, self.kv.block_tables, m["slots"], m["pos"],
                           **kw)
             ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
@@ -352,12 +362,11 @@ class Model:
         if not 1 <= chunk <= self.max_chunk:
             raise ValueError(f"chunk {chunk} outside [1, {self.max_chunk}]")
         kw = {"stream": stream, "symbols": symbols}
-        q3 = a["q"].reshape(self.max_chunk, cfg.heads, cfg.head_dim)
+        q3 = a["q"]
 
         def attend(i: int) -> None:
             kc, vc = self.kv.layer(i)
-            ops.rope(q3, a["k"].reshape(self.max_chunk, cfg.kv_heads, cfg.head_dim), m["pos"],
-                     self.freqs, n, **kw)
+            ops.rope(q3, self._heads(a["k"]), m["pos"], self.freqs, n, **kw)
             ops.kv_append(a["k"], a["v"], kc, vc, self.kv.block_tables, m["slots"], m["pos"], n,
                           **kw)
             ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],

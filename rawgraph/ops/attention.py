@@ -16,7 +16,7 @@ from rawgraph.symbols import Symbols, cdiv
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
            "const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, "
            "int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits, "
-           "float scale")
+           "float scale, int q_stride")
 _COMBINE = ("const float* partial, {t}* out, const int* seq_slots, int batch, int q_heads, "
             "int n_splits, int max_splits")
 _T = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
@@ -29,7 +29,7 @@ MAX_GROUP = 8
 _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
             "int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, "
-            "float scale")
+            "float scale, int q_stride")
 PREFILL_ROWS = (64, 128)  # query rows per block
 PREFILL = {(dt, d, r): Kernel("prefill_attention", f"prefill_attention_{s}_d{d}_r{r}",
                               _PREFILL.format(t=t))
@@ -102,7 +102,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
                      symbols: Symbols | None = None) -> None:
     """out[b] = softmax(q[b] K^T * scale) V over the cached tokens of sequence seq_slots[b].
 
-    q, out: (batch, q_heads, D) with D in (64, 128); caches: one layer (num_blocks, block_size,
+    q, out: (batch, q_heads, D) with D in (64, 128) (q's rows may be strided: a view into a
+    fused QKV output); caches: one layer (num_blocks, block_size,
     kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
     row: nothing written). `max_len` (int or symbol) bounds every length: it sets how many
     splits run, and is what a graph patches as contexts grow.
@@ -112,7 +113,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     batch, q_heads, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"head_dim {d} is not supported (use one of {HEAD_DIMS})")
-    dt = shapes.tensor(q, "q")
+    dt, q_stride = shapes.rows(q, "q", (q_heads, d), align=2)
     shapes.tensor(out, "out", q.shape, dt)
     kv_heads = _cache(k_cache, v_cache, block_tables, seq_lens, dt, q_heads, d, MAX_GROUP)
     _int("seq_slots", seq_slots, (batch,))
@@ -132,8 +133,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,
                          (q, k_cache, v_cache, block_tables, seq_lens, seq_slots, workspace,
                           batch, q_heads, kv_heads, block_size, block_tables.shape[1],
-                          split_tokens, max_splits, float(s)), stream, smem=decode_smem(d),
-                         symbols=symbols)
+                          split_tokens, max_splits, float(s), q_stride), stream,
+                         smem=decode_smem(d), symbols=symbols)
     COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
                                                n_splits, max_splits), stream,
                           smem=4 * max_splits, symbols=symbols)
@@ -147,7 +148,8 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
                       symbols: Symbols | None = None) -> None:
     """Causal attention of a chunk's queries over their sequences' cached keys and values.
 
-    q, out: (tokens, q_heads, D), D in (64, 128); sequence i owns query rows
+    q, out: (tokens, q_heads, D), D in (64, 128), q's rows possibly strided; sequence i owns
+    query rows
     [cu_seqlens[i], cu_seqlens[i + 1]), which are the last tokens of the seq_lens[slot] cached
     for slot seq_slots[i] (append the chunk's K/V first). Lengths, offsets, slots and tables
     are read on the device; `max_q_len` (int or symbol) bounds every sequence's query rows and
@@ -159,7 +161,7 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     tokens, q_heads, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"head_dim {d} is not supported (use one of {HEAD_DIMS})")
-    dt = shapes.tensor(q, "q")
+    dt, q_stride = shapes.rows(q, "q", (q_heads, d))
     shapes.tensor(out, "out", q.shape, dt)
     if shapes.overlap(q, out):
         raise ValueError("out must not overlap q")
@@ -179,5 +181,5 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     PREFILL[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows,
                                 (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
                                  seq_slots, out, num_seqs, q_heads, kv_heads, k_cache.shape[1],
-                                 block_tables.shape[1], float(s)), stream,
+                                 block_tables.shape[1], float(s), q_stride), stream,
                                 smem=prefill_smem(rows, d), symbols=symbols)

@@ -12,7 +12,7 @@ from rawgraph.symbols import Symbols
 
 _APPEND = ("const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* v_cache, "
            "const int* block_tables, const int* seq_slots, const int* positions, int n, "
-           "int row, int block_size, int max_blocks")
+           "int row, int block_size, int max_blocks, int src_stride")
 _GATHER = ("const {t}* cache, const int* block_tables, const int* seq_lens, int seq, {t}* out, "
            "int max_tokens, int row, int block_size, int max_blocks")
 _T = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
@@ -47,9 +47,12 @@ def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: 
     shapes.tensor(v_cache, "v_cache", k_cache.shape, dt)
     if getattr(k_new, "ndim", 0) != 2 or k_new.shape[1] != row:
         raise ValueError(f"k_new must be (tokens, {row}), got {getattr(k_new, 'shape', '?')}")
-    shapes.tensor(k_new, "k_new", dtype=dt)
-    shapes.tensor(v_new, "v_new", k_new.shape, dt)
+    _, stride = shapes.rows(k_new, "k_new", (row,), dt)
+    _, v_stride = shapes.rows(v_new, "v_new", (row,), dt)
     cap = k_new.shape[0]
+    if v_new.shape != k_new.shape or v_stride != stride:
+        raise ValueError(f"v_new must be laid out like k_new: {tuple(k_new.shape)} with row "
+                         f"stride {stride}, got {tuple(v_new.shape)} with {v_stride}")
     if getattr(block_tables, "ndim", 0) != 2:
         raise ValueError("block_tables must be (max_seqs, max_blocks)")
     _index(block_tables, "block_tables", tuple(block_tables.shape))
@@ -57,7 +60,8 @@ def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: 
     _index(positions, "positions", (cap,))
     n = shapes.count(n, cap, "n", symbols)
     KV_APPEND[dt].launch(n, BLOCK, (k_new, v_new, k_cache, v_cache, block_tables, seq_slots,
-                                    positions, n, row, block_size, block_tables.shape[1]),
+                                    positions, n, row, block_size, block_tables.shape[1],
+                                    stride),
                          stream, symbols=symbols)
 
 

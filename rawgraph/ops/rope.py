@@ -13,7 +13,7 @@ from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols
 
 _SIG = ("{t}* q, {t}* k, const int* positions, const float* inv_freq, int n, int q_heads, "
-        "int kv_heads, int head_dim")
+        "int kv_heads, int head_dim, int q_stride, int k_stride")
 ROPE = {"float16": Kernel("rope", "rope_f16", _SIG.format(t="__half")),
         "bfloat16": Kernel("rope", "rope_bf16", _SIG.format(t="__nv_bfloat16"))}
 
@@ -59,8 +59,8 @@ def rope(q: Any, k: Any, positions: Any, freqs: Any, n: Any = None, *, stream: A
     cap, q_heads, head_dim = q.shape
     if head_dim % 2 or head_dim > 512:
         raise ValueError(f"head_dim must be even and at most 512, got {head_dim}")
-    dt = shapes.tensor(q, "q", align=4)
-    shapes.tensor(k, "k", dtype=dt, align=4)
+    dt, q_stride = shapes.rows(q, "q", q.shape[1:], align=4)
+    _, k_stride = shapes.rows(k, "k", k.shape[1:], dt, align=4)
     if not hasattr(positions, "data") or np.dtype(positions.dtype) != np.int32 \
             or positions.shape != (cap,):
         raise ValueError(f"positions must be int32 of shape ({cap},)")
@@ -68,5 +68,5 @@ def rope(q: Any, k: Any, positions: Any, freqs: Any, n: Any = None, *, stream: A
             or freqs.shape != (head_dim // 2,):
         raise ValueError(f"inv_freq must be float32 of shape ({head_dim // 2},)")
     n = shapes.count(n, cap, "n", symbols)
-    ROPE[dt].launch(n, 256, (q, k, positions, freqs, n, q_heads, k.shape[1], head_dim), stream,
-                    symbols=symbols)
+    ROPE[dt].launch(n, 256, (q, k, positions, freqs, n, q_heads, k.shape[1], head_dim,
+                             q_stride, k_stride), stream, symbols=symbols)

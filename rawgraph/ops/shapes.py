@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rawgraph.dtypes import kind_of
 from rawgraph.symbols import Expr, Range, Symbols
 
@@ -75,3 +77,28 @@ def overlap(a: Any, b: Any) -> bool:
     """Whether two device arrays share any byte."""
     a0, b0 = a.data.ptr, b.data.ptr
     return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
+
+
+def rows(arr: Any, name: str, inner: tuple, dtype: str | None = None,
+         align: int = 16) -> tuple[str, int]:
+    """Check a device array of rows (rows, *inner) whose rows may be strided: a view into a
+    wider matrix, such as q, k and v of a fused QKV projection. Inner dimensions must be
+    contiguous, the base and the row stride `align`-byte aligned. Returns (dtype, row stride
+    in elements)."""
+    if not hasattr(arr, "data") or not hasattr(arr, "strides"):
+        raise ValueError(f"{name} must be a CuPy array, got {type(arr).__name__}")
+    kind = kind_of(arr)
+    if dtype is not None and kind != dtype:
+        raise ValueError(f"{name} is {kind}, expected {dtype}")
+    if tuple(arr.shape[1:]) != tuple(inner) or arr.ndim != len(inner) + 1:
+        raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected (rows, "
+                         f"{', '.join(map(str, inner))})")
+    c_strides = [arr.itemsize * int(np.prod(inner[i + 1:])) for i in range(len(inner))]
+    stride = arr.strides[0]
+    if list(arr.strides[1:]) != c_strides or stride % arr.itemsize \
+            or (arr.shape[0] > 1 and stride < arr.itemsize * int(np.prod(inner))):
+        raise ValueError(f"{name} must have contiguous rows (strides {arr.strides})")
+    if arr.data.ptr % align or (stride % align and arr.shape[0] > 1):
+        raise ValueError(f"{name} must be {align}-byte aligned, rows too (address "
+                         f"{arr.data.ptr:#x}, row stride {stride} B)")
+    return kind, stride // arr.itemsize if arr.shape[0] > 1 else int(np.prod(inner))
