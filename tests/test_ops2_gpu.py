@@ -153,7 +153,9 @@ def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
         caches.append(kv)
     stream.synchronize()
     a, b = caches
-    assert (a.k[0, :2] == b.k[0, :2]).all() and (a.v[0, :2] == b.v[0, :2]).all()
+    for cache in ("k", "v"):  # blocks 0 and 1 hold the 24 tokens (16 + 8)
+        x, y = getattr(a, cache)[0], getattr(b, cache)[0]
+        assert (x[0] == y[0]).all() and (x[1, :8] == y[1, :8]).all(), cache
     outs = []
     for qq in (q, qc):
         out = cupy.zeros((n, H, D), np.float16)
@@ -168,5 +170,5 @@ def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
         outs.append((out, dec))
     stream.synchronize()
     assert (outs[0][0] == outs[1][0]).all() and (outs[0][1] == outs[1][1]).all()
-    assert (outs[0][1][0] == outs[0][0][n - 1]).all() or \
-        float(abs(outs[0][1][0] - outs[0][0][n - 1]).max()) < 2e-3
+    # the decode kernel agrees with the prefill kernel's last row (P rounded to fp16 there)
+    np.testing.assert_allclose(outs[0][1][0].get(), outs[0][0][n - 1].get(), atol=4e-3)
