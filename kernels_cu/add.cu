@@ -10,6 +10,7 @@
 template <typename T>
 __device__ void add_impl(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
                          int n) {
+  rg::pdl_start();
   const long long i = 8ll * (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (i >= n) return;
   const bool aligned =

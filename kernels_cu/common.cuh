@@ -3,6 +3,8 @@
 //   - Vec<T, N>: N elements loaded/stored as one aligned vector access (16 bytes for N = 8)
 //   - block_sum: sum of one float per thread over the whole block (blockDim.x % 32 == 0)
 //   - neg_inf: -infinity (NVRTC has no <cmath>)
+//   - pdl_start: programmatic dependent launch; every kernel calls it before reading what
+//     an earlier kernel wrote (a no-op unless launched with programmatic serialization)
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,6 +24,18 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
   return __float2bfloat16_rn(x);
 }
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+
+// Programmatic dependent launch (PDL): let the next kernel in the stream launch now (its
+// blocks run their independent prologue, then wait), then wait until the previous kernel
+// has finished and its writes are visible. Both are no-ops for a normal launch.
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_start() {
+  pdl_trigger();
+  pdl_wait();
+}
 
 // -infinity without <cmath> (NVRTC has no INFINITY macro).
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }

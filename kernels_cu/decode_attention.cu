@@ -46,6 +46,7 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
                        float* __restrict__ partial, int batch, int q_heads, int kv_heads,
                        int block_size, int max_blocks, int split_tokens, int max_splits,
                        float scale, int q_stride) {
+  rg::pdl_start();
   constexpr int kColThreads = D / 8;                // threads across one V row
   constexpr int kGroups = kThreads / kColThreads;   // token groups (16 for D = 64, 8 for 128)
   const int b = blockIdx.x / kv_heads, h = blockIdx.x % kv_heads, split = blockIdx.y;
@@ -204,6 +205,7 @@ template <typename T, int D>
 __device__ void combine(const float* __restrict__ partial, T* __restrict__ out,
                         const int* __restrict__ seq_slots, int batch, int q_heads, int n_splits,
                         int max_splits) {
+  rg::pdl_start();
   extern __shared__ float w[];  // (max_splits,): each split's weight 2^(m_s - M)
   __shared__ float red[D / 32];
   const int b = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;

@@ -12,6 +12,7 @@
 template <typename T>
 __device__ void embedding_impl(const int* __restrict__ ids, const T* __restrict__ table,
                                T* __restrict__ out, int n, int dim, int vocab) {
+  rg::pdl_start();
   const int t = blockIdx.x;
   if (t >= n) return;
   const int id = ids[t];

@@ -93,6 +93,8 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
 
   // k chunks in flight per lane: fewer as the x tile grows (registers: 8 NT + 8 per chunk)
   constexpr int kUnroll = NT <= 2 ? 4 : NT == 4 ? 2 : 1;
+  rg::pdl_trigger();
+  bool waited = false;
   for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * kUnroll) {
     uint4 a_lo[kUnroll], a_hi[kUnroll], b[NT][kUnroll];
 #pragma unroll
@@ -101,6 +103,15 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
       const bool in = c < chunks && c * 32 + 8 * t < k;
       a_lo[u] = load16(wlo + c * 32, in && lo);
       a_hi[u] = load16(whi + c * 32, in && hi);
+    }
+    if (!waited) {  // the first weights are on their way; x comes from the previous kernel
+      rg::pdl_wait();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps * CS;
+      const bool in = c < chunks && c * 32 + 8 * t < k;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int row = 8 * j + g;
@@ -116,6 +127,7 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
       }
   }
 
+  if (!waited) rg::pdl_wait();  // a warp with no chunks still reads the residual below
   __shared__ float red[kWarps][NT * 4][32];
   __shared__ float part[NT * 4][32];  // this block's sum over its warps
   const int w8 = threadIdx.x >> 5;

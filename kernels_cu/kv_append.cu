@@ -22,6 +22,7 @@ __device__ void kv_append_impl(const T* __restrict__ k_new, const T* __restrict_
                                const int* __restrict__ seq_slots,
                                const int* __restrict__ positions, int n, int row,
                                int block_size, int max_blocks, int src_stride) {
+  rg::pdl_start();
   const int t = blockIdx.x;
   if (t >= n) return;
   const int seq = seq_slots[t], pos = positions[t];

@@ -17,6 +17,7 @@ template <typename T>
 __device__ void kv_gather_impl(const T* __restrict__ cache, const int* __restrict__ block_tables,
                                const int* __restrict__ seq_lens, int seq, T* __restrict__ out,
                                int max_tokens, int row, int block_size, int max_blocks) {
+  rg::pdl_start();
   const int t = blockIdx.x;
   const int len = seq_lens[seq];
   if (t >= max_tokens || t >= len || t >= block_size * max_blocks) return;

@@ -65,6 +65,7 @@ __device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_ca
                              const int* __restrict__ seq_slots, T* __restrict__ out, int num_seqs,
                              int q_heads, int kv_heads, int block_size, int max_blocks,
                              float scale, int q_stride) {
+  rg::pdl_start();
   constexpr int RC = D / 8, kTile = kBC * D * 2, kThreads = BR * 2;
   extern __shared__ __align__(128) char smem[];
   char* qs = smem;

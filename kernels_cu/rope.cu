@@ -18,6 +18,7 @@ template <typename T>
 __device__ void rope_impl(T* __restrict__ q, T* __restrict__ k, const int* __restrict__ positions,
                           const float* __restrict__ inv_freq, int n, int q_heads, int kv_heads,
                           int head_dim, int q_stride, int k_stride) {
+  rg::pdl_start();
   const int t = blockIdx.x;
   if (t >= n) return;
   const int half = head_dim / 2;

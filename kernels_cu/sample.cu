@@ -205,6 +205,7 @@ __device__ void sample_impl(const T* __restrict__ logits, const float* __restric
                             const int* __restrict__ top_k, const float* __restrict__ top_p,
                             const u64* __restrict__ seeds, const int* __restrict__ positions,
                             int* __restrict__ out, int rows, int vocab) {
+  rg::pdl_start();
   __shared__ Shared sh;
   extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms
   const int r = blockIdx.x;

@@ -10,6 +10,7 @@
 template <typename T>
 __device__ void silu_mul_impl(const T* __restrict__ gate_up, T* __restrict__ out, int rows,
                               int inter) {
+  rg::pdl_start();
   const int row = blockIdx.y;
   const int j = 8 * (blockIdx.x * blockDim.x + threadIdx.x);
   if (row >= rows || j >= inter) return;

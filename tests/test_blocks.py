@@ -112,3 +112,15 @@ def test_append_one_matches_append_and_is_all_or_nothing():
     with pytest.raises(OutOfBlocks):
         t.append_one(np.array([0, 1]))
     assert (t.table == before[0]).all() and (t.lens == before[1]).all()
+
+
+def test_truncate_gives_back_the_blocks_past_the_end():
+    t = BlockTables(BlockAllocator(10), 4, 2, 8)
+    t.add(0)
+    t.append(0, 13)  # 4 blocks
+    t.truncate(0, 5)  # 2 blocks
+    assert t.lens[0] == 5 and t.alloc.num_free == 8 and (t.table[0, 2:] == -1).all()
+    t.append(0, 3)
+    assert t.lens[0] == 8 and t.alloc.num_free == 8
+    with pytest.raises(ValueError, match="cannot truncate"):
+        t.truncate(0, 9)

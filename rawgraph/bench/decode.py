@@ -75,8 +75,53 @@ def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
                  "graphs": len(BATCHES), "target": "<= 1000 ms", "ok": capture_ms <= 1000})
     rows.extend(_streams(name, model))
     runner.close()
+    if name == "llama-1b":
+        rows.extend(_loops(name, model, floor_gbps))
     model.close()
     return rows
+
+
+LOOP_STEPS = 64
+
+
+def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
+    """Generating LOOP_STEPS tokens: host-driven graph steps (tokens back to the host after
+    each) vs one WHILE-node launch, each with and without programmatic dependent launch."""
+    from rawgraph.engine.loop import DecodeLoop
+
+    out = []
+    for batch in (1, 32):
+        row: dict[str, Any] = {"preset": name, "B": f"{batch} x {LOOP_STEPS} tokens",
+                               "context": 1024}
+        tokens: dict[str, list] = {}
+        for pdl in (False, True):
+            tag = " +PDL" if pdl else ""
+            runner = Runner(model, graphs=True, buckets=[batch], chunks=[64], pdl=pdl)
+            runner.pool.acquire(("decode", batch))
+            loop = DecodeLoop(model, batch, LOOP_STEPS, runner.decode_stream, pdl=pdl)
+            for kind in ("host loop", "WHILE loop"):
+                best = []
+                for _ in range(3):
+                    slots = _fill(model, batch, 1024)
+                    for slot in slots:
+                        model.set_sampling(slot, SamplingParams())
+                    t0 = time.perf_counter()
+                    if kind == "WHILE loop":
+                        got = loop.run(slots, [1] * batch, [LOOP_STEPS] * batch)
+                    else:
+                        got, last = [[] for _ in slots], [1] * batch
+                        for _ in range(LOOP_STEPS):
+                            _, last, _ = runner.run([], slots, last)
+                            for g, tok in zip(got, last):
+                                g.append(tok)
+                    best.append((time.perf_counter() - t0) * 1e3 / LOOP_STEPS)
+                row[f"{kind}{tag} ms/token"] = statistics.median(best)
+                tokens[kind + tag] = got
+            loop.close()
+            runner.close()
+        row["same tokens"] = all(v == tokens["host loop"] for v in tokens.values())
+        out.append(row)
+    return out
 
 
 def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,

@@ -12,7 +12,7 @@ from cuda.bindings import driver
 
 from rawgraph.cuda.check import CompileError, check
 from rawgraph.cuda.device import compute_capability, ensure_context
-from rawgraph.cuda.launch import Launch, launch_now, observers
+from rawgraph.cuda.launch import Launch, launch_now, observers, pdl_default
 from rawgraph.cuda.signature import Signature
 
 KERNELS_DIR = Path(os.environ.get("RAWGRAPH_KERNELS",
@@ -123,12 +123,15 @@ class Kernel:
             self._smem_limit = nbytes
 
     def launch(self, grid: Any, block: Any, args: tuple, stream: Any = None, *,
-               smem: int = 0, pdl: bool = False, symbols: Any = None) -> None:
+               smem: int = 0, pdl: bool | None = None, symbols: Any = None) -> None:
         """Launch now on `stream` (validated first; grid/args may be symbol expressions).
 
         Under a capture (or with symbols) the launch keeps its own storage as the record of
-        the graph node it becomes; otherwise it takes the eager fast path.
+        the graph node it becomes; otherwise it takes the eager fast path. `pdl` None: this
+        thread's default (`rawgraph.cuda.launch.programmatic`).
         """
+        if pdl is None:
+            pdl = pdl_default()
         if symbols is None and not observers():
             launch_now(self, grid, block, args, stream, smem=smem, pdl=pdl)
         else:

@@ -9,9 +9,10 @@ changes (the patch hot path) costs a call, not a tree walk.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from cuda.bindings import driver
@@ -32,6 +33,24 @@ _PDL = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIAL
 # Launch observers of this thread: captures subscribe here to learn which node each launch
 # became. The CUDA layer knows nothing of graphs beyond this hook.
 _local = threading.local()
+
+
+@contextlib.contextmanager
+def programmatic(enabled: bool = True) -> Iterator[None]:
+    """Launches in the block (this thread) use programmatic dependent launch: each kernel
+    may start while the previous one finishes, running its independent prologue (kernels_cu
+    call rg::pdl_start / pdl_wait before reading what came before)."""
+    old = getattr(_local, "pdl", False)
+    _local.pdl = enabled
+    try:
+        yield
+    finally:
+        _local.pdl = old
+
+
+def pdl_default() -> bool:
+    """Whether launches on this thread use programmatic dependent launch by default."""
+    return getattr(_local, "pdl", False)
 
 
 def observers() -> list[Callable[[int, Launch], None]]:

@@ -64,10 +64,10 @@ class Runner:
 
     def __init__(self, model: Model, *, graphs: bool = True, buckets: Sequence[int] | None = None,
                  chunks: Sequence[int] | None = None, streams: int = 2, max_graphs: int = 64,
-                 max_graph_bytes: int = 1 << 30):
+                 max_graph_bytes: int = 1 << 30, pdl: bool = False):
         if streams not in (1, 2):
             raise ValueError(f"streams = {streams}: one stream, or two (prefill beside decode)")
-        self.model, self.graphs = model, graphs
+        self.model, self.graphs, self.pdl = model, graphs, pdl
         self.buckets = _sizes(BUCKETS, model.max_batch, buckets)
         self.chunks = _sizes(CHUNKS, model.max_chunk, chunks)
         self.decode_stream = new_stream()
@@ -86,7 +86,7 @@ class Runner:
             sym = Symbols(max_len=Range(1, m.max_context))
             sym.set(max_len=m.max_context)
             with capture(s, name=f"decode B={size}") as cap:
-                m.launch_decode(size, sym.max_len, s, symbols=sym)
+                m.launch_decode(size, sym.max_len, s, symbols=sym, pdl=self.pdl)
         else:
             sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs), q=Range(1, size))
             sym.set(n=size, seqs=1, q=size)
@@ -171,7 +171,7 @@ class Runner:
                 st.patch_us += (time.perf_counter() - tp) * 1e6
                 dec_ex.launch(ds)
             else:
-                m.launch_decode(b or len(slots), longest, ds)
+                m.launch_decode(b or len(slots), longest, ds, pdl=self.pdl)
         if pieces:
             if pre_ex is not None:
                 tp = time.perf_counter()

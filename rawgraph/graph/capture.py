@@ -104,8 +104,12 @@ def _broke_capture(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_local",
-            allocations: str | Callable[[int], Any] = "forbid") -> Iterator[Capture]:
+            allocations: str | Callable[[int], Any] = "forbid",
+            into: Any = None) -> Iterator[Capture]:
     """Capture the launches issued in the block on `stream` into `cap.graph`.
+
+    into: an existing CUgraph to capture into instead (the body of a conditional node, say);
+      it stays its owner's, and `cap.graph` stays None (`cap.records` has the launches).
 
     mode: 'thread_local' (default), 'global' or 'relaxed' (cudaStreamCaptureMode).
     allocations: what a CuPy allocation inside the block does:
@@ -134,7 +138,7 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with _captured(stream, h, name, mode, alloc, cap) as c:
+        with _captured(stream, h, name, mode, alloc, cap, into) as c:
             yield c
     finally:
         if was_enabled:
@@ -143,8 +147,13 @@ def capture(stream: Any = None, *, name: str = "graph", mode: str = "thread_loca
 
 @contextlib.contextmanager
 def _captured(stream: Any, h: int, name: str, mode: str, alloc: Any,
-              cap: Capture) -> Iterator[Capture]:
-    check(driver.cuStreamBeginCapture(driver.CUstream(h), MODES[mode]), f"begin capture {name!r}")
+              cap: Capture, into: Any) -> Iterator[Capture]:
+    if into is None:
+        check(driver.cuStreamBeginCapture(driver.CUstream(h), MODES[mode]),
+              f"begin capture {name!r}")
+    else:
+        check(driver.cuStreamBeginCaptureToGraph(driver.CUstream(h), into, None, None, 0,
+                                                 MODES[mode]), f"begin capture {name!r}")
     cap.id = int(driver.cuStreamGetCaptureInfo(driver.CUstream(h))[2])
     observers().append(cap._observe)
     allocating = cupy.cuda.using_allocator(alloc) if alloc else contextlib.nullcontext()
@@ -173,4 +182,5 @@ def _captured(stream: Any, h: int, name: str, mode: str, alloc: Any,
             f"capture {name!r} on stream {h:#x} failed at its end with {err.name}: an operation "
             f"in the block (a synchronize, a cudaMalloc, an event query, work on the legacy "
             f"stream, or a stream forked and not joined back) invalidated it")
-    cap.graph = Graph(graph, cap.records, name=name)
+    if into is None:
+        cap.graph = Graph(graph, cap.records, name=name)

@@ -131,6 +131,17 @@ class BlockTables:
         for s in slots[cow]:
             self.append(int(s), 1)
 
+    def truncate(self, s: int, n: int) -> None:
+        """Shorten sequence s to its first n tokens; blocks past them go back."""
+        self._check_slot(s, active=True)
+        old = int(self.lens[s])
+        if not 0 <= n <= old:
+            raise ValueError(f"sequence {s}: cannot truncate {old} tokens to {n}")
+        keep, have = -(-n // self.block_size), -(-old // self.block_size)
+        self.alloc.release([int(b) for b in self.table[s, keep:have]])
+        self.table[s, keep:have] = -1
+        self.lens[s] = n
+
     def fork(self, src: int, dst: int) -> None:
         """Sequence dst starts as a copy of src, sharing its blocks (copy on write later)."""
         self._check_slot(src, active=True)

@@ -57,9 +57,11 @@ class PagedKVCache:
         """(k, v) of layer i: (num_blocks, block_size, row) each."""
         return self.k[i], self.v[i]
 
-    def sync(self, stream: Any = None) -> None:
+    def sync(self, stream: Any = None, lens: dict[int, int] | None = None) -> None:
         """Run queued copy-on-write block copies, then copy tables and lengths to the device
-        (one host-to-device copy), all ordered on `stream`."""
+        (one host-to-device copy), all ordered on `stream`. `lens` overrides the lengths the
+        device sees for some slots (a loop on the device that reserved blocks ahead starts
+        from the current length and advances it itself)."""
         s = cupy_stream(stream)
         t = self.tables
         with s:
@@ -71,5 +73,7 @@ class PagedKVCache:
         n = t.table.size
         self._staging[:n] = t.table.ravel()
         self._staging[n:] = t.lens
+        for slot, length in (lens or {}).items():
+            self._staging[n + slot] = length
         self.meta.data.copy_from_host_async(self._staging.ctypes.data, self._staging.nbytes, s)
         self._copied.record(s)

@@ -21,6 +21,7 @@ import numpy as np
 from cupy.lib.stride_tricks import as_strided
 
 from rawgraph import ops
+from rawgraph.cuda.launch import programmatic
 from rawgraph.cuda.stream import cupy_stream
 from rawgraph.dtypes import storage_dtype
 from rawgraph.memory.arena import Arena
@@ -177,8 +178,8 @@ class Model:
 
     # -- host side: grow the cache, write the step's metadata, one copy ---------------------
 
-    def _grow(self, need: dict[int, int]) -> None:
-        """Append need[slot] tokens to each sequence, all or nothing."""
+    def grow(self, need: dict[int, int]) -> None:
+        """Make room for need[slot] more tokens in each sequence, all or nothing."""
         t, bs = self.kv.tables, self.kv.block_size
         fresh = 0
         for slot, n in need.items():
@@ -272,7 +273,7 @@ class Model:
                                  f"{p.start}, {len(p.tokens)} tokens)")
             if not all(0 <= x < self.cfg.vocab for x in p.tokens):
                 raise ValueError(f"slot {p.slot}: token ids outside [0, {self.cfg.vocab})")
-        self._grow({p.slot: len(p.tokens) for p in pieces})
+        self.grow({p.slot: len(p.tokens) for p in pieces})
         h = self.pre_meta.begin()
         row = 0
         h["cu"][:] = 0
@@ -326,12 +327,17 @@ class Model:
                    meta["seeds"], pos, rows, **kw)
 
     def launch_decode(self, batch: int, max_len: Any, stream: Any,
-                      symbols: Symbols | None = None) -> None:
+                      symbols: Symbols | None = None, *, pdl: bool = False) -> None:
         """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
         sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
-        row's context (int, or a symbol when captured)."""
+        row's context (int, or a symbol when captured). `pdl`: programmatic dependent
+        launches (each GEMV fetches its first weights while the previous kernel ends)."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
+        with programmatic(pdl):
+            self._decode(batch, max_len, stream, symbols)
+
+    def _decode(self, batch: int, max_len: Any, stream: Any, symbols: Symbols | None) -> None:
         cfg, a, meta = self.cfg, {k: v[:batch] for k, v in self.dec.items()}, self.dec_meta.dev
         kw = {"stream": stream, "symbols": symbols}
         m = {k: v[:batch] for k, v in meta.items()}

@@ -1,0 +1,98 @@
+"""A whole decode loop in one WHILE-node graph launch: the same tokens as the host-driven
+loop of bucket graphs, stops at stop ids and budgets, leaves the cache where the host loop
+would."""
+
+import numpy as np
+import pytest
+
+from rawgraph.cuda.stream import new_stream
+from rawgraph.engine.loop import DecodeLoop
+from rawgraph.engine.runner import Runner
+from rawgraph.model.config import preset
+from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.model.weights import random_weights
+from rawgraph.ops import SamplingParams
+
+pytestmark = pytest.mark.gpu
+CFG = preset("tiny")
+TENSORS = random_weights(CFG, 31)
+PROMPTS = {0: [3, 1, 4, 1, 5], 2: [9, 2, 6], 3: [5, 3, 5, 8, 9, 7, 9]}
+SAMPLING = {0: SamplingParams(), 2: SamplingParams(0.9, 30, 0.95, seed=5), 3: SamplingParams()}
+
+
+def _prefilled():
+    model = Model(CFG, TENSORS, max_batch=4, max_context=256, max_chunk=16, max_chunk_seqs=4)
+    s = new_stream()
+    first = model.prefill([PrefillPiece(x, p, 0, SAMPLING[x]) for x, p in PROMPTS.items()], s)
+    return model, dict(zip(PROMPTS, first)), s
+
+
+def _host_loop(budgets, stops):
+    model, first, _ = _prefilled()
+    runner = Runner(model, buckets=[4], chunks=[16])
+    out = {s: [] for s in PROMPTS}
+    last = dict(first)
+    live = list(PROMPTS)
+    while live:
+        _, nxt, _ = runner.run([], live, [last[s] for s in live])
+        for s, tok in zip(list(live), nxt):
+            out[s].append(tok)
+            last[s] = tok
+            if tok == stops[s] or len(out[s]) == budgets[s]:
+                live.remove(s)
+    lens = {s: int(model.kv.tables.lens[s]) for s in PROMPTS}
+    runner.close()
+    model.close()
+    return first, out, lens
+
+
+def test_loop_matches_the_host_driven_loop_and_stops_where_it_should():
+    budgets = {0: 20, 2: 33, 3: 9}
+    first, want, _ = _host_loop(budgets, {0: -1, 2: -1, 3: -1})
+    stops = {0: want[0][6], 2: -1, 3: -1}  # row 0 stops at its 7th token (or earlier)
+    first, want, want_lens = _host_loop(budgets, stops)
+    model, first2, s = _prefilled()
+    assert first2 == first
+    loop = DecodeLoop(model, bucket=4, max_steps=64, stream=s)
+    slots = list(PROMPTS)
+    got = loop.run(slots, [first[x] for x in slots], [budgets[x] for x in slots],
+                   [stops[x] for x in slots])
+    assert dict(zip(slots, got)) == want
+    assert {x: int(model.kv.tables.lens[x]) for x in slots} == want_lens
+    loop.close()
+    model.close()
+
+
+def test_loop_then_host_steps_continue_the_same_sequences():
+    budgets = {0: 12, 2: 12, 3: 12}
+    _, want, _ = _host_loop(budgets, {0: -1, 2: -1, 3: -1})
+    model, first, s = _prefilled()
+    loop = DecodeLoop(model, bucket=4, max_steps=5, stream=s)  # 5 on the device, 7 by host
+    slots = list(PROMPTS)
+    got = loop.run(slots, [first[x] for x in slots], [12] * 3)
+    assert all(len(g) == 5 for g in got)
+    runner = Runner(model, buckets=[4], chunks=[16])
+    last = [g[-1] for g in got]
+    for _ in range(7):
+        _, last, _ = runner.run([], slots, last)
+        for g, tok in zip(got, last):
+            g.append(tok)
+    assert dict(zip(slots, got)) == want
+    runner.close()
+    loop.close()
+    model.close()
+
+
+def test_loop_rejects_bad_requests_before_launching():
+    model, _, s = _prefilled()
+    loop = DecodeLoop(model, bucket=2, max_steps=8, stream=s)
+    with pytest.raises(ValueError, match="1 to 2 rows"):
+        loop.run([0, 2, 3], [1, 1, 1], [4, 4, 4])
+    with pytest.raises(ValueError, match="budgets"):
+        loop.run([0], [1], [0])
+    before = model.kv.tables.lens.copy()
+    with pytest.raises(ValueError, match="max_context"):
+        DecodeLoop(model, bucket=1, max_steps=400, stream=s).run([0], [1], [400])
+    assert np.array_equal(model.kv.tables.lens, before)
+    loop.close()
+    model.close()
