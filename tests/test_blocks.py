@@ -124,3 +124,21 @@ def test_truncate_gives_back_the_blocks_past_the_end():
     assert t.lens[0] == 8 and t.alloc.num_free == 8
     with pytest.raises(ValueError, match="cannot truncate"):
         t.truncate(0, 9)
+
+
+def test_reset_hands_blocks_out_in_the_original_order_again():
+    t = BlockTables(BlockAllocator(6), 4, 3, 4)
+    for s, n in ((0, 5), (1, 3), (2, 1)):
+        t.add(s)
+        t.append(s, n)
+    first = t.table.copy()
+    t.free(1)
+    t.reset()
+    assert t.active == set() and t.alloc.num_free == 6
+    for s, n in ((0, 5), (1, 3), (2, 1)):
+        t.add(s)
+        t.append(s, n)
+    assert (t.table == first).all()
+    t.alloc.share([0])
+    with pytest.raises(ValueError, match="still referenced"):
+        t.alloc.reset()

@@ -35,9 +35,9 @@ STEPS = 15
 
 
 def _fill(model: Model, batch: int, ctx: int) -> list[int]:
+    """Sequences 0..batch-1 with ctx - 1 cached tokens each, in the same blocks every time."""
     t = model.kv.tables
-    for s in list(t.active):
-        t.free(s)
+    t.reset()
     for s in range(batch):
         t.add(s)
         t.append(s, ctx - 1)

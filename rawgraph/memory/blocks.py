@@ -24,6 +24,12 @@ class BlockAllocator:
         self._free = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self.refs = np.zeros(num_blocks, np.int32)
 
+    def reset(self) -> None:
+        """Every block free, handed out from 0 again (only when none is referenced)."""
+        if (self.refs != 0).any():
+            raise ValueError(f"{int((self.refs != 0).sum())} blocks are still referenced")
+        self._free = list(range(self.num_blocks - 1, -1, -1))
+
     @property
     def num_free(self) -> int:
         """Blocks not referenced by any sequence."""
@@ -130,6 +136,14 @@ class BlockTables:
         self.lens[slots[~cow]] += 1
         for s in slots[cow]:
             self.append(int(s), 1)
+
+    def reset(self) -> None:
+        """End every sequence and hand blocks out in the original order again (0, 1, ...):
+        the same requests then land in the same blocks, run after run."""
+        for s in list(self.active):
+            self.free(s)
+        self.alloc.reset()
+        self.pending_copies.clear()
 
     def truncate(self, s: int, n: int) -> None:
         """Shorten sequence s to its first n tokens; blocks past them go back."""
