@@ -137,14 +137,3 @@ def test_requests_that_cannot_run_are_refused():
     engine.close()
     model.close()
 
-
-def test_programmatic_dependent_launch_changes_no_bit():
-    outs, logits = [], []
-    for graphs, pdl in ((False, False), (True, True)):
-        model = _model()
-        engine = Engine(model, graphs=graphs, pdl=pdl, progress=False)
-        outs.append([r.output for r in engine.run(_stream(seed=4))])
-        logits.append(model.dec["logits"].get().view(np.uint16))
-        engine.close()
-        model.close()
-    assert outs[0] == outs[1] and np.array_equal(*logits)

@@ -31,7 +31,8 @@ MAX_ROWS = 128  # decode_advance: one thread per row
 
 
 class DecodeLoop:
-    """Up to `max_steps` decode steps of up to `bucket` rows in one launch."""
+    """Up to `max_steps` decode steps of up to `bucket` rows in one launch (`pdl`: the
+    experimental programmatic launches of `Runner`, measurement only)."""
 
     def __init__(self, model: Model, bucket: int, max_steps: int, stream: Any,
                  pdl: bool = False):

@@ -60,7 +60,12 @@ def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> t
 
 
 class Runner:
-    """The model's iterations through bucket and chunk graphs (`graphs=True`) or eagerly."""
+    """The model's iterations through bucket and chunk graphs (`graphs=True`) or eagerly.
+
+    `pdl=True` launches decode kernels with programmatic dependent launch. EXPERIMENTAL, for
+    measurement only: at LLaMA-1B shapes it gives tokens that differ from run to run (a race
+    not yet found; the tiny model showed none), so the engine never enables it.
+    """
 
     def __init__(self, model: Model, *, graphs: bool = True, buckets: Sequence[int] | None = None,
                  chunks: Sequence[int] | None = None, streams: int = 2, max_graphs: int = 64,

@@ -331,7 +331,8 @@ class Model:
         """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
         sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
         row's context (int, or a symbol when captured). `pdl`: programmatic dependent
-        launches (each GEMV fetches its first weights while the previous kernel ends)."""
+        launches (each GEMV fetches its first weights while the previous kernel ends).
+        EXPERIMENTAL: racy at LLaMA-1B shapes (tokens differ between runs); see Runner."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
         with programmatic(pdl):
