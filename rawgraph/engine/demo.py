@@ -20,7 +20,7 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.model.config import LlamaConfig, preset
 from rawgraph.model.program import Model
-from rawgraph.ops.sampling import SamplingParams
+from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
 
 TEXT_PROMPTS = ["The capital of France is", "CUDA graphs make small kernels cheap because",
                 "Write a haiku about memory bandwidth:", "1, 2, 3, 4, 5,",
@@ -70,7 +70,8 @@ def _model(args: Any) -> tuple[Model, LlamaConfig, Any]:
 def _show(r: Request, tok: Any) -> str:
     out = repr(tok.decode(r.output)) if tok else " ".join(map(str, r.output[:16])) + \
         (" ..." if len(r.output) > 16 else "")
-    how = "greedy" if r.sampling.temperature <= 1e-6 else f"t={r.sampling.temperature}"
+    t = r.sampling.temperature
+    how = "greedy" if t <= GREEDY_TEMPERATURE else f"t={t}"
     return (f"{r.name}  prompt {len(r.prompt):>4}  {how:<7} arrived {r.arrival:>3}  "
             f"steps {r.first_step:>3}-{r.last_step:<3} {r.finish:<6} -> {out}")
 

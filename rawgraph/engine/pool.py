@@ -37,7 +37,7 @@ class GraphPool:
         self._build, self._stream = build, stream
         self.max_graphs, self.max_bytes = max_graphs, max_bytes
         self.entries: OrderedDict[Any, PoolEntry] = OrderedDict()
-        self.hits = self.misses = self.evictions = 0
+        self.evictions = 0
 
     def __contains__(self, key: Any) -> bool:
         return key in self.entries
@@ -55,10 +55,8 @@ class GraphPool:
         spares `keep` (graphs the caller holds for this step)."""
         entry = self.entries.get(key)
         if entry is not None:
-            self.hits += 1
             self.entries.move_to_end(key)
             return entry.exec
-        self.misses += 1
         t0 = time.perf_counter()
         free0 = free_bytes()
         graph = self._build(key)

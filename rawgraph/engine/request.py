@@ -28,7 +28,7 @@ class Request:
     slot: int = -1
     prefilled: int = 0  # prompt tokens already in the cache
     output: list[int] = field(default_factory=list)
-    finish: str = ""  # "stop", "length" or "context" once done
+    finish: str = ""  # "stop" or "length" once done
     first_step: int = -1
     last_step: int = -1
 
@@ -43,8 +43,3 @@ class Request:
     def decoding(self) -> bool:
         """The prompt is in the cache and tokens are being generated."""
         return self.prefilled == len(self.prompt) and not self.finish
-
-    @property
-    def length(self) -> int:
-        """Tokens in the cache once the current step's input is appended."""
-        return self.prefilled + len(self.output)

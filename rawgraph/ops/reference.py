@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rawgraph.dtypes import round_to
+from rawgraph.ops.sampling import GREEDY_TEMPERATURE
 
 
 def add(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
@@ -142,7 +143,7 @@ def sample_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: floa
     x = logits.astype(np.float64)
     ok = ~np.isnan(x)
     out = np.zeros_like(x)
-    if temperature <= 1e-6:
+    if temperature <= GREEDY_TEMPERATURE:
         out[int(np.argmax(np.where(ok, x, -np.inf)))] = 1.0
         return out
     keep = ok.copy()

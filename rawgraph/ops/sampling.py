@@ -37,7 +37,7 @@ _SAMPLE = ("const {t}* logits, const float* temperature, const int* top_k, const
            "int vocab")
 SAMPLE = {"float16": Kernel("sample", "sample_f16", _SAMPLE.format(t="__half")),
           "bfloat16": Kernel("sample", "sample_bf16", _SAMPLE.format(t="__nv_bfloat16"))}
-GREEDY_TEMPERATURE = 1e-6  # at or below: argmax
+GREEDY_TEMPERATURE = 1e-6  # at or below: argmax (sample.cu tests the same bound)
 SAMPLE_SMEM = 32 * 2 * 256 * 4  # per-warp radix histograms (two 32-bit halves)
 
 
