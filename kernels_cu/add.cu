@@ -8,7 +8,7 @@
 #include "common.cuh"
 
 template <typename T>
-__device__ void add_impl(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+__device__ void add_impl(const T* a, const T* b, T* out,
                          int n) {
   rg::pdl_start();
   const long long i = 8ll * (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x);

@@ -15,7 +15,7 @@ __device__ __forceinline__ void better(float& v, int& j, float v2, int j2) {
 }
 
 template <typename T>
-__device__ void argmax_impl(const T* __restrict__ logits, int* __restrict__ out, int rows,
+__device__ void argmax_impl(const T* logits, int* out, int rows,
                             int vocab) {
   rg::pdl_start();
   const int r = blockIdx.x;

@@ -10,17 +10,21 @@
 //       float* partial,           // (batch, q_heads, max_splits, D + 2) workspace
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
 //       int split_tokens, int max_splits, float scale, int q_stride)
-//   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory 4 * 64 * D * 2 B.
+//   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory decode_smem(D).
 //   Block (b, h, s) reads tokens [s * split_tokens, min((s + 1) * split_tokens, len)) of
-//   sequence b once for all G = q_heads / kv_heads query heads of kv head h (G <= 8), 64
-//   tokens per tile, K and V tiles gathered through the block table with cp.async into
-//   double-buffered shared memory (the next tile loads while this one is used):
-//     scores: D/8 lanes per token, each with 8 columns of K and of every group head's q (in
-//     registers), a token's dot product summed across its lanes by shuffles;
-//     softmax: one warp per head updates the running max m and sum l (base-2 exponentials);
-//     values: thread i owns 8 output columns (one 16-byte shared load of V per token) for every
-//     (128 / (D / 8))-th token of the tile; the token groups meet in shared memory at the end.
-//   It writes (m, l, unnormalised accumulator) for its heads; an empty split writes m = -inf.
+//   sequence b once for all G = q_heads / kv_heads query heads of kv head h (G <= 16), on
+//   tensor cores: the G query rows (zero-padded to 16) are the A operand of mma.m16n8k16.
+//   The split is cut into chunks of 16 tokens; warp w takes chunks w, w + 4, ... and runs its
+//   own flash-attention over them: S = Q K^T (K via ldmatrix), the running row max and sum in
+//   base 2, P packed to T in registers as the A operand of O += P V (V via ldmatrix.trans).
+//   Each warp streams its chunks through its own ring of kStages K/V buffers filled by
+//   cp.async (gathered through the block table, 16-byte pieces, zero past the end), so the
+//   warps never wait for each other inside the loop and kStages - 1 chunks per warp are in
+//   flight. At the end the 4 warps' (max, sum, accumulator) meet in shared memory in a fixed
+//   order, and the block writes (m, l, unnormalised accumulator) per head; an empty split
+//   writes m = -inf, l = 0.
+//   Reads that earlier kernels wrote (q, tables, lengths) are coherent loads: under PDL this
+//   kernel may start while the previous one still writes.
 //
 //   extern "C" decode_attention_combine_{f16,bf16}_d{64,128}(
 //       const float* partial, T* out,   // out: (batch, q_heads, D)
@@ -33,22 +37,33 @@
 //   Graph use: lengths, tables and slots are read from device memory; the number of splits
 //   (grid.y of both kernels, n_splits of the combine) is patchable from the longest context,
 //   which keeps the grid proportional to the work as sequences grow.
-#include "mma.cuh"  // cp.async
+#include "mma.cuh"
 
 namespace {
 
-constexpr int kThreads = 128, kTile = 64, kMaxGroup = 8;
+constexpr int kThreads = 128, kWarps = kThreads / 32, kChunk = 16;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// K/V chunks in flight per warp (+1 being used): 66 KB of shared memory per block for D = 64
+// (3 blocks per SM), 100 KB for D = 128 (2 blocks per SM)
+template <int D> constexpr __host__ __device__ int stages() { return D == 64 ? 4 : 3; }
+
+// rows of D * 2 bytes, 16-byte piece index XOR row % 8: the 8 rows of an ldmatrix phase hit
+// 8 different bank groups
+template <int D> __device__ __forceinline__ int swz(int row, int piece) {
+  return row * (D * 2) + ((piece ^ (row & 7)) << 4);
+}
 
 template <typename T, int D>
-__device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
-                       const T* __restrict__ v_cache, const int* __restrict__ block_tables,
-                       const int* __restrict__ seq_lens, const int* __restrict__ seq_slots,
-                       float* __restrict__ partial, int batch, int q_heads, int kv_heads,
-                       int block_size, int max_blocks, int split_tokens, int max_splits,
-                       float scale, int q_stride) {
+__device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int* block_tables,
+                       const int* seq_lens, const int* seq_slots, float* partial, int batch,
+                       int q_heads, int kv_heads, int block_size, int max_blocks,
+                       int split_tokens, int max_splits, float scale, int q_stride) {
   rg::pdl_start();
-  constexpr int kColThreads = D / 8;                // threads across one V row
-  constexpr int kGroups = kThreads / kColThreads;   // token groups (16 for D = 64, 8 for 128)
+  constexpr int RC = D / 8, S = stages<D>(), kBytes = kChunk * D * 2;  // one K or V chunk
+  extern __shared__ __align__(128) char smem[];
+  char* qs = smem;                // 16 x D: the group's query rows, zero-padded
+  char* ring = smem + 16 * D * 2;  // [warp][stage][K | V]
   const int b = blockIdx.x / kv_heads, h = blockIdx.x % kv_heads, split = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (b >= batch) return;
@@ -57,153 +72,159 @@ __device__ void attend(const T* __restrict__ q, const T* __restrict__ k_cache,
   const int G = q_heads / kv_heads;
   const int len = seq_lens[slot];
   const int begin = split * split_tokens, end = min(begin + split_tokens, len);
-  const long long row = static_cast<long long>(kv_heads) * D;  // cache row stride
-  const float qscale = scale * 1.4426950408889634f;            // scores in base 2
-
-  __shared__ float qs[kMaxGroup][D];
-  __shared__ float ps[kMaxGroup][kTile];
-  __shared__ float m_s[kMaxGroup], l_s[kMaxGroup], alpha_s[kMaxGroup];
-  // dynamic: K and V tiles, double-buffered [buf][K|V][token][D]; after the loop, the token
-  // groups' partial sums (the same bytes)
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* kv_s = reinterpret_cast<T*>(smem);
-  for (int i = tid; i < G * D; i += kThreads)
-    qs[i / D][i % D] =
-        rg::to_float(q[static_cast<long long>(b) * q_stride + (h * G + i / D) * D + i % D]) *
-        qscale;
-  if (tid < kMaxGroup) {
-    m_s[tid] = rg::neg_inf();
-    l_s[tid] = 0.f;
-  }
-  float acc[kMaxGroup][8];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.f;
-  const int c8 = 8 * (tid % kColThreads), tg = tid / kColThreads;
+  const int row_stride = kv_heads * D;
   const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
 
-  // K and V of tokens [t0, t0 + kTile) into buffer `buf`: 16-byte cp.async chunks, a chunk
-  // per (token, 8 columns); tokens past `end` are zero-filled
-  auto prefetch = [&](int t0, int buf) {
-    T* ks = kv_s + buf * 2 * kTile * D;
-    for (int i = tid; i < kTile * kColThreads; i += kThreads) {
-      const int j = i / kColThreads, c = 8 * (i % kColThreads), t = t0 + j;
+  for (int i = tid; i < 16 * RC; i += kThreads) {
+    const int r = i / RC, c = i % RC;
+    const bool ok = r < G;
+    const T* src = ok ? q + static_cast<long long>(b) * q_stride + (h * G + r) * D + c * 8 : q;
+    rg::cp_async16(qs + swz<D>(r, c), src, ok);
+  }
+  rg::cp_async_commit();
+
+  char* mine = ring + warp * S * 2 * kBytes;
+  const int chunks = begin < end ? (end - begin + kChunk - 1) / kChunk : 0;
+  const int n = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;  // this warp's
+  auto load = [&](int i, int stage) {  // this warp's i-th chunk into `stage`
+    char* ks = mine + stage * 2 * kBytes;
+    const int t0 = begin + (warp + i * kWarps) * kChunk;
+#pragma unroll
+    for (int j = lane; j < kChunk * RC; j += 32) {
+      const int r = j / RC, c = j % RC, t = t0 + r;
       const bool ok = t < end;
-      const long long p = ok ? static_cast<long long>(table[t / block_size]) * block_size +
-                                   t % block_size : 0;
-      const long long at = p * row + static_cast<long long>(h) * D + c;
-      rg::cp_async16(ks + j * D + c, k_cache + at, ok);
-      rg::cp_async16(ks + (kTile + j) * D + c, v_cache + at, ok);
+      const long long at = ok ? (static_cast<long long>(table[t / block_size]) * block_size +
+                                 t % block_size) * row_stride + h * D + c * 8 : 0;
+      rg::cp_async16(ks + swz<D>(r, c), k_cache + at, ok);
+      rg::cp_async16(ks + kBytes + swz<D>(r, c), v_cache + at, ok);
     }
-    rg::cp_async_commit();
   };
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) {
+    if (i < n) load(i, i);
+    rg::cp_async_commit();
+  }
+  rg::cp_async_wait<S - 1>();  // the query tile (the oldest group) landed
+  __syncthreads();
+  unsigned qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    rg::ldmatrix_x4(qf[kk], qs + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, kk * 2 + (lane >> 4)));
 
-  // scores: lanes sub = lane % kColThreads of a token hold 8 columns of q (every head of the
-  // group) and of K; the token's dot product meets across those lanes by shuffles
-  constexpr int kTokPerWarp = 32 / kColThreads;
-  const int sub = lane % kColThreads, tok = lane / kColThreads;
-  float qv[kMaxGroup][8];
-  __syncthreads();  // qs written
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) qv[g][e] = g < G ? qs[g][8 * sub + e] : 0.f;
+  float o[D / 8][4] = {};
+  float m[2] = {rg::neg_inf(), rg::neg_inf()}, l[2] = {0.f, 0.f};
+  const float scale2 = scale * kLog2e;
+  const int g = lane >> 2, c2 = (lane & 3) * 2;
+  for (int i = 0; i < n; ++i) {
+    if (i + S - 1 < n) load(i + S - 1, (i + S - 1) % S);  // the stage chunk i - 1 used
+    rg::cp_async_commit();
+    rg::cp_async_wait<S - 1>();  // chunk i landed (this lane's pieces) ...
+    __syncwarp();                // ... and every lane's
+    const char* ks = mine + (i % S) * 2 * kBytes;
+    const char* vs = ks + kBytes;
 
-  if (begin < end) prefetch(begin, 0);
-  for (int t0 = begin, it = 0; t0 < end; t0 += kTile, ++it) {
-    rg::cp_async_wait<0>();
-    __syncthreads();  // tile `it` landed; the previous tile's buffers, ps and alpha are free
-    if (t0 + kTile < end) prefetch(t0 + kTile, (it + 1) & 1);
-    const T* ks = kv_s + (it & 1) * 2 * kTile * D;
-    const T* vs = ks + kTile * D;
-    for (int j = warp * kTokPerWarp + tok; j < kTile; j += (kThreads / 32) * kTokPerWarp) {
-      const rg::Vec<T, 8> kv = rg::load<T, 8>(ks + j * D + 8 * sub);
-      float kf[8];
+    float s[2][4] = {};  // S = Q K^T: 16 rows x 16 tokens
 #pragma unroll
-      for (int e = 0; e < 8; ++e) kf[e] = rg::to_float(kv.v[e]);
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= G) break;
-        float d = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) d = fmaf(qv[g][e], kf[e], d);
-#pragma unroll
-        for (int o = kColThreads / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        if (sub == 0) ps[g][j] = t0 + j < end ? d : rg::neg_inf();
-      }
+    for (int kk = 0; kk < D / 16; ++kk) {
+      unsigned kb[4];
+      rg::ldmatrix_x4(kb, ks + swz<D>((lane & 7) + (lane >> 4) * 8, kk * 2 + ((lane >> 3) & 1)));
+      rg::mma_16816<T>(s[0], qf[kk], kb[0], kb[1]);
+      rg::mma_16816<T>(s[1], qf[kk], kb[2], kb[3]);
     }
-    __syncthreads();
-    for (int g = warp; g < G; g += kThreads / 32) {  // online softmax, one warp per head
-      const float a = ps[g][lane], c = ps[g][lane + 32];
-      float mx = fmaxf(a, c);
+    const int t0 = begin + (warp + i * kWarps) * kChunk;
+    const bool edge = t0 + kChunk > end;
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_new = fmaxf(m_s[g], mx);  // finite: the tile has at least one token
-      const float ea = exp2f(a - m_new), ec = exp2f(c - m_new);
-      ps[g][lane] = ea;
-      ps[g][lane + 32] = ec;
-      const float sum = rg::warp_sum(ea + ec);
-      if (lane == 0) {
-        const float alpha = exp2f(m_s[g] - m_new);
-        alpha_s[g] = alpha;
-        l_s[g] = l_s[g] * alpha + sum;
-        m_s[g] = m_new;
-      }
-    }
-    __syncthreads();
-    {  // values: columns c8..c8+7, tokens tg, tg + kGroups, ... (zero-filled past the end)
+    for (int hh = 0; hh < 2; ++hh) {  // rows g and g + 8
+      float mx = m[hh];
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g)
-        if (g < G) {
-          const float a = alpha_s[g];
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] *= a;
+        for (int e = 0; e < 2; ++e) {
+          float v = s[j][2 * hh + e] * scale2;
+          if (edge && t0 + j * 8 + c2 + e >= end) v = rg::neg_inf();
+          s[j][2 * hh + e] = v;
+          mx = fmaxf(mx, v);
         }
-      const int live = min(kTile, end - t0);
-      for (int j = tg; j < live; j += kGroups) {
-        const rg::Vec<T, 8> v = rg::load<T, 8>(vs + j * D + c8);
-        float vf[8];
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));  // finite: the chunk has a token
+      const float alpha = exp2f(m[hh] - mx);                 // 0 on the first chunk
+      m[hh] = mx;
+      float sum = 0.f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) vf[e] = rg::to_float(v.v[e]);
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g)
-          if (g < G) {
-            const float pj = ps[g][j];
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2f(s[j][2 * hh + e] - mx);
+          s[j][2 * hh + e] = p;
+          sum += p;
+        }
+      l[hh] = l[hh] * alpha + sum;  // this lane's columns; the quad's meet at the end
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(pj, vf[e], acc[g][e]);
-          }
+      for (int d = 0; d < D / 8; ++d) {
+        o[d][2 * hh] *= alpha;
+        o[d][2 * hh + 1] *= alpha;
       }
+    }
+    const unsigned a[4] = {rg::pack2<T>(s[0][0], s[0][1]), rg::pack2<T>(s[0][2], s[0][3]),
+                           rg::pack2<T>(s[1][0], s[1][1]), rg::pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int d = 0; d < D / 16; ++d) {  // O += P V
+      unsigned vb[4];
+      rg::ldmatrix_x4_trans(vb, vs + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, d * 2 + (lane >> 4)));
+      rg::mma_16816<T>(o[2 * d], a, vb[0], vb[1]);
+      rg::mma_16816<T>(o[2 * d + 1], a, vb[2], vb[3]);
+    }
+    __syncwarp();  // a later iteration refills this stage
+  }
+
+  // the warps meet in shared memory (the rings' bytes), in warp order
+  __syncthreads();
+  float* red_o = reinterpret_cast<float*>(ring);  // [warp][16][D]
+  float* red_m = red_o + kWarps * 16 * D;         // [warp][16]
+  float* red_l = red_m + kWarps * 16;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = g + 8 * hh;
+    float sum = l[hh];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if ((lane & 3) == 0) {
+      red_m[warp * 16 + r] = m[hh];
+      red_l[warp * 16 + r] = sum;
+    }
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      red_o[(warp * 16 + r) * D + d * 8 + c2] = o[d][2 * hh];
+      red_o[(warp * 16 + r) * D + d * 8 + c2 + 1] = o[d][2 * hh + 1];
     }
   }
-  // the token groups' sums meet in shared memory (the K/V buffers' bytes), fixed order
-  __syncthreads();
-  float* red = reinterpret_cast<float*>(smem);  // [kGroups][kMaxGroup][D]
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
-    if (g < G) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) red[(tg * kMaxGroup + g) * D + c8 + e] = acc[g][e];
-    }
   __syncthreads();
   for (int i = tid; i < G * D; i += kThreads) {
-    const int g = i / D, col = i % D;
-    float v = 0.f;
+    const int r = i / D, col = i % D;
+    float mx = rg::neg_inf();
 #pragma unroll
-    for (int q = 0; q < kGroups; ++q) v += red[(q * kMaxGroup + g) * D + col];
-    float* out = partial + ((static_cast<long long>(b) * q_heads + h * G + g) * max_splits +
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+    float acc = 0.f, sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = red_m[w * 16 + r];
+      const float f = mw == rg::neg_inf() ? 0.f : exp2f(mw - mx);  // a warp with no chunk
+      acc = fmaf(f, red_o[(w * 16 + r) * D + col], acc);
+      sum = fmaf(f, red_l[w * 16 + r], sum);
+    }
+    float* out = partial + ((static_cast<long long>(b) * q_heads + h * G + r) * max_splits +
                             split) * (D + 2);
-    out[col] = v;
+    out[col] = acc;
     if (col == 0) {
-      out[D] = begin < end ? m_s[g] : rg::neg_inf();
-      out[D + 1] = begin < end ? l_s[g] : 0.f;
+      out[D] = mx;  // -inf for an empty split
+      out[D + 1] = sum;
     }
   }
 }
 
 template <typename T, int D>
-__device__ void combine(const float* __restrict__ partial, T* __restrict__ out,
-                        const int* __restrict__ seq_slots, int batch, int q_heads, int n_splits,
+__device__ void combine(const float* partial, T* out,
+                        const int* seq_slots, int batch, int q_heads, int n_splits,
                         int max_splits) {
   rg::pdl_start();
   extern __shared__ float w[];  // (max_splits,): each split's weight 2^(m_s - M)

@@ -10,8 +10,8 @@
 #include "common.cuh"
 
 template <typename T>
-__device__ void embedding_impl(const int* __restrict__ ids, const T* __restrict__ table,
-                               T* __restrict__ out, int n, int dim, int vocab) {
+__device__ void embedding_impl(const int* ids, const T* __restrict__ table,
+                               T* out, int n, int dim, int vocab) {
   rg::pdl_start();
   const int t = blockIdx.x;
   if (t >= n) return;

@@ -50,7 +50,7 @@ __device__ __forceinline__ void load_stage(char* a, char* b, const T* x, const T
 }
 
 template <typename T, int BM, int BN>
-__device__ void gemm_impl(const T* __restrict__ x, const T* __restrict__ w, const T* residual,
+__device__ void gemm_impl(const T* x, const T* __restrict__ w, const T* residual,
                           T* y, int m, int n, int k) {
   rg::pdl_start();
   constexpr int MT = BM / 2 / 16;  // m16 tiles per warp

@@ -71,13 +71,18 @@ __device__ __forceinline__ float load_remote(const float* p, unsigned rank) {
   return v;
 }
 
-__device__ __forceinline__ uint4 load16(const void* p, bool ok) {
+// W never changes: the read-only (non-coherent) path. x was written by the previous kernel,
+// which under PDL may still be running when this one starts: a coherent load.
+__device__ __forceinline__ uint4 load_w16(const void* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
+  return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per 16-row tile (cluster size)
 template <typename T, int NT, int CS>
-__device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, const T* residual,
+__device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual,
                           T* y, int m, int n, int k) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(cluster_rank()) : 0;
@@ -101,8 +106,8 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
     for (int u = 0; u < kUnroll; ++u) {  // every load of the step before any mma
       const int c = c0 + u * kWarps * CS;
       const bool in = c < chunks && c * 32 + 8 * t < k;
-      a_lo[u] = load16(wlo + c * 32, in && lo);
-      a_hi[u] = load16(whi + c * 32, in && hi);
+      a_lo[u] = load_w16(wlo + c * 32, in && lo);
+      a_hi[u] = load_w16(whi + c * 32, in && hi);
     }
     if (!waited) {  // the first weights are on their way; x comes from the previous kernel
       rg::pdl_wait();
@@ -115,7 +120,7 @@ __device__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w, cons
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int row = 8 * j + g;
-        b[j][u] = load16(x + static_cast<long long>(row) * k + c * 32 + 8 * t, in && row < m);
+        b[j][u] = load_x16(x + static_cast<long long>(row) * k + c * 32 + 8 * t, in && row < m);
       }
     }
 #pragma unroll

@@ -16,11 +16,11 @@
 #include "common.cuh"
 
 template <typename T>
-__device__ void kv_append_impl(const T* __restrict__ k_new, const T* __restrict__ v_new,
-                               T* __restrict__ k_cache, T* __restrict__ v_cache,
-                               const int* __restrict__ block_tables,
-                               const int* __restrict__ seq_slots,
-                               const int* __restrict__ positions, int n, int row,
+__device__ void kv_append_impl(const T* k_new, const T* v_new,
+                               T* k_cache, T* v_cache,
+                               const int* block_tables,
+                               const int* seq_slots,
+                               const int* positions, int n, int row,
                                int block_size, int max_blocks, int src_stride) {
   rg::pdl_start();
   const int t = blockIdx.x;

@@ -14,8 +14,8 @@
 #include "common.cuh"
 
 template <typename T>
-__device__ void kv_gather_impl(const T* __restrict__ cache, const int* __restrict__ block_tables,
-                               const int* __restrict__ seq_lens, int seq, T* __restrict__ out,
+__device__ void kv_gather_impl(const T* cache, const int* block_tables,
+                               const int* seq_lens, int seq, T* out,
                                int max_tokens, int row, int block_size, int max_blocks) {
   rg::pdl_start();
   const int t = blockIdx.x;

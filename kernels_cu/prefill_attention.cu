@@ -59,10 +59,10 @@ __device__ __forceinline__ void load_kv(char* ks, char* vs, const T* k_cache, co
 
 // BR query rows per block, 16 per warp
 template <typename T, int D, int BR>
-__device__ void prefill_impl(const T* __restrict__ q, const T* __restrict__ k_cache,
-                             const T* __restrict__ v_cache, const int* __restrict__ block_tables,
-                             const int* __restrict__ seq_lens, const int* __restrict__ cu_seqlens,
-                             const int* __restrict__ seq_slots, T* __restrict__ out, int num_seqs,
+__device__ void prefill_impl(const T* q, const T* k_cache,
+                             const T* v_cache, const int* block_tables,
+                             const int* seq_lens, const int* cu_seqlens,
+                             const int* seq_slots, T* out, int num_seqs,
                              int q_heads, int kv_heads, int block_size, int max_blocks,
                              float scale, int q_stride) {
   rg::pdl_start();

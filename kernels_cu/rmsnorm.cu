@@ -16,8 +16,8 @@
 #include "common.cuh"
 
 template <typename T>
-__device__ void rmsnorm_impl(const T* __restrict__ x, const T* residual, const T* __restrict__ w,
-                             T* __restrict__ out, T* residual_out, int rows, int dim, float eps) {
+__device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict__ w,
+                             T* out, T* residual_out, int rows, int dim, float eps) {
   rg::pdl_start();
   // residual and residual_out may be the same buffer (in-place residual stream); each
   // element is read and then written by the same thread.

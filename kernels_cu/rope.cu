@@ -15,7 +15,7 @@
 #include "common.cuh"
 
 template <typename T>
-__device__ void rope_impl(T* __restrict__ q, T* __restrict__ k, const int* __restrict__ positions,
+__device__ void rope_impl(T* q, T* k, const int* positions,
                           const float* __restrict__ inv_freq, int n, int q_heads, int kv_heads,
                           int head_dim, int q_stride, int k_stride) {
   rg::pdl_start();

@@ -201,10 +201,10 @@ __device__ unsigned radix_select(const Row<T>& row, unsigned floor, bool by_mass
 }
 
 template <typename T>
-__device__ void sample_impl(const T* __restrict__ logits, const float* __restrict__ temperature,
-                            const int* __restrict__ top_k, const float* __restrict__ top_p,
-                            const u64* __restrict__ seeds, const int* __restrict__ positions,
-                            int* __restrict__ out, int rows, int vocab) {
+__device__ void sample_impl(const T* logits, const float* temperature,
+                            const int* top_k, const float* top_p,
+                            const u64* seeds, const int* positions,
+                            int* out, int rows, int vocab) {
   rg::pdl_start();
   __shared__ Shared sh;
   extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms

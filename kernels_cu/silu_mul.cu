@@ -8,7 +8,7 @@
 #include "common.cuh"
 
 template <typename T>
-__device__ void silu_mul_impl(const T* __restrict__ gate_up, T* __restrict__ out, int rows,
+__device__ void silu_mul_impl(const T* gate_up, T* out, int rows,
                               int inter) {
   rg::pdl_start();
   const int row = blockIdx.y;

@@ -47,6 +47,24 @@ def test_decode_attention_matches_reference(stream, rng, dtype, q_heads, kv_head
     assert (cupy.asnumpy(out.view(np.uint16))[~ok] == POISON[dtype]).all()
 
 
+
+@pytest.mark.parametrize("split", [16, 40, 64, 256, 2048])
+def test_decode_attention_any_split_and_a_group_of_16(stream, rng, split):
+    # splits that leave warps idle (16), end mid-chunk (40) or hold a whole context (2048);
+    # 16 query heads per kv head fill the tensor-core tile's rows
+    lens = {0: 1, 1: 1000, 3: 17, 4: 129}
+    slots = [3, 1, 0, 4]
+    kv, kh, vh, q, qh, slots_d = _setup(rng, "bfloat16", 32, 2, 128, lens, slots)
+    out = poisoned(q.shape, "bfloat16")
+    ws = cupy.empty(ops.workspace_floats(len(slots), 32, 128, 1000, split), np.float32)
+    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
+                         1000, split_tokens=split, stream=stream)
+    stream.synchronize()
+    want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
+                                np.array(slots), 128**-0.5)
+    np.testing.assert_allclose(host(out, "bfloat16"), want, rtol=TOL["bfloat16"],
+                               atol=TOL["bfloat16"])
+
 def test_split_count_is_patched_as_contexts_grow(stream, rng):
     lens = {0: 40, 1: 200}
     kv, kh, vh, q, qh, slots = _setup(rng, "float16", 32, 8, 64, lens, [0, 1])

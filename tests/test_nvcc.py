@@ -5,7 +5,13 @@ import shutil
 import pytest
 
 from rawgraph.cuda.kernel import KERNELS_DIR
-from rawgraph.cuda.nvcc import compile_file, nvrtc_compile, parse_ptxas
+from rawgraph.cuda.nvcc import (
+    compile_file,
+    noncoherent_loads,
+    nvrtc_compile,
+    nvrtc_ptx,
+    parse_ptxas,
+)
 
 LOG = """ptxas info    : Compiling entry function 'a' for 'sm_90'
 ptxas info    : Function properties for a
@@ -50,3 +56,22 @@ def test_nvrtc_rejects_what_only_nvcc_accepts(tmp_path):
     bad.write_text('extern "C" __global__ void k(float* y) { y[0] = -INFINITY; }\n')
     ok, log = nvrtc_compile(bad)
     assert not ok and "INFINITY" in log
+
+
+# files whose kernels read weights (never written after loading) through the read-only path
+WEIGHT_READERS = {"gemv.cu", "gemm.cu", "embedding.cu", "rmsnorm.cu", "rope.cu"}
+
+
+@pytest.mark.parametrize("path", sorted(KERNELS_DIR.glob("*.cu")), ids=lambda p: p.name)
+def test_only_weights_go_through_the_read_only_cache(path):
+    # Under programmatic dependent launch a kernel starts while the previous one still
+    # writes; ld.global.nc of such data can hit stale lines (1B decode tokens once varied
+    # from run to run that way). const __restrict__ lets the compiler pick it, so activation
+    # pointers carry no __restrict__.
+    n = noncoherent_loads(nvrtc_ptx(path))
+    assert path.name in WEIGHT_READERS or n == 0, f"{path.name}: {n} ld.global.nc loads"
+
+
+def test_noncoherent_loads_counts_only_nc():
+    ptx = "ld.global.nc.v4.u32 {a}, [p];\nld.global.v4.u32 {b}, [q];\nld.global.nc.f32 c, [r];"
+    assert noncoherent_loads(ptx) == 2

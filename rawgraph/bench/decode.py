@@ -76,6 +76,7 @@ def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
     rows.append({"preset": name, "B": "all", "context": "", "capture ms": capture_ms,
                  "graphs": len(BATCHES), "target": "<= 1000 ms", "ok": capture_ms <= 1000})
     rows.extend(_streams(name, model))
+    rows.append(_head_skip(name, model))
     runner.close()
     if name == "llama-1b":
         rows.extend(_loops(name, model, floor_gbps))
@@ -89,7 +90,7 @@ LOOP_STEPS = 64
 def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
     """Generating LOOP_STEPS tokens: host-driven graph steps (tokens back to the host after
     each) vs one WHILE-node launch, each with and without programmatic dependent launch
-    (experimental: its tokens are compared too, and differed at these shapes)."""
+    (tokens compared: all four must agree)."""
     from rawgraph.engine.loop import DecodeLoop
 
     out = []
@@ -98,7 +99,7 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
                                "context": 1024}
         tokens: dict[str, list] = {}
         for pdl in (False, True):
-            tag = " +PDL (racy)" if pdl else ""
+            tag = " +PDL" if pdl else ""
             runner = Runner(model, graphs=True, buckets=[batch], chunks=[64], pdl=pdl)
             runner.pool.acquire(("decode", batch))
             loop = DecodeLoop(model, batch, LOOP_STEPS, runner.decode_stream, pdl=pdl)
@@ -144,7 +145,7 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
         ex.launch(s)
 
     def eager_step() -> None:
-        model.launch_decode(batch, model.prepare_decode(slots, tokens, s), s)
+        model.launch_decode(batch, model.prepare_decode(slots, tokens, s), s, pdl=runner.pdl)
 
     graph_ms, host_ms = _median_step(graph_step, s)
     gpu_ms = device_us(lambda: ex.launch(s), s, reps=10) / 1e3
@@ -184,6 +185,29 @@ def _stream_case(name: str, model: Model, streams: int) -> dict[str, Any]:
     runner.close()
     return {"preset": name, "B": "8 + prefill 512", "context": 1024,
             f"{streams} stream ms": ms}
+
+
+def _head_skip(name: str, model: Model, chunk: int = 64) -> dict[str, Any]:
+    """A prefill chunk graph whose piece ends its prompt (norm, LM head and sampling run) vs
+    one whose piece does not (the IF node skips them)."""
+    runner = Runner(model, graphs=True, buckets=[1], chunks=[chunk])
+    row: dict[str, Any] = {"preset": name, "B": f"prefill {chunk}", "context": ""}
+    for final in (True, False):
+        model.kv.tables.reset()
+
+        def iteration(final: bool = final) -> None:
+            t = model.kv.tables
+            start = int(t.lens[0]) if 0 in t.active else 0
+            if start + chunk > model.max_context:
+                model.free(0)
+                start = 0
+            runner.run([PrefillPiece(0, [1] * chunk, start, final=final)], [], [])
+
+        ms, _ = _median_step(iteration, runner.prefill_stream)
+        row["final piece ms" if final else "IF-skipped head ms"] = ms
+    runner.close()
+    model.kv.tables.reset()
+    return row
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:

@@ -97,6 +97,26 @@ def nvrtc_compile(path: Path, arch: str = "compute_90") -> tuple[bool, str]:
     NVRTC is stricter than nvcc (no host headers: no INFINITY, no <cmath>), so a kernel that
     nvcc accepts can still fail here. Returns (ok, log).
     """
+    ok, log, _ = _nvrtc(path, arch)
+    return ok, log
+
+
+def nvrtc_ptx(path: Path, arch: str = "compute_90") -> str:
+    """The PTX NVRTC makes of one file (what runs on the GPU); raises if it does not compile."""
+    ok, log, ptx = _nvrtc(path, arch)
+    if not ok:
+        raise RuntimeError(f"{path.name} does not compile with NVRTC:\n{log}")
+    return ptx
+
+
+def noncoherent_loads(ptx: str) -> int:
+    """How many `ld.global.nc` (read-only cache) loads a PTX text has. Such a load may return
+    stale data for memory written while the kernel runs, which programmatic dependent launch
+    allows for anything an earlier kernel writes: only weights may be read this way."""
+    return len(re.findall(r"\bld\.global\.nc\b", ptx))
+
+
+def _nvrtc(path: Path, arch: str) -> tuple[bool, str, str]:
     from cuda.bindings import nvrtc
 
     from rawgraph.cuda.check import check
@@ -113,6 +133,11 @@ def nvrtc_compile(path: Path, arch: str = "compute_90") -> tuple[bool, str]:
         # shared one-byte object, and an empty log would overwrite every b" " in the process)
         log = bytearray(size)
         check(nvrtc.nvrtcGetProgramLog(prog, log))
-        return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").strip("\0 ")
+        ok = err == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        ptx = b""
+        if ok:
+            ptx = bytearray(check(nvrtc.nvrtcGetPTXSize(prog)))
+            check(nvrtc.nvrtcGetPTX(prog, ptx))
+        return ok, log.decode(errors="replace").strip("\0 "), bytes(ptx).decode().strip("\0")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

@@ -44,19 +44,20 @@ class Engine:
     """Generates tokens for requests that arrive and finish between iterations.
 
     `graphs=False` runs the same launches eagerly (the comparison baseline); `capture`
-    ('upfront' or 'lazy') says when the graphs are made.
+    ('upfront' or 'lazy') says when the graphs are made; `pdl`: decode kernels with
+    programmatic dependent launch (see Runner).
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, capture: str = "upfront",
                  buckets: Sequence[int] | None = None, chunks: Sequence[int] | None = None,
                  streams: int = 2, progress: bool = True, max_graphs: int = 64,
-                 max_graph_bytes: int = 1 << 30):
+                 max_graph_bytes: int = 1 << 30, pdl: bool = True):
         if capture not in ("upfront", "lazy"):
             raise ValueError(f"capture = {capture!r}: 'upfront' or 'lazy'")
         self.model = model
         self.runner = Runner(model, graphs=graphs, buckets=buckets, chunks=chunks,
                              streams=streams, max_graphs=max_graphs,
-                             max_graph_bytes=max_graph_bytes)
+                             max_graph_bytes=max_graph_bytes, pdl=pdl)
         kv = model.kv
         self.scheduler = Scheduler(max_seqs=model.max_batch,
                                    chunk_tokens=self.runner.chunks[-1],

@@ -32,10 +32,10 @@ MAX_ROWS = 128  # decode_advance: one thread per row
 
 class DecodeLoop:
     """Up to `max_steps` decode steps of up to `bucket` rows in one launch (`pdl`: the
-    experimental programmatic launches of `Runner`, measurement only)."""
+    body's kernels with programmatic dependent launch, as in `Runner`)."""
 
     def __init__(self, model: Model, bucket: int, max_steps: int, stream: Any,
-                 pdl: bool = False):
+                 pdl: bool = True):
         if not 1 <= bucket <= min(model.max_batch, MAX_ROWS) or max_steps < 1:
             raise ValueError(f"bucket {bucket}, max_steps {max_steps}: need 1 <= bucket <= "
                              f"{min(model.max_batch, MAX_ROWS)} and max_steps >= 1")

@@ -72,7 +72,7 @@ class Scheduler:
                 continue
             take = min(len(r.prompt) - r.prefilled, budget)
             piece = PrefillPiece(r.slot, r.prompt[r.prefilled:r.prefilled + take], r.prefilled,
-                                 r.sampling)
+                                 r.sampling, final=r.prefilled + take == len(r.prompt))
             pieces.append((r, piece))
             budget -= take
         return Plan(pieces, [r for r in self.running if r.decoding])

@@ -22,8 +22,10 @@ from cupy.lib.stride_tricks import as_strided
 
 from rawgraph import ops
 from rawgraph.cuda.launch import programmatic
-from rawgraph.cuda.stream import cupy_stream
+from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.dtypes import storage_dtype
+from rawgraph.graph.capture import capture_status
+from rawgraph.graph.conditional import condition_handle, if_node, set_condition_any
 from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import PagedKVCache
@@ -73,14 +75,22 @@ def _random_fill(view: cupy.ndarray, rng: Any, dtype: str) -> None:
 GREEDY = SamplingParams()
 
 
+def final_tokens(tokens: Sequence[int], pieces: Sequence[PrefillPiece]) -> list[int]:
+    """Each piece's sampled token, -1 where the piece is not final (nothing was sampled)."""
+    return [t if p.final else -1 for t, p in zip(tokens, pieces)]
+
+
 @dataclass(frozen=True)
 class PrefillPiece:
-    """One sequence's share of a prefill chunk: `tokens` at positions start, start + 1, ..."""
+    """One sequence's share of a prefill chunk: `tokens` at positions start, start + 1, ...
+    `final`: the piece ends its prompt, so its last position's next token is sampled (a chunk
+    of non-final pieces skips the LM head: an IF node in a graph)."""
 
     slot: int
     tokens: Sequence[int]
     start: int
     sampling: SamplingParams = GREEDY
+    final: bool = True
 
 
 def _sampling_fields(n: int) -> dict[str, tuple[Any, int]]:
@@ -128,7 +138,10 @@ class Model:
         self.pre_meta = Staging({**_sampling_fields(s), "ids": (np.int32, max_chunk),
                                  "pos": (np.int32, max_chunk), "slots": (np.int32, max_chunk),
                                  "cu": (np.int32, s + 1), "seqs": (np.int32, s),
-                                 "last": (np.int32, s), "last_pos": (np.int32, s)})
+                                 "last": (np.int32, s), "last_pos": (np.int32, s),
+                                 "final": (np.int32, s)})
+        self._any_final = False  # the prepared chunk samples a token (eager runs ask)
+        self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
         self.workspace = cupy.empty(max(
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, max_context,
                                  split_for(b, cfg.kv_heads)) for b in range(1, max_batch + 1)),
@@ -277,12 +290,15 @@ class Model:
         h = self.pre_meta.begin()
         row = 0
         h["cu"][:] = 0
+        for name in ("last", "last_pos", "final"):  # rows past the pieces: valid, unused
+            h[name][:] = 0
         for i, p in enumerate(pieces):
             m = len(p.tokens)
             h["ids"][row:row + m] = p.tokens
             h["pos"][row:row + m] = np.arange(p.start, p.start + m)
             h["slots"][row:row + m] = p.slot
             h["seqs"][i], h["last"][i], h["last_pos"][i] = p.slot, row + m - 1, p.start + m - 1
+            h["final"][i] = p.final
             row += m
             h["cu"][i + 1] = row
         for i, p in enumerate(pieces):  # stored per slot: later decode steps use them too
@@ -290,6 +306,7 @@ class Model:
             for name, arr in self.sampling.items():
                 h[name][i] = arr[p.slot]
         self.pre_meta.push(stream)
+        self._any_final = any(p.final for p in pieces)
         if sync:
             self.kv.sync(stream)
         return n, len(pieces), max(len(p.tokens) for p in pieces)
@@ -331,8 +348,8 @@ class Model:
         """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
         sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
         row's context (int, or a symbol when captured). `pdl`: programmatic dependent
-        launches (each GEMV fetches its first weights while the previous kernel ends).
-        EXPERIMENTAL: racy at LLaMA-1B shapes (tokens differ between runs); see Runner."""
+        launches (each GEMV fetches its first weights while the previous kernel ends); the
+        results are the same bits either way."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
         with programmatic(pdl):
@@ -363,7 +380,9 @@ class Model:
         """The kernels of one prefill chunk: `n` tokens of `num_seqs` sequences, the longest
         run `max_q_len` (ints, or symbols when captured). Kernels are chosen for a chunk of
         `chunk` tokens (default max_chunk), so an eager run launches what that chunk's graph
-        does. Each sequence's next token (from its last position) lands in pre["next"]."""
+        does. The next token of each sequence whose piece is final (from its last position)
+        lands in pre["next"]; a chunk without a final piece skips the head (captured: an IF
+        node whose condition a kernel sets from the chunk's metadata)."""
         cfg, a, m = self.cfg, self.pre, self.pre_meta.dev
         chunk = chunk or self.max_chunk
         if not 1 <= chunk <= self.max_chunk:
@@ -383,8 +402,23 @@ class Model:
         ops.embedding(m["ids"], self.w["embed"], a["r"], n, **kw)
         for i in range(cfg.layers):
             self._layer(i, a, n, chunk, attend, kw)
-        ops.embedding(m["last"], a["r"], a["h"][:self.max_chunk_seqs], num_seqs, **kw)
-        self._head(a["h"][:self.max_chunk_seqs], a, m, m["last_pos"], num_seqs, kw)
+        if capture_status(stream) == "active":
+            handle = condition_handle(stream)
+            set_condition_any(m["final"], num_seqs, handle, stream, symbols)
+            if self._body_stream is None:
+                self._body_stream = new_stream()
+            with if_node(stream, handle, self._body_stream, name="LM head"):
+                self._prefill_head(self._body_stream)
+        elif self._any_final:
+            self._prefill_head(stream)
+
+    def _prefill_head(self, stream: Any) -> None:
+        """The head of a prefill chunk over all max_chunk_seqs rows (fixed arguments: in a
+        graph it is an IF node's body, which cannot be patched; unused rows read row 0)."""
+        a, m, s = self.pre, self.pre_meta.dev, self.max_chunk_seqs
+        kw = {"stream": stream, "symbols": None}
+        ops.embedding(m["last"], a["r"], a["h"][:s], s, **kw)
+        self._head(a["h"][:s], a, m, m["last_pos"], s, kw)
 
     # -- eager conveniences -----------------------------------------------------------------
 
@@ -397,11 +431,12 @@ class Model:
         return self.dec["next"][:len(slots)].get().tolist()
 
     def prefill(self, pieces: Sequence[PrefillPiece], stream: Any) -> list[int]:
-        """One eager prefill chunk; the next token of each piece's sequence."""
+        """One eager prefill chunk; the next token of each piece's sequence (-1 for pieces
+        that are not final)."""
         n, seqs, longest = self.prepare_prefill(pieces, stream)
         self.launch_prefill(n, seqs, longest, stream)
         cupy_stream(stream).synchronize()
-        return self.pre["next"][:seqs].get().tolist()
+        return final_tokens(self.pre["next"][:seqs].get().tolist(), pieces)
 
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""

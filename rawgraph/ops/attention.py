@@ -25,7 +25,7 @@ ATTEND = {(dt, d): Kernel("decode_attention", f"decode_attention_{s}_d{d}", _ATT
           for dt, (s, t) in _T.items() for d in HEAD_DIMS}
 COMBINE = {(dt, d): Kernel("decode_attention", f"decode_attention_combine_{s}_d{d}",
                            _COMBINE.format(t=t)) for dt, (s, t) in _T.items() for d in HEAD_DIMS}
-MAX_GROUP = 8
+MAX_GROUP = 16  # query heads per kv head: the 16 rows of one mma tile
 _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
             "int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, "
@@ -48,20 +48,28 @@ def prefill_smem(rows: int, head_dim: int) -> int:
     return (rows + 4 * PREFILL_KEYS) * head_dim * 2
 
 
+DECODE_WARPS, DECODE_CHUNK = 4, 16  # warps per block, tokens per warp step
+
+
+def decode_stages(head_dim: int) -> int:
+    """K/V chunks each warp of decode attention keeps in its ring (kernels_cu: stages<D>)."""
+    return 4 if head_dim == 64 else 3
+
+
 def decode_smem(head_dim: int) -> int:
-    """Dynamic shared memory of decode attention: double-buffered K and V tiles of 64
-    tokens, reused afterwards for the token groups' partial sums."""
-    groups = 128 // (head_dim // 8)
-    return max(4 * 64 * head_dim * 2, groups * MAX_GROUP * head_dim * 4)
+    """Dynamic shared memory of decode attention: the 16-row query tile and every warp's ring
+    of K and V chunks (whose bytes then hold the warps' partial results)."""
+    chunk = DECODE_CHUNK * head_dim * 2
+    return 16 * head_dim * 2 + DECODE_WARPS * decode_stages(head_dim) * 2 * chunk
 
 
 def split_for(batch: int, kv_heads: int) -> int:
     """Tokens per split: each split is a block per (row, kv head), so few rows need short
     splits to give the GPU enough blocks (B=1 of LLaMA-1B: 8 blocks per split; at 256 tokens
-    a 1024-token context ran on 32 blocks, 19 us per layer)."""
+    a 1024-token context ran on 32 blocks, 19 us per layer). 64 at least: a block's 4 warps
+    take 16 tokens each."""
     per_split = batch * kv_heads
-    return 32 if per_split <= 16 else 64 if per_split <= 32 else 128 if per_split <= 128 \
-        else 256
+    return 64 if per_split <= 32 else 128 if per_split <= 128 else 256
 
 
 def workspace_floats(batch: int, q_heads: int, head_dim: int, max_len: int,
@@ -123,6 +131,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     if not 1 <= top <= capacity:
         raise ValueError(f"max_len reaches {top}; the block tables hold at most {capacity} "
                          f"tokens per sequence")
+    if type(split_tokens) is not int or split_tokens < 1:
+        raise ValueError(f"split_tokens = {split_tokens!r}: a positive int")
     max_splits = math.ceil(top / split_tokens)
     need = workspace_floats(batch, q_heads, d, top, split_tokens)
     if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
