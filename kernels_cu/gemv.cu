@@ -9,18 +9,22 @@
 //       int m, int n, int k) // m <= 8, 16, 32, 64 (_nM); k % 8 == 0; 16-byte aligned rows
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
-//   Layout: the roles are swapped (D = W x^T): a block owns 16 rows of W, which are the M
-//   side of mma.m16n8k16, and the (up to 64) rows of x are its N side, so the tensor core does
-//   in one instruction what SIMT code would spend M x-loads, 8M conversions and 8M FMAs on.
-//   Each lane loads 16 contiguous bytes of W rows g and g+8 and of x row g per 32-wide k step
-//   (g = lane / 4): since a dot product may sum its k in any order, the fragment's k slots are
-//   simply mapped to those contiguous bytes, the same way for both operands. The block's 8
-//   warps split k (chunk c goes to warp c % 8), 4 chunks in flight per lane, and meet in a
-//   fixed-order shared-memory sum: deterministic, no atomics.
+//   Layout: the roles are swapped (D = W x^T): a block owns 16 TW rows of W (TW = 1, 1, 2, 4
+//   tiles of 16 for x tiles of 8, 16, 32, 64 rows), which are the M side of mma.m16n8k16, and
+//   the rows of x are its N side, so the tensor core does in one instruction what SIMT code
+//   would spend M x-loads, 8M conversions and 8M FMAs on. Each lane loads 16 contiguous bytes
+//   of W rows g and g+8 (of each W tile) and of x row g per 32-wide k step (g = lane / 4):
+//   since a dot product may sum its k in any order, the fragment's k slots are simply mapped
+//   to those contiguous bytes, the same way for both operands. One x load serves all TW W
+//   tiles: every block reads all of x, so at 64 rows x's traffic from L2 would be 4x W's with
+//   one tile. The block's 8 warps split k (chunk c goes to warp c % 8), up to 4 chunks in
+//   flight per lane, and meet in a fixed-order shared-memory sum: deterministic, no atomics.
+//   Weights are read through the read-only cache (they never change); x with coherent loads
+//   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c4: for weights with few rows (too few blocks to fill the GPU), a cluster of 4 blocks
-//   shares each 16-row tile, splitting k 4 ways, and block 0 of the cluster adds the other
+//   shares each W tile, splitting k 4 ways, and block 0 of the cluster adds the other
 //   blocks' partial sums through distributed shared memory, in a fixed order.
-//   grid (cdiv(n, 16) * cluster), block (256).
+//   grid (cdiv(n, 16 TW) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 #include "common.cuh"
 
@@ -71,8 +75,6 @@ __device__ __forceinline__ float load_remote(const float* p, unsigned rank) {
   return v;
 }
 
-// W never changes: the read-only (non-coherent) path. x was written by the previous kernel,
-// which under PDL may still be running when this one starts: a coherent load.
 __device__ __forceinline__ uint4 load_w16(const void* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
@@ -80,34 +82,49 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
   return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
-// NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per 16-row tile (cluster size)
-template <typename T, int NT, int CS>
-__device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual,
-                          T* y, int m, int n, int k) {
+// NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); TW: 16-row
+// tiles of W per block, which share each x load (x is read once per block, so its traffic
+// from L2 is TW times smaller: at 64 rows of x it would otherwise be 4x W's)
+template <typename T, int NT, int CS, int TW>
+__device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
+                          int n, int k) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(cluster_rank()) : 0;
   const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
-  const int r0 = (blockIdx.x / CS) * 16;
+  const int r0 = (blockIdx.x / CS) * 16 * TW;
   const int chunks = (k + 31) / 32;
-  const bool lo = r0 + g < n, hi = r0 + g + 8 < n;
-  const T* wlo = w + static_cast<long long>(lo ? r0 + g : 0) * k + 8 * t;
-  const T* whi = w + static_cast<long long>(hi ? r0 + g + 8 : 0) * k + 8 * t;
-  float acc[NT][4];
+  bool lo[TW], hi[TW];
+  const T* wlo[TW];
+  const T* whi[TW];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int q = 0; q < TW; ++q) {
+    const int r = r0 + 16 * q + g;
+    lo[q] = r < n;
+    hi[q] = r + 8 < n;
+    wlo[q] = w + static_cast<long long>(lo[q] ? r : 0) * k + 8 * t;
+    whi[q] = w + static_cast<long long>(hi[q] ? r + 8 : 0) * k + 8 * t;
+  }
+  float acc[TW][NT][4];
+#pragma unroll
+  for (int q = 0; q < TW; ++q)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[q][j][0] = acc[q][j][1] = acc[q][j][2] = acc[q][j][3] = 0.f;
 
-  // k chunks in flight per lane: fewer as the x tile grows (registers: 8 NT + 8 per chunk)
-  constexpr int kUnroll = NT <= 2 ? 4 : NT == 4 ? 2 : 1;
+  // k chunks in flight per lane: fewer as the tiles grow (registers: 8 (NT + 2 TW) per chunk)
+  constexpr int kUnroll = NT * TW <= 2 ? 4 : NT * TW <= 4 ? 2 : 1;
   rg::pdl_trigger();
   bool waited = false;
   for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * kUnroll) {
-    uint4 a_lo[kUnroll], a_hi[kUnroll], b[NT][kUnroll];
+    uint4 a_lo[TW][kUnroll], a_hi[TW][kUnroll], b[NT][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load of the step before any mma
       const int c = c0 + u * kWarps * CS;
       const bool in = c < chunks && c * 32 + 8 * t < k;
-      a_lo[u] = load_w16(wlo + c * 32, in && lo);
-      a_hi[u] = load_w16(whi + c * 32, in && hi);
+#pragma unroll
+      for (int q = 0; q < TW; ++q) {
+        a_lo[q][u] = load_w16(wlo[q] + c * 32, in && lo[q]);
+        a_hi[q][u] = load_w16(whi[q] + c * 32, in && hi[q]);
+      }
     }
     if (!waited) {  // the first weights are on their way; x comes from the previous kernel
       rg::pdl_wait();
@@ -126,117 +143,125 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        Mma<T>::run(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
-        Mma<T>::run(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
-      }
+      for (int q = 0; q < TW; ++q)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          Mma<T>::run(acc[q][j], a_lo[q][u].x, a_hi[q][u].x, a_lo[q][u].y, a_hi[q][u].y,
+                      b[j][u].x, b[j][u].y);
+          Mma<T>::run(acc[q][j], a_lo[q][u].z, a_hi[q][u].z, a_lo[q][u].w, a_hi[q][u].w,
+                      b[j][u].z, b[j][u].w);
+        }
   }
 
   if (!waited) rg::pdl_wait();  // a warp with no chunks still reads the residual below
-  __shared__ float red[kWarps][NT * 4][32];
-  __shared__ float part[NT * 4][32];  // this block's sum over its warps
+  // Per W tile: the warps' sums meet in shared memory, then (with a cluster) the blocks'
+  // through distributed shared memory; fixed orders, so the result is deterministic.
+  constexpr int kVals = NT * 4 * 32;  // one W tile's outputs: fragment slot i, lane
+  __shared__ float red[kWarps][kVals];
+  __shared__ float part[kVals];  // this block's sum over its warps
   const int w8 = threadIdx.x >> 5;
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) red[w8][4 * j + e][lane] = acc[j][e];
-  __syncthreads();
-  if (w8 == 0) {
-#pragma unroll
-    for (int i = 0; i < NT * 4; ++i) {
-      float v = 0.f;
-#pragma unroll
-      for (int q = 0; q < kWarps; ++q) v += red[q][i][lane];
-      part[i][lane] = v;
-    }
-  }
-  if constexpr (CS > 1) cluster_sync();  // every block's part[] is ready
-  if (w8 == 0 && rank == 0) {
+  for (int q = 0; q < TW; ++q) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = part[4 * j + e][lane];
+      for (int e = 0; e < 4; ++e) red[w8][(4 * j + e) * 32 + lane] = acc[q][j][e];
+    __syncthreads();
+    for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
+      float v = 0.f;
+#pragma unroll
+      for (int p = 0; p < kWarps; ++p) v += red[p][i];
+      part[i] = v;
+    }
+    if constexpr (CS > 1) cluster_sync();  // every block's part[] is ready
+    else __syncthreads();
+    if (rank == 0) {
+      for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
+        float v = part[i];
         if constexpr (CS > 1) {
 #pragma unroll
-          for (int q = 1; q < CS; ++q)
-            v += load_remote(&part[4 * j + e][lane], q);
+          for (int p = 1; p < CS; ++p) v += load_remote(&part[i], p);
         }
-        // c0, c1: W row g, x rows 2t, 2t+1; c2, c3: W row g + 8, the same x rows
-        const int row = r0 + g + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+        // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
+        // e = 2, 3: W row g + 8, the same x rows
+        const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
+        const int row = r0 + 16 * q + (ln >> 2) + (e >= 2 ? 8 : 0);
+        const int col = 8 * j + 2 * (ln & 3) + (e & 1);
         if (row < n && col < m) {
           const long long o = static_cast<long long>(col) * n + row;
           if (residual != nullptr) v += rg::to_float(residual[o]);
           y[o] = rg::from_float<T>(v);
         }
       }
+    }
+    if constexpr (CS > 1) cluster_sync();  // part[] stays alive until block 0 has read it
+    else __syncthreads();                  // red[] and part[] are reused by the next tile
   }
-  if constexpr (CS > 1) cluster_sync();  // keep part[] alive until block 0 has read it
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n8_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 4, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n64(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 8, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 8, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n64_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 8, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 8, 4, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 4, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n64(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 8, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 8, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n64_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 8, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 8, 4, 4>(x, w, residual, y, m, n, k);
 }

@@ -28,15 +28,26 @@ GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
 SMS = 132  # H200; only steers the tile choice
-ROWS_PER_BLOCK = 16
+W_TILES = {8: 1, 16: 1, 32: 2, 64: 4}  # 16-row tiles of W per block, by x tile (gemv.cu TW)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
 LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
 
 
-def cluster_for(n: int, k: int) -> int:
-    """How many blocks share a 16-row tile: 4 when n gives too few blocks and rows are long
-    (2048x8192: 36% -> 67% of the copy bandwidth; 3072x2048 and 6144x4096 got slower)."""
-    return 4 if -(-n // ROWS_PER_BLOCK) < FULL_GRID and k >= LONG_ROWS else 1
+def rows_per_block(tile: int) -> int:
+    """Rows of W one GEMV block (or cluster) covers for an x tile of `tile` rows: blocks for
+    32 and 64 rows of x take 2 and 4 W tiles, so each x load serves more of W."""
+    return 16 * W_TILES[tile]
+
+
+def cluster_for(n: int, k: int, tile: int = 8) -> int:
+    """How many blocks share a W tile (splitting k): 4 when n gives too few blocks and rows
+    are long (2048x8192: 36% -> 67% of the copy bandwidth; 3072x2048 and 6144x4096 got
+    slower), and whenever the wider blocks of 32- and 64-row x tiles would not fill the SMs
+    (LLaMA-1B's o_proj at 64 rows: 32 blocks of 64 W rows)."""
+    blocks = -(-n // rows_per_block(tile))
+    if W_TILES[tile] > 1:
+        return 4 if blocks < SMS else 1
+    return 4 if blocks < FULL_GRID and k >= LONG_ROWS else 1
 
 
 def gemm_tile(m: int, n: int) -> tuple[int, int]:
@@ -91,7 +102,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
                                   smem=gemm_smem((bm, bn)), symbols=symbols)
         return
     tile = next(t for t in M_TILES if t >= top)
-    c = cluster_for(n, k)
-    GEMV[dt, tile, c].launch(-(-n // ROWS_PER_BLOCK) * c, 256, (x, w, residual, y, m, n, k),
-                             stream, symbols=symbols)
+    c = cluster_for(n, k, tile)
+    GEMV[dt, tile, c].launch(-(-n // rows_per_block(tile)) * c, 256,
+                             (x, w, residual, y, m, n, k), stream, symbols=symbols)
 
