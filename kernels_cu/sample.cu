@@ -50,31 +50,26 @@ struct Shared {
   u64 need;
 };
 
-__device__ float block_max(float v, Shared& sh) {
+// op over the block (one value per thread, 32 warps); every thread gets the result.
+// `slots`: kWarps values of shared memory.
+template <typename V, typename Op> __device__ V block_reduce(V v, V* slots, Op op) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // slots may still be read by a previous call
+  if (lane == 0) slots[warp] = v;
   __syncthreads();
-  if (lane == 0) sh.fval[warp] = v;
-  __syncthreads();
-  v = sh.fval[lane];
+  v = slots[lane];
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-
-__device__ int block_min(int v, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  if (lane == 0) sh.ival[warp] = v;
-  __syncthreads();
-  v = sh.ival[lane];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct MinOp {
+  __device__ int operator()(int a, int b) const { return min(a, b); }
+};
 
 // exclusive prefix sum over the block; every thread also gets the total
 __device__ u64 block_scan(u64 v, u64& total, Shared& sh) {
@@ -219,7 +214,7 @@ __device__ void sample_impl(const T* logits, const float* temperature,
 #pragma unroll
     for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
   }
-  m = block_max(m, sh);
+  m = block_reduce(m, sh.fval, MaxOp());
   const float temp = temperature[r];
   if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
     int best = vocab;
@@ -230,7 +225,7 @@ __device__ void sample_impl(const T* logits, const float* temperature,
       for (int e = 7; e >= 0; --e)
         if (v[e] == m) best = 8 * j + e;
     }
-    best = block_min(best, sh);
+    best = block_reduce(best, sh.ival, MinOp());
     if (tid == 0) out[r] = best < vocab ? best : 0;
     return;
   }

@@ -137,3 +137,28 @@ def test_requests_that_cannot_run_are_refused():
     engine.close()
     model.close()
 
+
+
+def test_an_iteration_is_all_or_nothing():
+    from rawgraph.engine.runner import Runner
+    from rawgraph.memory.blocks import OutOfBlocks
+    from rawgraph.model.program import PrefillPiece
+
+    # blocks of 16 tokens, 3 in all: the first prompt takes one
+    model = _model(max_batch=4, max_context=64, max_chunk=32, max_chunk_seqs=2, num_blocks=3)
+    runner = Runner(model, buckets=[2], chunks=[32])
+    first, _, _ = runner.run([PrefillPiece(0, [1, 2, 3], 0)], [], [])
+    t = model.kv.tables
+    before = t.lens.copy(), t.table.copy(), t.alloc.num_free
+    short, long = PrefillPiece(1, [4] * 9, 0), PrefillPiece(1, [4] * 17, 0)
+    for piece, slots, tokens, err in [
+            (short, [0], [CFG.vocab], ValueError),  # a bad decode token
+            (short, [1], [5], ValueError),          # slot 1 in both halves
+            (long, [0, 2], [5, 6], OutOfBlocks)]:   # 2 + 1 new blocks, 2 free
+        with pytest.raises(err):
+            runner.run([piece], slots, tokens)
+        assert (t.lens == before[0]).all() and (t.table == before[1]).all()  # nothing half-done
+        assert t.alloc.num_free == before[2]
+    _, nxt, _ = runner.run([short], [0], [first[0]])
+    assert len(nxt) == 1 and t.lens[0] == 4 and t.lens[1] == 9
+    runner.close()

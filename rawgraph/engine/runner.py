@@ -28,6 +28,7 @@ from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.engine.pool import GraphPool
 from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import Graph
+from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.model.program import Model, PrefillPiece, final_tokens
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Range, Symbols
@@ -160,6 +161,8 @@ class Runner:
                 pre_ex = self.pool.acquire(("prefill", c), keep=(("decode", b),))
         if slots and b is None:
             self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
+        if pieces and slots:
+            self._check_both(pieces, slots, tokens)
         t0 = time.perf_counter()
         if pieces:
             n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
@@ -191,6 +194,21 @@ class Runner:
         nxt = m.dec["next"][:len(slots)].get(stream=cupy_stream(ds)).tolist() if slots else []
         st.wall_ms = (time.perf_counter() - t0) * 1e3
         return first, nxt, st
+
+    def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+                    tokens: Sequence[int]) -> None:
+        """What could make the decode half fail once the prefill half has changed the cache,
+        checked first: the iteration is all or nothing."""
+        m = self.model
+        m.check_decode(slots, tokens)
+        both = {p.slot for p in pieces} & set(slots)
+        if both:
+            raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
+        need = m.blocks_needed({**{p.slot: len(p.tokens) for p in pieces},
+                                **dict.fromkeys(slots, 1)})
+        free = m.kv.tables.alloc.num_free
+        if need > free:
+            raise OutOfBlocks(f"this iteration needs {need} new KV blocks, {free} free")
 
     def close(self) -> None:
         """Destroy the graphs."""

@@ -18,6 +18,7 @@ from rawgraph.cuda.stream import cupy_stream
 from rawgraph.dtypes import storage_dtype
 from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
+from rawgraph.memory.staging import Staging
 
 
 class PagedKVCache:
@@ -31,22 +32,18 @@ class PagedKVCache:
                                   max_blocks_per_seq)
         shape = (layers, num_blocks, block_size, self.row)
         st = storage_dtype(dtype)
-        n_meta = max_seqs * max_blocks_per_seq + max_seqs
         new = (lambda name, s, d: arena.array(name, s, d)) if arena else (
             lambda name, s, d: cupy.empty(s, d))
         self.k, self.v = new("kv.k", shape, st), new("kv.v", shape, st)
-        self.meta = new("kv.tables", (n_meta,), np.int32)
+        fields = {"tables": (np.int32, max_seqs * max_blocks_per_seq),
+                  "lens": (np.int32, max_seqs)}
+        # tables and lengths: one pinned mirror, one copy per step
+        self._meta = Staging(fields, new("kv.tables", (Staging.size(fields),), np.uint8))
         # device views the kernels take: (max_seqs, max_blocks) tables and (max_seqs,) lengths
-        self.block_tables = self.meta[:max_seqs * max_blocks_per_seq].reshape(
-            max_seqs, max_blocks_per_seq)
-        self.seq_lens = self.meta[max_seqs * max_blocks_per_seq:]
-        # pinned staging for the one copy per step, and an event guarding its reuse
-        self._pinned = cupy.cuda.alloc_pinned_memory(n_meta * 4)
-        self._staging = np.frombuffer(self._pinned, np.int32, n_meta)
-        self._copied = cupy.cuda.Event(block=False, disable_timing=True)
-        self._copied.record()
+        self.block_tables = self._meta.dev["tables"].reshape(max_seqs, max_blocks_per_seq)
+        self.seq_lens = self._meta.dev["lens"]
         self.sync(cupy.cuda.Stream.null)
-        self._copied.synchronize()  # the empty tables are on the device before any stream uses them
+        self._meta.begin()  # the empty tables are on the device before any stream uses them
 
     @property
     def nbytes(self) -> int:
@@ -69,11 +66,9 @@ class PagedKVCache:
                 self.k[:, dst] = self.k[:, src]
                 self.v[:, dst] = self.v[:, src]
         t.pending_copies.clear()
-        self._copied.synchronize()  # the previous step's copy has read the staging buffer
-        n = t.table.size
-        self._staging[:n] = t.table.ravel()
-        self._staging[n:] = t.lens
+        h = self._meta.begin()  # the previous step's copy has read the pinned buffer
+        h["tables"][:] = t.table.ravel()
+        h["lens"][:] = t.lens
         for slot, length in (lens or {}).items():
-            self._staging[n + slot] = length
-        self.meta.data.copy_from_host_async(self._staging.ctypes.data, self._staging.nbytes, s)
-        self._copied.record(s)
+            h["lens"][slot] = length
+        self._meta.push(s)

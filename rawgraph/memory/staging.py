@@ -16,20 +16,21 @@ class Staging:
 
     Write the host views (`host[name]`) between `begin()` and `push(stream)`: `begin` waits
     until the previous push has read the pinned buffer, `push` copies it all in one
-    host-to-device transfer on `stream`. Device views (`dev[name]`) never move.
+    host-to-device transfer on `stream`. Device views (`dev[name]`) never move. `device`:
+    a uint8 device buffer of at least `Staging.size(fields)` bytes to hold the fields (an
+    arena's, say); default a new one.
     """
 
-    def __init__(self, fields: dict[str, tuple[Any, int]]):
-        offsets, off = {}, 0
-        for name, (dtype, count) in fields.items():
-            dt = np.dtype(dtype)
-            off = -(-off // dt.itemsize) * dt.itemsize  # natural alignment (uint64 seeds)
-            offsets[name] = (dt, count, off)
-            off += dt.itemsize * count
-        self.nbytes = -(-off // 16) * 16
+    def __init__(self, fields: dict[str, tuple[Any, int]], device: cupy.ndarray | None = None):
+        offsets, self.nbytes = _layout(fields)
+        if device is None:
+            device = cupy.zeros(self.nbytes, np.uint8)
+        elif device.dtype != np.uint8 or device.ndim != 1 or device.size < self.nbytes:
+            raise ValueError(f"device must be a 1-D uint8 buffer of at least {self.nbytes} "
+                             f"bytes, got {device.dtype} {device.shape}")
         self._pinned = cupy.cuda.alloc_pinned_memory(self.nbytes)
         raw = np.frombuffer(self._pinned, np.uint8, self.nbytes)
-        self.buffer = cupy.zeros(self.nbytes, np.uint8)
+        self.buffer = device[:self.nbytes]
         self.host: dict[str, np.ndarray] = {}
         self.dev: dict[str, cupy.ndarray] = {}
         for name, (dt, count, o) in offsets.items():
@@ -38,6 +39,11 @@ class Staging:
         raw[:] = 0
         self._copied = cupy.cuda.Event(block=False, disable_timing=True)
         self._copied.record()
+
+    @staticmethod
+    def size(fields: dict[str, tuple[Any, int]]) -> int:
+        """Bytes the fields take (each naturally aligned, the total rounded up to 16)."""
+        return _layout(fields)[1]
 
     def begin(self) -> dict[str, np.ndarray]:
         """Wait until the pinned buffer is free to write; returns the host views."""
@@ -49,3 +55,13 @@ class Staging:
         s = cupy_stream(stream)
         self.buffer.data.copy_from_host_async(self._pinned.ptr, self.nbytes, s)
         self._copied.record(s)
+
+
+def _layout(fields: dict[str, tuple[Any, int]]) -> tuple[dict[str, tuple], int]:
+    offsets, off = {}, 0
+    for name, (dtype, count) in fields.items():
+        dt = np.dtype(dtype)
+        off = -(-off // dt.itemsize) * dt.itemsize  # natural alignment (uint64 seeds)
+        offsets[name] = (dt, count, off)
+        off += dt.itemsize * count
+    return offsets, -(-off // 16) * 16

@@ -191,8 +191,9 @@ class Model:
 
     # -- host side: grow the cache, write the step's metadata, one copy ---------------------
 
-    def grow(self, need: dict[int, int]) -> None:
-        """Make room for need[slot] more tokens in each sequence, all or nothing."""
+    def blocks_needed(self, need: dict[int, int]) -> int:
+        """New KV blocks that need[slot] more tokens per sequence take (ValueError past
+        max_context); nothing changes."""
         t, bs = self.kv.tables, self.kv.block_size
         fresh = 0
         for slot, n in need.items():
@@ -201,6 +202,12 @@ class Model:
                 raise ValueError(f"slot {slot}: context {have + n} exceeds max_context = "
                                  f"{self.max_context}")
             fresh += -(-(have + n) // bs) - -(-have // bs)
+        return fresh
+
+    def grow(self, need: dict[int, int]) -> None:
+        """Make room for need[slot] more tokens in each sequence, all or nothing."""
+        t = self.kv.tables
+        fresh = self.blocks_needed(need)
         if fresh > t.alloc.num_free:  # checked before any sequence changes
             raise OutOfBlocks(f"this step needs {fresh} new KV blocks, {t.alloc.num_free} free")
         for slot, n in need.items():
@@ -219,6 +226,24 @@ class Model:
         p["seeds"][slot], p["temperature"][slot] = params.seed, params.temperature
         p["top_k"][slot], p["top_p"][slot] = params.top_k, params.top_p
 
+    def check_decode(self, slots: Sequence[int], tokens: Sequence[int]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Validate a decode step's rows (ValueError naming the problem); nothing changes.
+        Returns slots and tokens as arrays."""
+        n = len(slots)
+        sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
+        if not 0 < n == len(tok) <= self.max_batch:
+            raise ValueError(f"{n} slots, {len(tok)} tokens: need 1 to {self.max_batch} rows, "
+                             f"one token each")
+        if sl.min() < 0 or sl.max() >= self.max_batch or len(np.unique(sl)) < n:
+            raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
+        if tok.min() < 0 or tok.max() >= self.cfg.vocab:
+            raise ValueError(f"token ids {list(tokens)} outside [0, {self.cfg.vocab})")
+        if (self.kv.tables.lens[sl] + 1 > self.max_context).any():
+            raise ValueError(f"context {int(self.kv.tables.lens[sl].max()) + 1} exceeds "
+                             f"max_context = {self.max_context}")
+        return sl, tok
+
     def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
                        sampling: Sequence[SamplingParams] | None = None, *,
                        sync: bool = True) -> int:
@@ -230,18 +255,8 @@ class Model:
         without it the stored ones apply. Vectorized: this runs before every step.
         """
         n = len(slots)
-        sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
-        if not 0 < n == len(tok) <= self.max_batch:
-            raise ValueError(f"{n} slots, {len(tok)} tokens: need 1 to {self.max_batch} rows, "
-                             f"one token each")
-        if sl.min() < 0 or sl.max() >= self.max_batch or len(np.unique(sl)) < n:
-            raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
-        if tok.min() < 0 or tok.max() >= self.cfg.vocab:
-            raise ValueError(f"token ids {list(tokens)} outside [0, {self.cfg.vocab})")
+        sl, tok = self.check_decode(slots, tokens)
         t = self.kv.tables
-        if (t.lens[sl] + 1 > self.max_context).any():
-            raise ValueError(f"context {int(t.lens[sl].max()) + 1} exceeds max_context = "
-                             f"{self.max_context}")
         new = [s for s in slots if s not in t.active]
         for s in new:
             t.add(s)
