@@ -67,8 +67,12 @@ def test_loop_then_host_steps_continue_the_same_sequences():
     budgets = {0: 12, 2: 12, 3: 12}
     _, want, _ = _host_loop(budgets, {0: -1, 2: -1, 3: -1})
     model, first, s = _prefilled()
-    loop = DecodeLoop(model, bucket=4, max_steps=5, stream=s)  # 5 on the device, 7 by host
+    # 5 on the device, 7 by host; the loop's attention captured for contexts up to 16 only
+    loop = DecodeLoop(model, bucket=4, max_steps=5, stream=s, max_len=16)
     slots = list(PROMPTS)
+    with pytest.raises(ValueError, match="max_len = 8"):  # 7 + 5 tokens would not fit
+        DecodeLoop(model, bucket=4, max_steps=5, stream=s, max_len=8).run(
+            slots, [first[x] for x in slots], [12] * 3)
     got = loop.run(slots, [first[x] for x in slots], [12] * 3)
     assert all(len(g) == 5 for g in got)
     runner = Runner(model, buckets=[4], chunks=[16])
@@ -91,8 +95,10 @@ def test_loop_rejects_bad_requests_before_launching():
     with pytest.raises(ValueError, match="budgets"):
         loop.run([0], [1], [0])
     before = model.kv.tables.lens.copy()
-    with pytest.raises(ValueError, match="max_context"):
+    with pytest.raises(ValueError, match="max_len = 256"):  # the model's max_context
         DecodeLoop(model, bucket=1, max_steps=400, stream=s).run([0], [1], [400])
+    with pytest.raises(ValueError, match="max_len 300"):
+        DecodeLoop(model, bucket=1, max_steps=4, stream=s, max_len=300)
     assert np.array_equal(model.kv.tables.lens, before)
     loop.close()
     model.close()

@@ -102,7 +102,8 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
             tag = " +PDL" if pdl else ""
             runner = Runner(model, graphs=True, buckets=[batch], chunks=[64], pdl=pdl)
             runner.pool.acquire(("decode", batch))
-            loop = DecodeLoop(model, batch, LOOP_STEPS, runner.decode_stream, pdl=pdl)
+            loop = DecodeLoop(model, batch, LOOP_STEPS, runner.decode_stream, pdl=pdl,
+                              max_len=1024 + LOOP_STEPS)
             for kind in ("host loop", "WHILE loop"):
                 best = []
                 for _ in range(3):

@@ -35,12 +35,17 @@ class DecodeLoop:
     body's kernels with programmatic dependent launch, as in `Runner`)."""
 
     def __init__(self, model: Model, bucket: int, max_steps: int, stream: Any,
-                 pdl: bool = True):
+                 pdl: bool = True, max_len: int | None = None):
+        """`max_len` (default the model's max_context) bounds every context the loop reaches;
+        its attention is captured for it, so a tighter bound runs fewer empty splits."""
+        max_len = model.max_context if max_len is None else max_len
         if not 1 <= bucket <= min(model.max_batch, MAX_ROWS) or max_steps < 1:
             raise ValueError(f"bucket {bucket}, max_steps {max_steps}: need 1 <= bucket <= "
                              f"{min(model.max_batch, MAX_ROWS)} and max_steps >= 1")
+        if not 1 <= max_len <= model.max_context:
+            raise ValueError(f"max_len {max_len} outside [1, {model.max_context}] (max_context)")
         self.model, self.bucket, self.max_steps, self.stream = model, bucket, max_steps, stream
-        self.pdl = pdl
+        self.pdl, self.max_len = pdl, max_len
         self.state = Staging({"stop": (np.int32, bucket), "remaining": (np.int32, bucket),
                               "count": (np.int32, bucket), "step": (np.int32, 1),
                               "out": (np.int32, max_steps * bucket)})
@@ -49,7 +54,7 @@ class DecodeLoop:
     def _body(self, stream: Any, handle: int) -> None:
         m, b, st = self.model, self.bucket, self.state.dev
         meta = m.dec_meta.dev
-        m.launch_decode(b, m.max_context, stream, pdl=self.pdl)
+        m.launch_decode(b, self.max_len, stream, pdl=self.pdl)
         ADVANCE.launch(1, MAX_ROWS, (m.dec["next"], meta["ids"], meta["pos"], meta["slots"],
                                      m.kv.seq_lens, st["stop"], st["remaining"], st["out"],
                                      st["count"], st["step"], b, self.max_steps, handle),
@@ -69,6 +74,10 @@ class DecodeLoop:
             raise ValueError(f"budgets {list(budgets)} must be >= 1")
         was = {s: s in t.active for s in slots}
         start = {s: int(t.lens[s]) if was[s] else 0 for s in slots}
+        reach = max(start[s] + k for s, k in zip(slots, steps))
+        if reach > self.max_len:
+            raise ValueError(f"a row's context would reach {reach} tokens; this loop was "
+                             f"captured for max_len = {self.max_len}")
         # host side of the first step, and every block the loop may fill, reserved up front
         m.prepare_decode(slots, tokens, self.stream, sync=False)
         extra = {s: k - 1 for s, k in zip(slots, steps) if k > 1}
