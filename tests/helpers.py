@@ -1,4 +1,5 @@
-"""Test helpers: random device tensors in rawgraph storage, poisoned outputs."""
+"""Test helpers: random device tensors in rawgraph storage, poisoned outputs, a paged cache
+of random keys and values, a linear layer checked against its reference."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 from rawgraph.dtypes import storage_dtype, to_float32, to_storage
 
 POISON = {"float16": 0x7E00, "bfloat16": 0x7FC1}  # NaN bit patterns no kernel writes
+ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}  # one unit in the last place at 1.0
 
 
 def randn(rng: np.random.Generator, shape: tuple, dtype: str, scale: float = 1.0):
@@ -24,3 +26,47 @@ def poisoned(shape: tuple, dtype: str):
 def host(arr, dtype: str) -> np.ndarray:
     """Device storage -> float32 on the host."""
     return to_float32(cupy.asnumpy(arr), dtype)
+
+
+def paged_cache(rng: np.random.Generator, dtype: str, kv_heads: int, d: int,
+                lens: dict[int, int], *, block_size: int = 16, num_blocks: int = 256,
+                max_blocks: int = 96):
+    """A one-layer PagedKVCache holding `lens[slot]` random tokens per slot (synced to the
+    device); returns (cache, K as float32, V as float32)."""
+    from rawgraph.memory.paged import PagedKVCache
+
+    kv = PagedKVCache(layers=1, kv_heads=kv_heads, head_dim=d, block_size=block_size,
+                      num_blocks=num_blocks, max_seqs=8, max_blocks_per_seq=max_blocks,
+                      dtype=dtype)
+    for s, n in lens.items():
+        kv.tables.add(s)
+        kv.tables.append(s, n)
+    kv.sync()
+    k, kh = randn(rng, kv.k.shape[1:], dtype)
+    v, vh = randn(rng, kv.v.shape[1:], dtype)
+    kv.k[0], kv.v[0] = k, v
+    return kv, kh, vh
+
+
+def check_linear(stream, rng: np.random.Generator, dtype: str, m: int, n: int, k: int,
+                 fused: bool, rows: int) -> None:
+    """ops.linear on the first m of `rows` rows (with a residual when `fused`) against the
+    float64 reference within 2 ulp, rows past m left unwritten."""
+    from rawgraph import ops
+    from rawgraph.ops import reference as ref
+
+    x, xh = randn(rng, (rows, k), dtype)
+    w, wh = randn(rng, (n, k), dtype, k**-0.5)
+    y = poisoned((rows, n), dtype)
+    kw, rh = {}, None
+    if fused:
+        r, rh = randn(rng, (rows, n), dtype)
+        kw = {"residual": r}
+    cupy.cuda.Device().synchronize()  # inputs made on the default stream; kernels use another
+    ops.linear(x, w, y, m=m, stream=stream, **kw)
+    stream.synchronize()
+    want = ref.linear(xh[:m], wh, dtype, None if rh is None else rh[:m])
+    # fp32 accumulation in a different order than float64: allow one rounding step either way
+    np.testing.assert_allclose(host(y, dtype)[:m], want, rtol=2 * ULP[dtype],
+                               atol=2 * ULP[dtype])
+    assert (cupy.asnumpy(y.view(np.uint16))[m:] == POISON[dtype]).all()

@@ -5,24 +5,15 @@ import numpy as np
 import pytest
 
 from rawgraph import Range, Symbols, capture, ops
-from rawgraph.memory.paged import PagedKVCache
 from rawgraph.ops import reference as ref
-from tests.helpers import POISON, host, poisoned, randn
+from tests.helpers import POISON, host, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
 
 
 def _setup(rng, dtype, q_heads, kv_heads, d, lens, batch_slots, block_size=16):
-    kv = PagedKVCache(layers=1, kv_heads=kv_heads, head_dim=d, block_size=block_size,
-                      num_blocks=256, max_seqs=8, max_blocks_per_seq=96, dtype=dtype)
-    for s, n in lens.items():
-        kv.tables.add(s)
-        kv.tables.append(s, n)
-    kv.sync()
-    k, kh = randn(rng, kv.k.shape[1:], dtype)
-    v, vh = randn(rng, kv.v.shape[1:], dtype)
-    kv.k[0], kv.v[0] = k, v
+    kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, block_size=block_size)
     q, qh = randn(rng, (len(batch_slots), q_heads, d), dtype)
     cupy.cuda.Device().synchronize()  # inputs made on the default stream; kernels use another
     return kv, kh, vh, q, qh, cupy.asarray(np.array(batch_slots, np.int32))

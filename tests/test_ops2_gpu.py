@@ -6,11 +6,10 @@ import pytest
 
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
-from tests.helpers import POISON, host, poisoned, randn
+from tests.helpers import POISON, ULP, check_linear, host, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 DTYPES = ["float16", "bfloat16"]
-ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -66,20 +65,7 @@ def test_argmax(stream, rng, dtype):
                                            (64, 16392, 256), (20, 136, 64)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
-    x, xh = randn(rng, (m + 1, k), dtype)
-    w, wh = randn(rng, (n, k), dtype, k**-0.5)
-    y = poisoned((m + 1, n), dtype)
-    kw, rh = {}, None
-    if fused:
-        r, rh = randn(rng, (m + 1, n), dtype)
-        kw = {"residual": r}
-    ops.linear(x, w, y, m=m, stream=stream, **kw)
-    stream.synchronize()
-    want = ref.linear(xh[:m], wh, dtype, None if rh is None else rh[:m])
-    got = host(y, dtype)
-    # fp32 accumulation in a different order than float64: allow one rounding step either way
-    np.testing.assert_allclose(got[:m], want, rtol=2 * ULP[dtype], atol=2 * ULP[dtype])
-    assert (cupy.asnumpy(y.view(np.uint16))[m:] == POISON[dtype]).all()
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
 
 
 def test_linear_in_place_residual_and_symbolic_rows(stream, rng):

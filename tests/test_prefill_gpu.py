@@ -8,33 +8,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rawgraph import Range, Symbols, capture, ops
-from rawgraph.memory.paged import PagedKVCache
 from rawgraph.ops import reference as ref
-from tests.helpers import POISON, host, poisoned, randn
+from tests.helpers import POISON, ULP, check_linear, host, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 DTYPES = ["float16", "bfloat16"]
-ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 # attention: fp32 softmax, P rounded to the storage type before P V (as FlashAttention does)
 ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
-
-
-def _gemm_case(stream, rng, dtype, m, n, k, fused, rows=None):
-    rows = rows or m
-    x, xh = randn(rng, (rows, k), dtype)
-    w, wh = randn(rng, (n, k), dtype, k**-0.5)
-    y = poisoned((rows, n), dtype)
-    kw, rh = {}, None
-    if fused:
-        r, rh = randn(rng, (rows, n), dtype)
-        kw = {"residual": r}
-    cupy.cuda.Device().synchronize()
-    ops.linear(x, w, y, m=m, stream=stream, **kw)
-    stream.synchronize()
-    want = ref.linear(xh[:m], wh, dtype, None if rh is None else rh[:m])
-    got = host(y, dtype)
-    np.testing.assert_allclose(got[:m], want, rtol=2 * ULP[dtype], atol=2 * ULP[dtype])
-    assert (cupy.asnumpy(y.view(np.uint16))[m:] == POISON[dtype]).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -42,7 +22,7 @@ def _gemm_case(stream, rng, dtype, m, n, k, fused, rows=None):
                                            (512, 3072, 2048), (129, 130, 200), (1000, 258, 72)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_gemm(stream, rng, dtype, m, n, k, fused):
-    _gemm_case(stream, rng, dtype, m, n, k, fused, rows=m + 3)
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
@@ -51,7 +31,7 @@ def test_gemm(stream, rng, dtype, m, n, k, fused):
        fused=st.booleans())
 def test_gemm_ragged_shapes(m, n, k, dtype, fused):
     stream = cupy.cuda.Stream(non_blocking=True)
-    _gemm_case(stream, np.random.default_rng(m * n + k), dtype, m, n, k, fused)
+    check_linear(stream, np.random.default_rng(m * n + k), dtype, m, n, k, fused, rows=m)
 
 
 def test_gemm_rows_patched_in_a_graph(stream, rng):
@@ -77,22 +57,9 @@ def test_gemm_rows_patched_in_a_graph(stream, rng):
             assert not got[m:].any()
 
 
-def _paged(rng, dtype, kv_heads, d, lens, block_size=16, num_blocks=512):
-    kv = PagedKVCache(layers=1, kv_heads=kv_heads, head_dim=d, block_size=block_size,
-                      num_blocks=num_blocks, max_seqs=8, max_blocks_per_seq=300, dtype=dtype)
-    for s, n in lens.items():
-        kv.tables.add(s)
-        kv.tables.append(s, n)
-    kv.sync()
-    k, kh = randn(rng, kv.k.shape[1:], dtype)
-    v, vh = randn(rng, kv.v.shape[1:], dtype)
-    kv.k[0], kv.v[0] = k, v
-    return kv, kh, vh
-
-
 def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs):
     """seqs: [(slot, q_len)]: the last q_len cached tokens of each slot are the queries."""
-    kv, kh, vh = _paged(rng, dtype, kv_heads, d, lens)
+    kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, num_blocks=512, max_blocks=300)
     cu = np.concatenate([[0], np.cumsum([n for _, n in seqs])]).astype(np.int32)
     q, qh = randn(rng, (int(cu[-1]), q_heads, d), dtype)
     out = poisoned(q.shape, dtype)
@@ -131,7 +98,7 @@ def test_prefill_attention_random_lengths(lens, frac, d, group, dtype):
 
 
 def test_prefill_attention_grid_is_patched(stream, rng):
-    kv, kh, vh = _paged(rng, "float16", 2, 64, {0: 300})
+    kv, kh, vh = paged_cache(rng, "float16", 2, 64, {0: 300}, num_blocks=512, max_blocks=300)
     q, qh = randn(rng, (256, 4, 64), "float16")
     out = cupy.zeros(q.shape, np.float16)
     cu = cupy.zeros(2, np.int32)
@@ -156,7 +123,7 @@ def test_prefill_attention_grid_is_patched(stream, rng):
 
 
 def test_prefill_attention_rejects_bad_input(rng):
-    kv, _, _ = _paged(rng, "float16", 2, 64, {0: 10})
+    kv, _, _ = paged_cache(rng, "float16", 2, 64, {0: 10}, num_blocks=512, max_blocks=300)
     q = cupy.zeros((10, 4, 64), np.float16)
     cu, slots = cupy.array([0, 10], np.int32), cupy.zeros(1, np.int32)
     args = (kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens)

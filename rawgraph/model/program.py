@@ -140,7 +140,6 @@ class Model:
                                  "cu": (np.int32, s + 1), "seqs": (np.int32, s),
                                  "last": (np.int32, s), "last_pos": (np.int32, s),
                                  "final": (np.int32, s)})
-        self._any_final = False  # the prepared chunk samples a token (eager runs ask)
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
         self.workspace = cupy.empty(max(
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, max_context,
@@ -321,7 +320,6 @@ class Model:
             for name, arr in self.sampling.items():
                 h[name][i] = arr[p.slot]
         self.pre_meta.push(stream)
-        self._any_final = any(p.final for p in pieces)
         if sync:
             self.kv.sync(stream)
         return n, len(pieces), max(len(p.tokens) for p in pieces)
@@ -424,7 +422,7 @@ class Model:
                 self._body_stream = new_stream()
             with if_node(stream, handle, self._body_stream, name="LM head"):
                 self._prefill_head(self._body_stream)
-        elif self._any_final:
+        elif self.pre_meta.host["final"][:num_seqs].any():  # eager: the host decides
             self._prefill_head(stream)
 
     def _prefill_head(self, stream: Any) -> None:
