@@ -1,23 +1,23 @@
-// gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 64 rows), streaming W once at
+// gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 32 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16,32,64}[_c4](
+//   extern "C" gemv_{f16,bf16}_n{8,16,32}[_c4](
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
-//       int m, int n, int k) // m <= 8, 16, 32, 64 (_nM); k % 8 == 0; 16-byte aligned rows
+//       int m, int n, int k) // m <= 8, 16, 32 (_nM); k % 8 == 0; 16-byte aligned rows
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
-//   Layout: the roles are swapped (D = W x^T): a block owns 16 TW rows of W (TW = 1, 1, 2, 4
-//   tiles of 16 for x tiles of 8, 16, 32, 64 rows), which are the M side of mma.m16n8k16, and
+//   Layout: the roles are swapped (D = W x^T): a block owns 16 TW rows of W (TW = 1, 1, 2
+//   tiles of 16 for x tiles of 8, 16, 32 rows), which are the M side of mma.m16n8k16, and
 //   the rows of x are its N side, so the tensor core does in one instruction what SIMT code
 //   would spend M x-loads, 8M conversions and 8M FMAs on. Each lane loads 16 contiguous bytes
 //   of W rows g and g+8 (of each W tile) and of x row g per 32-wide k step (g = lane / 4):
 //   since a dot product may sum its k in any order, the fragment's k slots are simply mapped
 //   to those contiguous bytes, the same way for both operands. One x load serves all TW W
-//   tiles: every block reads all of x, so at 64 rows x's traffic from L2 would be 4x W's with
-//   one tile. The block's 8 warps split k (chunk c goes to warp c % 8), up to 4 chunks in
+//   tiles: every block reads all of x, so at 32 rows x's traffic from L2 would be 2x W's with
+//   one tile. (33 to 64 rows take skinny.cu, which stages both operands in shared memory.) The block's 8 warps split k (chunk c goes to warp c % 8), up to 4 chunks in
 //   flight per lane, and meet in a fixed-order shared-memory sum: deterministic, no atomics.
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
@@ -26,6 +26,7 @@
 //   blocks' partial sums through distributed shared memory, in a fixed order.
 //   grid (cdiv(n, 16 TW) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
+#include "cluster.cuh"
 #include "common.cuh"
 
 namespace {
@@ -54,27 +55,6 @@ template <> struct Mma<__nv_bfloat16> {
   }
 };
 
-// Thread-block cluster primitives in PTX (cooperative_groups needs libcu++ headers that
-// NVRTC does not see by default).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
-               ::: "memory");
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// *p as seen in the shared memory of cluster block `rank`
-__device__ __forceinline__ float load_remote(const float* p, unsigned rank) {
-  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  unsigned remote;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-}
-
 __device__ __forceinline__ uint4 load_w16(const void* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
@@ -84,12 +64,12 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
 
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); TW: 16-row
 // tiles of W per block, which share each x load (x is read once per block, so its traffic
-// from L2 is TW times smaller: at 64 rows of x it would otherwise be 4x W's)
+// from L2 is TW times smaller)
 template <typename T, int NT, int CS, int TW>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int rank = CS > 1 ? static_cast<int>(cluster_rank()) : 0;
+  const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
   const int r0 = (blockIdx.x / CS) * 16 * TW;
   const int chunks = (k + 31) / 32;
@@ -173,14 +153,14 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       for (int p = 0; p < kWarps; ++p) v += red[p][i];
       part[i] = v;
     }
-    if constexpr (CS > 1) cluster_sync();  // every block's part[] is ready
+    if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
     else __syncthreads();
     if (rank == 0) {
       for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
         float v = part[i];
         if constexpr (CS > 1) {
 #pragma unroll
-          for (int p = 1; p < CS; ++p) v += load_remote(&part[i], p);
+          for (int p = 1; p < CS; ++p) v += rg::load_remote(&part[i], p);
         }
         // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
         // e = 2, 3: W row g + 8, the same x rows
@@ -194,7 +174,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         }
       }
     }
-    if constexpr (CS > 1) cluster_sync();  // part[] stays alive until block 0 has read it
+    if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until block 0 has read it
     else __syncthreads();                  // red[] and part[] are reused by the next tile
   }
 }
@@ -225,14 +205,6 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n64(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 8, 1, 4>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n64_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 8, 4, 4>(x, w, residual, y, m, n, k);
-}
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
@@ -256,12 +228,4 @@ extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32(
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n64(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 8, 1, 4>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n64_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 8, 4, 4>(x, w, residual, y, m, n, k);
 }

@@ -132,12 +132,13 @@ def run(only: str = "") -> list[dict[str, Any]]:
         for name, (n, k) in shapes.items() if "gemv" in parts else ():
             copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
             ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
-            x = _rand((16, k), rng)
-            y = cupy.empty((16, n), np.float16)
-            for m in (1, 2, 4, 8):
+            x = _rand((64, k), rng)
+            y = cupy.empty((64, n), np.float16)
+            for m in (1, 2, 4, 8, 32, 64):  # 64: the skinny GEMM (a B=64 decode step)
                 us = _gemv_us(ws, x[:m], y[:m], s)
-                big = n * k >= 2048 * 8192
-                row(f"gemv {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
+                big = n * k >= 2048 * 8192 and m <= 8
+                kind = "skinny" if m > 32 else "gemv"
+                row(f"{kind} {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
                     85 if big else 0)
             del ws
     if "attention" in parts:

@@ -32,7 +32,7 @@ from rawgraph.memory.paged import PagedKVCache
 from rawgraph.memory.staging import Staging
 from rawgraph.model.config import LlamaConfig
 from rawgraph.ops.attention import split_for
-from rawgraph.ops.linear import M_TILES
+from rawgraph.ops.linear import SKINNY_ROWS
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
 
@@ -111,10 +111,10 @@ class Model:
                  seed: int = 0):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets)."""
-        if not 1 <= max_batch <= M_TILES[-1]:
-            raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {M_TILES[-1]} "
-                             f"rows (the GEMV path)")
-        if not 1 <= max_chunk_seqs <= min(max_batch, M_TILES[-1]) or max_chunk < 1:
+        if not 1 <= max_batch <= SKINNY_ROWS:
+            raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {SKINNY_ROWS} "
+                             f"rows (the GEMV and skinny GEMM paths)")
+        if not 1 <= max_chunk_seqs <= min(max_batch, SKINNY_ROWS) or max_chunk < 1:
             raise ValueError(f"max_chunk = {max_chunk}, max_chunk_seqs = {max_chunk_seqs}: need "
                              f"max_chunk >= 1 and 1 <= max_chunk_seqs <= max_batch")
         if cfg.head_dim not in ops.attention.HEAD_DIMS:

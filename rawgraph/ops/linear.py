@@ -1,9 +1,10 @@
 """Linear layers: y = x W^T (+ residual) with W in the checkpoint's [out, in] layout.
 
-Decode-sized inputs (m <= 64 rows) take the bandwidth-bound GEMV, which reads W once for all
-rows; larger ones (prefill) the tensor-core GEMM, tiled BM x BN with the tile chosen so the grid
-fills the GPU. Fused forms are weights stacked at load time (QKV as one matrix, gate+up as
-one) and the residual add in the epilogue.
+Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: the GEMV up
+to 32 rows, the skinny GEMM (both operands staged in shared memory) up to 64; larger ones
+(prefill) the tensor-core GEMM, tiled BM x BN with the tile chosen so the grid fills the GPU.
+Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
+residual add in the epilogue.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv
 
-M_TILES = (8, 16, 32, 64)
+M_TILES = (8, 16, 32)  # GEMV x tiles; 33 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 CLUSTERS = (1, 4)  # blocks sharing one 16-row tile of W (split k)
 GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
@@ -22,32 +23,46 @@ GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""
         for dt, (s, t) in {"float16": ("f16", "__half"),
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items()
         for m in M_TILES for c in CLUSTERS}
+SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
+          for dt, (s, t) in {"float16": ("f16", "__half"),
+                             "bfloat16": ("bf16", "__nv_bfloat16")}.items() for c in (1, 2, 4)}
+SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in {"float16": ("f16", "__half"),
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
 SMS = 132  # H200; only steers the tile choice
-W_TILES = {8: 1, 16: 1, 32: 2, 64: 4}  # 16-row tiles of W per block, by x tile (gemv.cu TW)
+W_TILES = {8: 1, 16: 1, 32: 2}  # 16-row tiles of W per block, by x tile (gemv.cu TW)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
 LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
 
 
 def rows_per_block(tile: int) -> int:
     """Rows of W one GEMV block (or cluster) covers for an x tile of `tile` rows: blocks for
-    32 and 64 rows of x take 2 and 4 W tiles, so each x load serves more of W."""
+    32 rows of x take 2 W tiles, so each x load serves more of W."""
     return 16 * W_TILES[tile]
 
 
 def cluster_for(n: int, k: int, tile: int = 8) -> int:
     """How many blocks share a W tile (splitting k): 4 when n gives too few blocks and rows
     are long (2048x8192: 36% -> 67% of the copy bandwidth; 3072x2048 and 6144x4096 got
-    slower), and whenever the wider blocks of 32- and 64-row x tiles would not fill the SMs
-    (LLaMA-1B's o_proj at 64 rows: 32 blocks of 64 W rows)."""
+    slower), and whenever the wider blocks of 32-row x tiles would not fill the SMs
+    (LLaMA-1B's qkv_proj at 32 rows: 96 blocks of 32 W rows)."""
     blocks = -(-n // rows_per_block(tile))
     if W_TILES[tile] > 1:
         return 4 if blocks < SMS else 1
     return 4 if blocks < FULL_GRID and k >= LONG_ROWS else 1
+
+
+def skinny_cluster(n: int, k: int) -> int:
+    """Blocks sharing 64 rows of W in the skinny GEMM (splitting its k tiles): the fewest of
+    1, 2, 4 that give every SM a block (LLaMA-1B's o_proj: 32 row blocks -> clusters of 4)."""
+    blocks, ktiles = -(-n // SKINNY_ROWS), -(-k // SKINNY_BK)
+    for c in (1, 2, 4):
+        if blocks * c >= SMS or 2 * c > ktiles:
+            return c
+    return 4
 
 
 def gemm_tile(m: int, n: int) -> tuple[int, int]:
@@ -69,7 +84,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
            symbols: Symbols | None = None) -> None:
     """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n).
 
-    `m` (default: all rows) may be symbolic; the kernel (GEMV for m <= 64, else GEMM) and its
+    `m` (default: all rows) may be symbolic; the kernel (GEMV, skinny GEMM or GEMM) and its
     row tile are chosen for the largest value m can take, so a patch never needs another
     kernel: it changes m and, for the GEMM, grid.y. `m_max` makes the choice for a larger
     bound than m's own (an eager run that must launch what a graph for m_max rows would).
@@ -94,12 +109,17 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         if not top <= m_max <= cap:
             raise ValueError(f"m_max = {m_max} must lie in [{top}, {cap}] (m's bound, rows)")
         top = m_max
-    if top > M_TILES[-1]:
+    if top > SKINNY_ROWS:
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         bm, bn = gemm_tile(top, n)
         GEMM[dt, (bm, bn)].launch((-(-n // bn), cdiv(m, bm)), GEMM_THREADS,
                                   (x, w, residual, y, m, n, k), stream,
                                   smem=gemm_smem((bm, bn)), symbols=symbols)
+        return
+    if top > M_TILES[-1]:
+        c = skinny_cluster(n, k)
+        SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
+                             smem=SKINNY_SMEM, symbols=symbols)
         return
     tile = next(t for t in M_TILES if t >= top)
     c = cluster_for(n, k, tile)

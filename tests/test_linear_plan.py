@@ -1,0 +1,26 @@
+"""ops.linear's launch planning, without a GPU: which kernel, cluster and tile."""
+
+from rawgraph.ops.linear import SKINNY_ROWS, cluster_for, gemm_smem, gemm_tile, skinny_cluster
+
+
+def test_gemv_cluster_for_long_rows_and_wide_blocks():
+    assert cluster_for(2048, 8192) == 4 and cluster_for(8208, 1024) == 1
+    assert cluster_for(520, 8192) == 4 and cluster_for(6144, 4096) == 1
+    assert cluster_for(64, 264) == 1 and cluster_for(128256, 2048) == 1
+    # wide blocks for 32 rows of x: a cluster whenever they would not fill the SMs
+    assert cluster_for(3072, 2048, 32) == 4 and cluster_for(16384, 2048, 32) == 1
+
+
+def test_skinny_cluster_fills_the_sms():
+    assert skinny_cluster(2048, 2048) == 4  # LLaMA-1B o_proj: 32 blocks of 64 W rows
+    assert skinny_cluster(6144, 4096) == 2 and skinny_cluster(16384, 2048) == 1
+    assert skinny_cluster(2048, 128) == 2  # two k tiles: one each
+    assert skinny_cluster(2048, 64) == 1  # one k tile: nothing to split
+    for n in range(SKINNY_ROWS, 40000, 1000):
+        assert skinny_cluster(n, 4096) in (1, 2, 4)
+
+
+def test_gemm_tile_gives_every_sm_a_block():
+    assert gemm_tile(4096, 4096) == (128, 256)
+    assert gemm_tile(512, 2048) == (64, 128)  # 32 blocks of 128 x 256 would leave SMs idle
+    assert gemm_smem(gemm_tile(4096, 4096)) <= 227 * 1024
