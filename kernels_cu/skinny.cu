@@ -11,7 +11,7 @@
 //
 //   A block owns 64 rows of W and all (up to 64) rows of x: D = W x^T, W the M side of
 //   mma.m16n8k16 and x its N side, both k-contiguous in shared memory so plain ldmatrix gives
-//   both fragments. k goes by in tiles of 64 through a cp.async ring of W and x tiles
+//   both fragments. k goes by in tiles of 64 through a 5-stage cp.async ring of W and x tiles
 //   (rows of eight 16-byte chunks, chunk index XOR-swizzled by the row: ldmatrix is conflict
 //   free); loads past m, n or k are zero-filled. The first stages of W are requested before
 //   griddepcontrol.wait (under PDL they stream while the kernel writing x still runs).
@@ -20,14 +20,14 @@
 //   _c2, _c4: a cluster of 2 or 4 blocks shares the 64 W rows, block r taking k tiles r,
 //   r + C, ...; each block then finishes a 1/C share of the outputs, adding the blocks' sums
 //   (distributed shared memory) in block order. Deterministic: no atomics anywhere.
-//   grid (cdiv(n, 64) * C), block (256), dynamic shared memory (5 or 10) * 16 KiB.
+//   grid (cdiv(n, 64) * C), block (256), dynamic shared memory 5 * 16 KiB.
 //   Patchable: m (<= 64) and the pointers; n, k and the grid are fixed by the weight.
 #include "cluster.cuh"
 #include "mma.cuh"
 
 namespace {
 
-constexpr int kRows = 64, kBK = 64, kThreads = 256;
+constexpr int kRows = 64, kBK = 64, kStages = 5, kThreads = 256;
 constexpr int kTile = kRows * kBK * 2;  // bytes of one operand's tile in a stage
 constexpr int kPart = kRows + 1;        // part[] row stride (floats): a bank per lane group
 
@@ -49,14 +49,9 @@ __device__ __forceinline__ void load_tile(char* tile, const T* src, int rows, in
   }
 }
 
-// Stages of the ring: 5 (two blocks per SM) without a cluster; 10 (one block per SM) with one:
-// clusters run when blocks are few, so each must keep more of W in flight itself.
-template <int CS> constexpr int kStages = CS == 1 ? 5 : 10;
-
 template <typename T, int CS>
 __device__ void skinny_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                             int n, int k) {
-  constexpr int kStages = ::kStages<CS>;
   extern __shared__ __align__(128) char ring[];  // stage s: W tile, then x tile
   __shared__ float part[kRows * kPart];          // this block's sums: part[x row][W row]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -26,8 +26,7 @@ GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in {"float16": ("f16", "__half"),
                              "bfloat16": ("bf16", "__nv_bfloat16")}.items() for c in (1, 2, 4)}
-SKINNY_ROWS, SKINNY_BK = 64, 64  # skinny.cu: W rows per block, k per stage
-SKINNY_SMEM = {1: 5 * 16384, 2: 10 * 16384, 4: 10 * 16384}  # the ring, by cluster size
+SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in {"float16": ("f16", "__half"),
@@ -57,14 +56,13 @@ def cluster_for(n: int, k: int, tile: int = 8) -> int:
 
 
 def skinny_cluster(n: int, k: int) -> int:
-    """Blocks sharing 64 rows of W in the skinny GEMM (splitting its k tiles). Cluster blocks
-    hold a deeper ring and run one per SM, so: the largest of 4, 2 whose blocks all fit at
-    once (LLaMA-1B's o_proj: 32 row blocks -> 128 blocks of 4), else none (two per SM)."""
+    """Blocks sharing 64 rows of W in the skinny GEMM (splitting its k tiles): the fewest of
+    1, 2, 4 that give every SM a block (LLaMA-1B's o_proj: 32 row blocks -> clusters of 4)."""
     blocks, ktiles = -(-n // SKINNY_ROWS), -(-k // SKINNY_BK)
-    for c in (4, 2):
-        if blocks * c <= SMS and c <= ktiles:
+    for c in (1, 2, 4):
+        if blocks * c >= SMS or 2 * c > ktiles:
             return c
-    return 1
+    return 4
 
 
 def gemm_tile(m: int, n: int) -> tuple[int, int]:
@@ -121,7 +119,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     if top > M_TILES[-1]:
         c = skinny_cluster(n, k)
         SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
-                             smem=SKINNY_SMEM[c], symbols=symbols)
+                             smem=SKINNY_SMEM, symbols=symbols)
         return
     tile = next(t for t in M_TILES if t >= top)
     c = cluster_for(n, k, tile)
