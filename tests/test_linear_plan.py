@@ -13,7 +13,8 @@ def test_gemv_cluster_for_long_rows_and_wide_blocks():
 
 def test_skinny_cluster_fills_the_sms():
     assert skinny_cluster(2048, 2048) == 4  # LLaMA-1B o_proj: 32 blocks of 64 W rows
-    assert skinny_cluster(6144, 4096) == 2 and skinny_cluster(16384, 2048) == 1
+    assert skinny_cluster(3072, 2048) == 2  # 48 blocks: 4 x 48 would not fit one per SM
+    assert skinny_cluster(4096, 4096) == 2 and skinny_cluster(16384, 2048) == 1
     assert skinny_cluster(2048, 128) == 2  # two k tiles: one each
     assert skinny_cluster(2048, 64) == 1  # one k tile: nothing to split
     for n in range(SKINNY_ROWS, 40000, 1000):
