@@ -1,5 +1,6 @@
-"""Prefill kernels against float64 references: the tensor-core GEMM (odd shapes, residual,
-symbolic rows) and causal attention over the paged cache (GQA, varlen, chunked)."""
+"""Prefill kernels against float64 references: the tensor-core GEMMs, wgmma and mma.sync (odd
+shapes, residual, symbolic rows), and causal attention over the paged cache (GQA, varlen,
+chunked)."""
 
 import cupy
 import numpy as np
@@ -17,11 +18,25 @@ DTYPES = ["float16", "bfloat16"]
 ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
 
 
+@pytest.fixture(params=["wgmma", "mma.sync"])
+def gemm_path(request, monkeypatch):
+    """Both GEMMs: Hopper's wgmma kernel, and the mma.sync one other GPUs take."""
+    from rawgraph.cuda.device import compute_capability
+    from rawgraph.ops import linear
+
+    wgmma = request.param == "wgmma"
+    if wgmma and compute_capability() != (9, 0):
+        pytest.skip("wgmma needs compute capability 9.0")
+    monkeypatch.setattr(linear, "hopper", lambda: wgmma)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "n", "k"), [(65, 64, 64), (128, 128, 32), (300, 2048, 2048),
-                                           (512, 3072, 2048), (129, 130, 200), (1000, 258, 72)])
+                                           (512, 3072, 2048), (129, 130, 200), (1000, 258, 72),
+                                           (700, 3000, 1000), (1024, 384, 4096)])
 @pytest.mark.parametrize("fused", [False, True])
-def test_gemm(stream, rng, dtype, m, n, k, fused):
+def test_gemm(stream, rng, gemm_path, dtype, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
 
 

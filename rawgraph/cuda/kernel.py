@@ -18,6 +18,9 @@ from rawgraph.cuda.signature import Signature
 KERNELS_DIR = Path(os.environ.get("RAWGRAPH_KERNELS",
                                   Path(__file__).resolve().parents[2] / "kernels_cu"))
 _STATIC_SMEM_LIMIT = 48 * 1024
+# Sources using features of one exact architecture (wgmma: Hopper), compiled for its
+# architecture-specific target (sm_90a) and only there.
+ARCH_SPECIFIC = {"gemm_sm90": (9, 0)}
 _BY_HANDLE: dict[int, Kernel] = {}  # CUfunction -> Kernel, to decode captured graph nodes
 
 
@@ -39,11 +42,17 @@ def _cuda_include() -> list[str]:
 
 @functools.cache
 def load_module(op: str) -> cupy.RawModule:
-    """Compile kernels_cu/<op>.cu for this device (c++17, include path kernels_cu/), once."""
+    """Compile kernels_cu/<op>.cu for this device (c++17, include path kernels_cu/), once;
+    ARCH_SPECIFIC sources for their exact target (ValueError on any other device)."""
     ensure_context()
     major, minor = compute_capability()
-    opts = ("-std=c++17", f"-I{KERNELS_DIR}", f"--gpu-architecture=sm_{major}{minor}",
-            *_cuda_include())
+    arch = f"sm_{major}{minor}"
+    if op in ARCH_SPECIFIC:
+        if (major, minor) != ARCH_SPECIFIC[op]:
+            raise ValueError(f"{op}.cu needs compute capability {ARCH_SPECIFIC[op]}, this "
+                             f"device has {(major, minor)}")
+        arch += "a"
+    opts = ("-std=c++17", f"-I{KERNELS_DIR}", f"--gpu-architecture={arch}", *_cuda_include())
     return cupy.RawModule(code=source_path(op).read_text(), options=opts)
 
 

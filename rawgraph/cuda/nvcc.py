@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rawgraph.cuda.kernel import KERNELS_DIR
+from rawgraph.cuda.kernel import ARCH_SPECIFIC, KERNELS_DIR
 
 _FUNC = re.compile(r"Compiling entry function '(\w+)'")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -57,7 +57,8 @@ def parse_ptxas(log: str) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def compile_file(path: Path, arch: str = "sm_90") -> Report:
-    """nvcc -cubin one file with -Xptxas -v."""
+    """nvcc -cubin one file with -Xptxas -v (ARCH_SPECIFIC files for their exact target)."""
+    arch = _target(path, arch)
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc not found on PATH")
@@ -116,11 +117,21 @@ def noncoherent_loads(ptx: str) -> int:
     return len(re.findall(r"\bld\.global\.nc\b", ptx))
 
 
+def _target(path: Path, arch: str) -> str:
+    """`arch` (sm_XY / compute_XY), or the exact target of an ARCH_SPECIFIC source."""
+    if path.stem in ARCH_SPECIFIC:
+        kind = arch.split("_")[0]
+        major, minor = ARCH_SPECIFIC[path.stem]
+        return f"{kind}_{major}{minor}a"
+    return arch
+
+
 def _nvrtc(path: Path, arch: str) -> tuple[bool, str, str]:
     from cuda.bindings import nvrtc
 
     from rawgraph.cuda.check import check
 
+    arch = _target(path, arch)
     opts = [b"-std=c++17", f"-I{KERNELS_DIR}".encode(), f"--gpu-architecture={arch}".encode()]
     inc = cuda_include()
     if inc is not None:

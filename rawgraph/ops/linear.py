@@ -2,15 +2,18 @@
 
 Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: the GEMV up
 to 32 rows, the skinny GEMM (both operands staged in shared memory) up to 64; larger ones
-(prefill) the tensor-core GEMM, tiled BM x BN with the tile chosen so the grid fills the GPU.
+(prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere), tiled BM x BN with the
+tile chosen so the grid fills the GPU.
 Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
 residual add in the epilogue.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv
@@ -31,6 +34,11 @@ GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in {"float16": ("f16", "__half"),
                            "bfloat16": ("bf16", "__nv_bfloat16")}.items() for tile in GEMM_TILES}
+# The same tiles on Hopper's warpgroup tensor cores (wgmma: 2.3-2.7x the mma.sync GEMM)
+GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
+          for dt, (s, t) in {"float16": ("f16", "__half"),
+                             "bfloat16": ("bf16", "__nv_bfloat16")}.items()
+          for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
 SMS = 132  # H200; only steers the tile choice
 W_TILES = {8: 1, 16: 1, 32: 2}  # 16-row tiles of W per block, by x tile (gemv.cu TW)
@@ -76,9 +84,24 @@ def gemm_tile(m: int, n: int) -> tuple[int, int]:
     return GEMM_TILES[-1]
 
 
-def gemm_smem(tile: tuple[int, int]) -> int:
-    """Dynamic shared memory of a GEMM tile: the pipeline's stages of A and B tiles."""
-    return GEMM_STAGES * (tile[0] + tile[1]) * GEMM_BK * 2
+def gemm_smem(tile: tuple[int, int], wgmma: bool = False) -> int:
+    """Dynamic shared memory of a GEMM tile: the pipeline's stages of A and B tiles (k tiles
+    of 32, or of 64 for the wgmma GEMM)."""
+    return GEMM_STAGES * (tile[0] + tile[1]) * (128 if wgmma else GEMM_BK * 2)
+
+
+@functools.cache
+def hopper() -> bool:
+    """Whether this device takes the wgmma GEMM (compute capability 9.0); else mma.sync."""
+    return compute_capability() == (9, 0)
+
+
+def gemm_launch(dt: str, tile: tuple[int, int], wgmma: bool) -> tuple[Kernel, int, int]:
+    """(kernel, threads, shared memory) of the GEMM for a (BM, BN) tile: on Hopper one
+    warpgroup per 64 rows of the tile, else 8 warps."""
+    if wgmma:
+        return GEMM90[dt, tile], 2 * tile[0], gemm_smem(tile, True)
+    return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
@@ -114,9 +137,9 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     if top > SKINNY_ROWS:
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         bm, bn = gemm_tile(top, n)
-        GEMM[dt, (bm, bn)].launch((-(-n // bn), cdiv(m, bm)), GEMM_THREADS,
-                                  (x, w, residual, y, m, n, k), stream,
-                                  smem=gemm_smem((bm, bn)), symbols=symbols)
+        kernel, threads, smem = gemm_launch(dt, (bm, bn), hopper())
+        kernel.launch((-(-n // bn), cdiv(m, bm)), threads, (x, w, residual, y, m, n, k), stream,
+                      smem=smem, symbols=symbols)
         return
     if top > M_TILES[-1]:
         c = skinny_cluster(n, k)

@@ -1,0 +1,214 @@
+// gemm_sm90.cu: y = x W^T (+ residual) for prefill-sized M on Hopper's warpgroup tensor cores
+// (wgmma; compiled for sm_90a, the architecture-specific target that has them).
+//
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}(
+//       const T* x,          // (m, k) row-major
+//       const T* w,          // (n, k): the checkpoint's [out, in] layout
+//       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
+//       T* y,                // (m, n)
+//       int m, int n, int k) // k % 8 == 0, n % 2 == 0, rows 16-byte aligned
+//   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
+//
+//   A block of WG warpgroups (128 threads each) computes a (64 WG) x (128 NB) tile of y:
+//   warpgroup g owns rows 64 g .. 64 g + 63 and issues wgmma.m64n128k16 for each 128 columns,
+//   both operands read by the tensor cores straight from shared memory through matrix
+//   descriptors. k goes by in tiles of 64 through a 4-stage cp.async ring; a tile row is
+//   64 elements = 128 bytes, stored in the 128-byte swizzle the descriptors name (16-byte
+//   chunk c of row r at chunk c ^ (r % 8): what ldmatrix-free wgmma reads without bank
+//   conflicts). Loads past m, n or k are zero-filled; stores are masked.
+//   grid (cdiv(n, 128 NB), cdiv(m, 64 WG)), block (128 WG), dynamic shared memory
+//   4 * (64 WG + 128 NB) * 128 B.
+//   Patchable: m with grid.y (grid.y == cdiv(m, 64 WG), m <= rows of x and y) and the
+//   pointers; n and k are fixed by the weight.
+#include "mma.cuh"
+
+namespace {
+
+constexpr int kBK = 64, kStages = 4;
+
+// byte offset of 16-byte chunk `chunk` of tile row `row` (rows of 128 bytes, 128-byte swizzle)
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * (kBK * 2) + ((chunk ^ (row & 7)) << 4);
+}
+
+// rows [row0, row0 + ROWS) x k [k0, k0 + 64) of a (rows, k) matrix into a swizzled tile
+template <typename T, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile(char* tile, const T* src, int rows, int k, int row0,
+                                          int k0) {
+#pragma unroll
+  for (int u = 0; u < ROWS * 8 / THREADS; ++u) {
+    const int i = threadIdx.x + u * THREADS, r = i >> 3, c = i & 7, kk = k0 + c * 8;
+    const bool ok = row0 + r < rows && kk < k;
+    rg::cp_async16(tile + swz(r, c), ok ? src + static_cast<long long>(row0 + r) * k + kk : src,
+                   ok);
+  }
+}
+
+// Matrix descriptor of a K-major operand tile in shared memory with the 128-byte swizzle:
+// start address, leading byte offset (unused for this layout: 1), stride byte offset (8 rows
+// of 128 bytes: 1024), swizzle mode 1 (128 B) in bits 62-63; addresses in 16-byte units.
+__device__ __forceinline__ unsigned long long descriptor(const void* p) {
+  const unsigned long long addr = rg::smem_addr(p);
+  return ((addr & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// D (64 x 128, fp32: 64 registers per thread) += A (64 x 16) * B (16 x 128), both K-major in
+// shared memory. Inline PTX has no register arrays: the operand list is spelled out.
+template <typename T> struct Wgmma;
+template <> struct Wgmma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
+                                             unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+template <> struct Wgmma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
+                                             unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(1));
+  }
+};
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+
+template <typename T, int WG, int NB>
+__device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residual, T* y,
+                            int m, int n, int k) {
+  constexpr int BM = 64 * WG, BN = 128 * NB, kThreads = 128 * WG;
+  constexpr int kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
+  extern __shared__ __align__(1024) char ring[];  // stage s: A (x) tile, then B (W) tile
+  rg::pdl_start();
+  const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+  if (row0 >= m) return;
+  const int wg = threadIdx.x >> 7;
+  const int tiles = (k + kBK - 1) / kBK;
+  float acc[NB][64];
+#pragma unroll
+  for (int h = 0; h < NB; ++h)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
+
+  auto load = [&](int t) {
+    char* s = ring + (t % kStages) * kStage;
+    load_tile<T, BM, kThreads>(s, x, m, k, row0, t * kBK);
+    load_tile<T, BN, kThreads>(s + kA, w, n, k, col0, t * kBK);
+  };
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < tiles) load(t);
+    rg::cp_async_commit();
+  }
+  for (int t = 0; t < tiles; ++t) {
+    rg::cp_async_wait<kStages - 2>();
+    // this thread's copies (generic proxy) become visible to the tensor cores' reads (async
+    // proxy); the barrier then publishes everyone's
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();  // tile t landed; tile t - 1's wgmma finished (waited below): refill it
+    if (t + kStages - 1 < tiles) load(t + kStages - 1);
+    rg::cp_async_commit();
+    const char* a = ring + (t % kStages) * kStage + wg * 64 * kBK * 2;
+    const char* b = ring + (t % kStages) * kStage + kA;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk)
+#pragma unroll
+      for (int h = 0; h < NB; ++h)
+        Wgmma<T>::run(acc[h], descriptor(a + kk * 32), descriptor(b + h * 128 * kBK * 2 + kk * 32));
+    wgmma_commit();
+    wgmma_wait_all();
+  }
+  rg::cp_async_wait<0>();
+
+  // accumulator (h, 4 j + e) of lane (g, t) in warp q of the warpgroup: row 16 q + g (+8 for
+  // e >= 2), columns 128 h + 8 j + 2 t, + 1
+  const int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int h = 0; h < NB; ++h)
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const int r = row0 + wg * 64 + q * 16 + g + 8 * hi, c = col0 + h * 128 + j * 8 + 2 * tq;
+        if (r >= m || c >= n) continue;
+        float lo = acc[h][4 * j + 2 * hi], up = acc[h][4 * j + 2 * hi + 1];
+        const long long at = static_cast<long long>(r) * n + c;
+        if (residual != nullptr) {
+          const float2 rv = rg::unpack2<T>(*reinterpret_cast<const unsigned*>(residual + at));
+          lo += rv.x;
+          up += rv.y;
+        }
+        *reinterpret_cast<unsigned*>(y + at) = rg::pack2<T>(lo, up);
+      }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128, 1) gemm90_f16_64x128(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 1, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gemm90_f16_128x128(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gemm90_f16_128x256(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gemm90_bf16_64x128(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 1, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gemm90_bf16_128x128(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gemm90_bf16_128x256(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2>(x, w, residual, y, m, n, k);
+}
