@@ -12,7 +12,8 @@
 //   A block of WG warpgroups (128 threads each) computes a (64 WG) x (128 NB) tile of y:
 //   warpgroup g owns rows 64 g .. 64 g + 63 and issues wgmma.m64n128k16 for each 128 columns,
 //   both operands read by the tensor cores straight from shared memory through matrix
-//   descriptors. k goes by in tiles of 64 through a 4-stage cp.async ring; a tile row is
+//   descriptors. k goes by in tiles of 64 through a 4-slot cp.async ring (two tiles loading,
+//   one being multiplied while the previous one's wgmma may still run); a tile row is
 //   64 elements = 128 bytes, stored in the 128-byte swizzle the descriptors name (16-byte
 //   chunk c of row r at chunk c ^ (r % 8): what ldmatrix-free wgmma reads without bank
 //   conflicts). Loads past m, n or k are zero-filled; stores are masked.
@@ -112,8 +113,8 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+template <int N> __device__ __forceinline__ void wgmma_wait() {  // at most N groups in flight
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
 template <typename T, int WG, int NB>
@@ -139,17 +140,17 @@ __device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residu
     load_tile<T, BN, kThreads>(s + kA, w, n, k, col0, t * kBK);
   };
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
+  for (int t = 0; t < kStages - 2; ++t) {
     if (t < tiles) load(t);
     rg::cp_async_commit();
   }
   for (int t = 0; t < tiles; ++t) {
-    rg::cp_async_wait<kStages - 2>();
+    rg::cp_async_wait<kStages - 3>();
     // this thread's copies (generic proxy) become visible to the tensor cores' reads (async
     // proxy); the barrier then publishes everyone's
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();  // tile t landed; tile t - 1's wgmma finished (waited below): refill it
-    if (t + kStages - 1 < tiles) load(t + kStages - 1);
+    __syncthreads();  // tile t landed; tile t - 2's products are done: refill its slot
+    if (t + kStages - 2 < tiles) load(t + kStages - 2);
     rg::cp_async_commit();
     const char* a = ring + (t % kStages) * kStage + wg * 64 * kBK * 2;
     const char* b = ring + (t % kStages) * kStage + kA;
@@ -160,8 +161,9 @@ __device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residu
       for (int h = 0; h < NB; ++h)
         Wgmma<T>::run(acc[h], descriptor(a + kk * 32), descriptor(b + h * 128 * kBK * 2 + kk * 32));
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait<1>();  // this tile's products may still run; tile t - 1's are done
   }
+  wgmma_wait<0>();
   rg::cp_async_wait<0>();
 
   // accumulator (h, 4 j + e) of lane (g, t) in warp q of the warpgroup: row 16 q + g (+8 for
