@@ -67,9 +67,11 @@ def split_for(batch: int, kv_heads: int) -> int:
     """Tokens per split: each split is a block per (row, kv head), so few rows need short
     splits to give the GPU enough blocks (B=1 of LLaMA-1B: 8 blocks per split; at 256 tokens
     a 1024-token context ran on 32 blocks, 19 us per layer). 64 at least: a block's 4 warps
-    take 16 tokens each."""
+    take 16 tokens each. Many rows get long splits: a warp's cp.async ring then streams
+    instead of spending its 4 chunks on filling up, and fewer partial results are combined."""
     per_split = batch * kv_heads
-    return 64 if per_split <= 32 else 128 if per_split <= 128 else 256
+    return 64 if per_split <= 32 else 128 if per_split <= 128 else 256 if per_split <= 256 \
+        else 512
 
 
 def workspace_floats(batch: int, q_heads: int, head_dim: int, max_len: int,

@@ -1,5 +1,7 @@
-"""ops.linear's launch planning, without a GPU: which kernel, cluster and tile."""
+"""Launch planning of the ops, without a GPU: linear kernels, clusters and tiles; attention
+splits."""
 
+from rawgraph.ops.attention import split_for
 from rawgraph.ops.linear import SKINNY_ROWS, cluster_for, gemm_smem, gemm_tile, skinny_cluster
 
 
@@ -25,3 +27,9 @@ def test_gemm_tile_gives_every_sm_a_block():
     assert gemm_tile(4096, 4096) == (128, 256)
     assert gemm_tile(512, 2048) == (64, 128)  # 32 blocks of 128 x 256 would leave SMs idle
     assert gemm_smem(gemm_tile(4096, 4096)) <= 227 * 1024
+
+
+def test_decode_attention_splits_grow_with_rows():
+    # LLaMA shapes, 8 kv heads: short splits keep B=1 busy, long ones let B=64 stream
+    assert [split_for(b, 8) for b in (1, 4, 8, 16, 32, 64)] == [64, 64, 128, 128, 256, 512]
+    assert all(split_for(b, h) % 64 == 0 for b in range(1, 65) for h in (1, 8, 32))
