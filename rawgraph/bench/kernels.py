@@ -80,7 +80,7 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
                 q = cupy.random.standard_normal((batch, 32, d), np.float32).astype(F16)
                 out = cupy.empty_like(q)
                 slots = cupy.arange(batch, dtype=np.int32)
-                ws = cupy.empty(ops.workspace_floats(batch, 32, d, ctx), np.float32)
+                ws = cupy.empty(ops.workspace_floats(batch, 32, d, ctx, split), np.float32)
             s.synchronize()
             us = per_launch_us(lambda i, kv=kv, q=q, out=out, slots=slots, ws=ws, ctx=ctx,
                                split=split:
@@ -89,8 +89,7 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
                                                     split_tokens=split, stream=s),
                                8, s)
             # K and V, and the partial results written then read by the combine
-            parts = ops.workspace_floats(batch, 32, d, ctx, split) * 4
-            nbytes = batch * ctx * 8 * d * 2 * 2 + 2 * parts
+            nbytes = batch * ctx * 8 * d * 2 * 2 + 2 * ws.nbytes
             l2 = " (fits L2)" if nbytes < 120 << 20 else ""  # repeated launches hit the cache
             row(f"decode attention {model}", f"B={batch} ctx={ctx} split={split}{l2}", "", us,
                 nbytes,
