@@ -20,27 +20,22 @@ from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16, 32)  # GEMV x tiles; 33 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
+_TYPES = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}  # name, C type
 CLUSTERS = (1, 4)  # blocks sharing one 16-row tile of W (split k)
 GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
                            _SIG.format(t=t))
-        for dt, (s, t) in {"float16": ("f16", "__half"),
-                           "bfloat16": ("bf16", "__nv_bfloat16")}.items()
-        for m in M_TILES for c in CLUSTERS}
+        for dt, (s, t) in _TYPES.items() for m in M_TILES for c in CLUSTERS}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
-          for dt, (s, t) in {"float16": ("f16", "__half"),
-                             "bfloat16": ("bf16", "__nv_bfloat16")}.items() for c in (1, 2, 4)}
+          for dt, (s, t) in _TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
-        for dt, (s, t) in {"float16": ("f16", "__half"),
-                           "bfloat16": ("bf16", "__nv_bfloat16")}.items() for tile in GEMM_TILES}
+        for dt, (s, t) in _TYPES.items() for tile in GEMM_TILES}
 # The same tiles on Hopper's warpgroup tensor cores (wgmma: 2.3-2.7x the mma.sync GEMM)
 GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
-          for dt, (s, t) in {"float16": ("f16", "__half"),
-                             "bfloat16": ("bf16", "__nv_bfloat16")}.items()
-          for tile in GEMM_TILES}
+          for dt, (s, t) in _TYPES.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
-SMS = 132  # H200; only steers the tile choice
+SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
 W_TILES = {8: 1, 16: 1, 32: 2}  # 16-row tiles of W per block, by x tile (gemv.cu TW)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
 LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
