@@ -114,14 +114,8 @@ __device__ void gemm_impl(const T* x, const T* __restrict__ w, const T* residual
       for (int h = 0; h < 2; ++h) {
         const int r = row0 + wm + i * 16 + g + h * 8, c = col0 + wn + j * 8 + c2;
         if (r >= m || c >= n) continue;
-        float lo = acc[i][j][2 * h], hi = acc[i][j][2 * h + 1];
-        const long long at = static_cast<long long>(r) * n + c;
-        if (residual != nullptr) {
-          const float2 rv = rg::unpack2<T>(*reinterpret_cast<const unsigned*>(residual + at));
-          lo += rv.x;
-          hi += rv.y;
-        }
-        *reinterpret_cast<unsigned*>(y + at) = rg::pack2<T>(lo, hi);
+        rg::store_pair(y, residual, static_cast<long long>(r) * n + c, acc[i][j][2 * h],
+                       acc[i][j][2 * h + 1]);
       }
 }
 

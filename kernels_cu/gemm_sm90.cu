@@ -25,25 +25,7 @@
 
 namespace {
 
-constexpr int kBK = 64, kStages = 4;
-
-// byte offset of 16-byte chunk `chunk` of tile row `row` (rows of 128 bytes, 128-byte swizzle)
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * (kBK * 2) + ((chunk ^ (row & 7)) << 4);
-}
-
-// rows [row0, row0 + ROWS) x k [k0, k0 + 64) of a (rows, k) matrix into a swizzled tile
-template <typename T, int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile(char* tile, const T* src, int rows, int k, int row0,
-                                          int k0) {
-#pragma unroll
-  for (int u = 0; u < ROWS * 8 / THREADS; ++u) {
-    const int i = threadIdx.x + u * THREADS, r = i >> 3, c = i & 7, kk = k0 + c * 8;
-    const bool ok = row0 + r < rows && kk < k;
-    rg::cp_async16(tile + swz(r, c), ok ? src + static_cast<long long>(row0 + r) * k + kk : src,
-                   ok);
-  }
-}
+constexpr int kBK = 64, kStages = 4;  // a tile row: 64 elements = 128 bytes (rg::swz128)
 
 // Matrix descriptor of a K-major operand tile in shared memory with the 128-byte swizzle:
 // start address, leading byte offset (unused for this layout: 1), stride byte offset (8 rows
@@ -54,58 +36,43 @@ __device__ __forceinline__ unsigned long long descriptor(const void* p) {
 }
 
 // D (64 x 128, fp32: 64 registers per thread) += A (64 x 16) * B (16 x 128), both K-major in
-// shared memory. Inline PTX has no register arrays: the operand list is spelled out.
+// shared memory. Inline PTX has no register arrays: the operand list is spelled out, once.
+#define RG_WGMMA_M64N128K16(TYPE) \
+    asm volatile( \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+        : "l"(a), "l"(b), "r"(1))
+
 template <typename T> struct Wgmma;
 template <> struct Wgmma<__half> {
   static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
                                              unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b), "r"(1));
+    RG_WGMMA_M64N128K16("f16");
   }
 };
 template <> struct Wgmma<__nv_bfloat16> {
   static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
                                              unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b), "r"(1));
+    RG_WGMMA_M64N128K16("bf16");
   }
 };
+#undef RG_WGMMA_M64N128K16
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -136,8 +103,8 @@ __device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residu
 
   auto load = [&](int t) {
     char* s = ring + (t % kStages) * kStage;
-    load_tile<T, BM, kThreads>(s, x, m, k, row0, t * kBK);
-    load_tile<T, BN, kThreads>(s + kA, w, n, k, col0, t * kBK);
+    rg::load_tile128<T, BM, kThreads>(s, x, m, k, row0, t * kBK);
+    rg::load_tile128<T, BN, kThreads>(s + kA, w, n, k, col0, t * kBK);
   };
 #pragma unroll
   for (int t = 0; t < kStages - 2; ++t) {
@@ -159,7 +126,8 @@ __device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residu
     for (int kk = 0; kk < kBK / 16; ++kk)
 #pragma unroll
       for (int h = 0; h < NB; ++h)
-        Wgmma<T>::run(acc[h], descriptor(a + kk * 32), descriptor(b + h * 128 * kBK * 2 + kk * 32));
+        Wgmma<T>::run(acc[h], descriptor(a + kk * 32),
+                      descriptor(b + h * 128 * kBK * 2 + kk * 32));
     wgmma_commit();
     wgmma_wait<1>();  // this tile's products may still run; tile t - 1's are done
   }
@@ -177,14 +145,8 @@ __device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residu
       for (int hi = 0; hi < 2; ++hi) {
         const int r = row0 + wg * 64 + q * 16 + g + 8 * hi, c = col0 + h * 128 + j * 8 + 2 * tq;
         if (r >= m || c >= n) continue;
-        float lo = acc[h][4 * j + 2 * hi], up = acc[h][4 * j + 2 * hi + 1];
-        const long long at = static_cast<long long>(r) * n + c;
-        if (residual != nullptr) {
-          const float2 rv = rg::unpack2<T>(*reinterpret_cast<const unsigned*>(residual + at));
-          lo += rv.x;
-          up += rv.y;
-        }
-        *reinterpret_cast<unsigned*>(y + at) = rg::pack2<T>(lo, up);
+        rg::store_pair(y, residual, static_cast<long long>(r) * n + c, acc[h][4 * j + 2 * hi],
+                       acc[h][4 * j + 2 * hi + 1]);
       }
 }
 

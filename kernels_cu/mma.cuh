@@ -3,6 +3,8 @@
 //   - ldmatrix x4 (plain and transposed) from shared memory
 //   - mma_16816<T>: D(16x8, fp32) += A(16x16, T, row) * B(16x8, T, col)
 //   - pack2<T>: two floats -> one 32-bit register of two T (round to nearest even)
+//   - swz128 / load_tile128: tiles of 64-element (128-byte) rows in the 128-byte swizzle
+//   - store_pair<T>: two adjacent outputs, with an optional residual added
 // Shared tiles store rows of 16-byte chunks with the chunk index XOR-swizzled by the row, so
 // the 8 row addresses of one ldmatrix phase land in 8 different bank groups.
 #pragma once
@@ -72,6 +74,40 @@ template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned v) {
 }
 template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned v) {
   return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows (64 elements
+// of T) with the 128-byte swizzle: chunk c of row r sits at chunk c ^ (r % 8). ldmatrix reads
+// it without bank conflicts, and it is the layout wgmma's matrix descriptors call 128B.
+__device__ __forceinline__ int swz128(int row, int chunk) {
+  return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+// Rows [row0, row0 + ROWS) x k [k0, k0 + 64) of a (rows, k) matrix into a swz128 tile, by
+// THREADS threads (ROWS * 8 % THREADS == 0); chunks past `rows` or k are zero-filled.
+template <typename T, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile128(char* tile, const T* src, int rows, int k, int row0,
+                                             int k0) {
+#pragma unroll
+  for (int u = 0; u < ROWS * 8 / THREADS; ++u) {
+    const int i = threadIdx.x + u * THREADS, r = i >> 3, c = i & 7, kk = k0 + c * 8;
+    const bool ok = row0 + r < rows && kk < k;
+    cp_async16(tile + swz128(r, c), ok ? src + static_cast<long long>(row0 + r) * k + kk : src,
+               ok);
+  }
+}
+
+// y[at], y[at + 1] = T(lo (+ residual[at]), hi (+ residual[at + 1])); `at` even. residual may
+// be y itself (each pair is read before it is written).
+template <typename T>
+__device__ __forceinline__ void store_pair(T* y, const T* residual, long long at, float lo,
+                                           float hi) {
+  if (residual != nullptr) {
+    const float2 rv = unpack2<T>(*reinterpret_cast<const unsigned*>(residual + at));
+    lo += rv.x;
+    hi += rv.y;
+  }
+  *reinterpret_cast<unsigned*>(y + at) = pack2<T>(lo, hi);
 }
 
 }  // namespace rg

@@ -27,27 +27,9 @@
 
 namespace {
 
-constexpr int kRows = 64, kBK = 64, kStages = 5, kThreads = 256;
+constexpr int kRows = 64, kBK = 64, kStages = 5, kThreads = 256;  // rows of rg::swz128 tiles
 constexpr int kTile = kRows * kBK * 2;  // bytes of one operand's tile in a stage
 constexpr int kPart = kRows + 1;        // part[] row stride (floats): a bank per lane group
-
-// byte offset of 16-byte chunk `chunk` of tile row `row` (rows of 128 bytes)
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * (kBK * 2) + ((chunk ^ (row & 7)) << 4);
-}
-
-// rows [row0, row0 + 64) x k [k0, k0 + 64) of a (rows, k) matrix into a tile; 2 chunks each
-template <typename T>
-__device__ __forceinline__ void load_tile(char* tile, const T* src, int rows, int k, int row0,
-                                          int k0) {
-#pragma unroll
-  for (int u = 0; u < kRows * kBK / 8 / kThreads; ++u) {
-    const int i = threadIdx.x + u * kThreads, r = i >> 3, c = i & 7, kk = k0 + c * 8;
-    const bool ok = row0 + r < rows && kk < k;
-    rg::cp_async16(tile + swz(r, c), ok ? src + static_cast<long long>(row0 + r) * k + kk : src,
-                   ok);
-  }
-}
 
 template <typename T, int CS>
 __device__ void skinny_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
@@ -61,15 +43,18 @@ __device__ void skinny_impl(const T* x, const T* __restrict__ w, const T* residu
   const int ktiles = (k + kBK - 1) / kBK;
   const int mine = (ktiles - rank + CS - 1) / CS;  // k tiles rank, rank + CS, ...
   auto k0_of = [&](int t) { return (rank + t * CS) * kBK; };
+  auto load = [&](char* tile, const T* src, int rows, int row0, int t) {  // 64 rows, k tile t
+    rg::load_tile128<T, kRows, kThreads>(tile, src, rows, k, row0, k0_of(t));
+  };
 
   // Group accounting: the prologue's W tiles all join group 0 (issued before the wait);
   // group t then holds stage t's x tile (and, from the loop, stage t's W tile).
   for (int t = 0; t < kStages - 1 && t < mine; ++t)
-    load_tile(ring + t * 2 * kTile, w, n, k, r0, k0_of(t));
+    load(ring + t * 2 * kTile, w, n, r0, t);
   rg::pdl_trigger();
   rg::pdl_wait();  // x and the residual come from earlier kernels
   for (int t = 0; t < kStages - 1; ++t) {
-    if (t < mine) load_tile(ring + t * 2 * kTile + kTile, x, m, k, 0, k0_of(t));
+    if (t < mine) load(ring + t * 2 * kTile + kTile, x, m, 0, t);
     rg::cp_async_commit();
   }
 
@@ -80,8 +65,8 @@ __device__ void skinny_impl(const T* x, const T* __restrict__ w, const T* residu
     const int next = t + kStages - 1;
     if (next < mine) {
       char* s = ring + (next % kStages) * 2 * kTile;
-      load_tile(s, w, n, k, r0, k0_of(next));
-      load_tile(s + kTile, x, m, k, 0, k0_of(next));
+      load(s, w, n, r0, next);
+      load(s + kTile, x, m, 0, next);
     }
     rg::cp_async_commit();
     const char* a = ring + (t % kStages) * 2 * kTile;
@@ -92,12 +77,12 @@ __device__ void skinny_impl(const T* x, const T* __restrict__ w, const T* residu
       unsigned af[2][4], bf[2][4];
 #pragma unroll
       for (int i = 0; i < 2; ++i)  // W rows 0-7 / 8-15 x k 0-7 / 8-15
-        rg::ldmatrix_x4(af[i], a + swz(wr + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                       kk * 2 + (lane >> 4)));
+        rg::ldmatrix_x4(af[i], a + rg::swz128(wr + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                              kk * 2 + (lane >> 4)));
 #pragma unroll
       for (int j = 0; j < 2; ++j)  // (x rows 0-7, k lo), (0-7, k hi), (8-15, k lo), (8-15, hi)
-        rg::ldmatrix_x4(bf[j], b + swz(xc + j * 16 + (lane & 7) + (lane >> 4) * 8,
-                                       kk * 2 + ((lane >> 3) & 1)));
+        rg::ldmatrix_x4(bf[j], b + rg::swz128(xc + j * 16 + (lane & 7) + (lane >> 4) * 8,
+                                              kk * 2 + ((lane >> 3) & 1)));
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
