@@ -1,4 +1,5 @@
-"""Paged KV cache ops: append new tokens' K/V, gather a sequence back out densely."""
+"""Paged KV cache ops: append new tokens' K/V (plain, or rotated by RoPE on the way in),
+gather a sequence back out densely."""
 
 from __future__ import annotations
 
@@ -13,14 +14,21 @@ from rawgraph.symbols import Symbols
 _APPEND = ("const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* v_cache, "
            "const int* block_tables, const int* seq_slots, const int* positions, int n, "
            "int row, int block_size, int max_blocks, int src_stride")
+_ROPE_APPEND = ("{t}* q, const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* v_cache, "
+                "const int* block_tables, const int* seq_slots, const int* positions, "
+                "const float* inv_freq, int n, int q_heads, int kv_heads, int head_dim, "
+                "int q_stride, int kv_stride, int block_size, int max_blocks")
 _GATHER = ("const {t}* cache, const int* block_tables, const int* seq_lens, int seq, {t}* out, "
            "int max_tokens, int row, int block_size, int max_blocks")
 _T = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
 KV_APPEND = {dt: Kernel("kv_append", f"kv_append_{s}", _APPEND.format(t=t))
              for dt, (s, t) in _T.items()}
+ROPE_APPEND = {dt: Kernel("rope_append", f"rope_append_{s}", _ROPE_APPEND.format(t=t))
+               for dt, (s, t) in _T.items()}
 KV_GATHER = {dt: Kernel("kv_gather", f"kv_gather_{s}", _GATHER.format(t=t))
              for dt, (s, t) in _T.items()}
 BLOCK = 128
+ROPE_BLOCK = 256  # rope_append.cu: (head, pair) threads
 
 
 def _index(arr: Any, name: str, shape: tuple) -> None:
@@ -39,10 +47,10 @@ def _cache(k_cache: Any, name: str) -> tuple[int, int, str]:
     return block_size, row, shapes.tensor(k_cache, name)
 
 
-def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
-              seq_slots: Any, positions: Any, n: Any = None, *, stream: Any = None,
-              symbols: Symbols | None = None) -> None:
-    """Write rows [0, n) of k_new/v_new into the paged caches (n may be symbolic)."""
+def _new_rows(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
+              seq_slots: Any, positions: Any) -> tuple[int, int, str, int, int]:
+    """Check new tokens' K/V rows against one layer's cache and the per-token index arrays;
+    returns (block_size, row, dtype, rows of k_new, row stride of k_new and v_new)."""
     block_size, row, dt = _cache(k_cache, "k_cache")
     shapes.tensor(v_cache, "v_cache", k_cache.shape, dt)
     if getattr(k_new, "ndim", 0) != 2 or k_new.shape[1] != row:
@@ -58,11 +66,45 @@ def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: 
     _index(block_tables, "block_tables", tuple(block_tables.shape))
     _index(seq_slots, "seq_slots", (cap,))
     _index(positions, "positions", (cap,))
+    return block_size, row, dt, cap, stride
+
+
+def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
+              seq_slots: Any, positions: Any, n: Any = None, *, stream: Any = None,
+              symbols: Symbols | None = None) -> None:
+    """Write rows [0, n) of k_new/v_new into the paged caches (n may be symbolic)."""
+    block_size, row, dt, cap, stride = _new_rows(k_new, v_new, k_cache, v_cache, block_tables,
+                                                 seq_slots, positions)
     n = shapes.count(n, cap, "n", symbols)
     KV_APPEND[dt].launch(n, BLOCK, (k_new, v_new, k_cache, v_cache, block_tables, seq_slots,
                                     positions, n, row, block_size, block_tables.shape[1],
                                     stride),
                          stream, symbols=symbols)
+
+
+def rope_append(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
+                seq_slots: Any, positions: Any, freqs: Any, n: Any = None, *,
+                stream: Any = None, symbols: Symbols | None = None) -> None:
+    """RoPE and the cache append of rows [0, n) in one kernel: q (tokens, q_heads, D) is
+    rotated in place, k_new (tokens, kv_heads * D) rotated into k_cache (k_new itself is not
+    changed), v_new copied into v_cache. Same results as `rope` then `kv_append`."""
+    block_size, row, dt, cap, stride = _new_rows(k_new, v_new, k_cache, v_cache, block_tables,
+                                                 seq_slots, positions)
+    if getattr(q, "ndim", 0) != 3 or q.shape[0] != cap or row % q.shape[2]:
+        raise ValueError(f"q must be (tokens = {cap}, q_heads, head_dim) with head_dim "
+                         f"dividing {row}; got {getattr(q, 'shape', '?')}")
+    q_heads, d = q.shape[1:]
+    if d % 8 or d > 512:
+        raise ValueError(f"head_dim must be a multiple of 8, at most 512; got {d}")
+    _, q_stride = shapes.rows(q, "q", (q_heads, d), dt)
+    if not hasattr(freqs, "data") or np.dtype(freqs.dtype) != np.float32 \
+            or freqs.shape != (d // 2,):
+        raise ValueError(f"inv_freq must be float32 of shape ({d // 2},)")
+    n = shapes.count(n, cap, "n", symbols)
+    ROPE_APPEND[dt].launch(n, ROPE_BLOCK, (q, k_new, v_new, k_cache, v_cache, block_tables,
+                                           seq_slots, positions, freqs, n, q_heads, row // d, d,
+                                           q_stride, stride, block_size, block_tables.shape[1]),
+                           stream, symbols=symbols)
 
 
 def kv_gather(cache: Any, block_tables: Any, seq_lens: Any, seq: Any, out: Any, *,
