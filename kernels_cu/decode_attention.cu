@@ -36,7 +36,8 @@
 //   griddepcontrol.wait, so the first chunks stream while the kernel before (the step's
 //   append) still runs; q and the newest token's K/V, which that kernel writes, after it.
 //   So under PDL the kernel launched just before this one may write q and the newest token
-//   of each sequence, nothing older.
+//   of each sequence, nothing older. Everything written during the step is read past L1
+//   (cp.async.cg, ld.global.cg).
 //
 //   Graph use: lengths, tables and slots are read from device memory; the number of splits
 //   (grid.y) is patchable from the longest context, which keeps the grid proportional to
@@ -151,8 +152,8 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   rg::pdl_wait();
   for (int i = tid; i < 16 * RC; i += kThreads) {  // the query tile
     const int r = i / RC, c = i % RC;
-    const uint4 v = r < G ? *reinterpret_cast<const uint4*>(
-                                q + static_cast<long long>(b) * q_stride + (h * G + r) * D + c * 8)
+    const uint4 v = r < G ? __ldcg(reinterpret_cast<const uint4*>(
+                                q + static_cast<long long>(b) * q_stride + (h * G + r) * D + c * 8))
                           : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(qs + swz<D>(r, c)) = v;
   }
@@ -162,7 +163,7 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
       const int c = lane % RC;
       const T* src = (lane < RC ? k_cache : v_cache) + at(fresh) + c * 8;
       char* dst = mine + i * 2 * kBytes + (lane < RC ? 0 : kBytes) + swz<D>(r, c);
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      *reinterpret_cast<uint4*>(dst) = __ldcg(reinterpret_cast<const uint4*>(src));
     }
   }
   __syncthreads();

@@ -34,7 +34,10 @@
 //   _c4: for weights with few rows (too few blocks to fill the GPU), a cluster of 4 blocks
 //   shares each W tile, splitting k 4 ways, and block 0 of the cluster adds the other
 //   blocks' partial sums through distributed shared memory, in a fixed order.
-//   grid (cdiv(n, 16 TW) * cluster), block (256).
+//   grid (cdiv(n, 16 TW) * cluster), block (256); launch bounds hold each variant to the
+//   blocks per SM of the plain kernel of its tile (a prologue's registers would otherwise
+//   cost LLaMA-1B's down_proj a second wave of blocks: 14 -> 23 us), except the 32-row
+//   prologues (2 per SM: their operands need the registers).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 #include "cluster.cuh"
 #include "common.cuh"
@@ -117,21 +120,41 @@ __device__ __forceinline__ uint4 load_in(const T* x, const T* gamma, const float
   }
 }
 
-// RMSNorm's 1 / rms of rows [0, m) of x (m, k) into inv[]: a warp per row, lanes summing
-// strided 16-byte pieces, then a shuffle tree; every block computes the same bits.
+// RMSNorm's 1 / rms of rows [0, m) of x (m, k) into inv[]: every thread sums its 16-byte
+// pieces of four rows at a time (their loads in flight together), then a shuffle tree per
+// warp and the warps' sums in order: one round trip to L2 for a few rows, the same bits in
+// every block.
 template <typename T>
-__device__ void row_inv_rms(const T* x, float* inv, int m, int k, float eps) {
-  const int lane = threadIdx.x & 31;
-  for (int row = threadIdx.x >> 5; row < m; row += kWarps) {
-    float ss = 0.f;
-    for (int col = 8 * lane; col < k; col += 256) {
-      Pack v;
-      v.u = load_x16(x + static_cast<long long>(row) * k + col, true);
+__device__ void row_inv_rms(const T* x, float* inv, float (*part)[kWarps], int m, int k,
+                            float eps) {
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+  for (int r0 = 0; r0 < m; r0 += 4) {
+    float ss[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int col = 8 * threadIdx.x; col < k; col += 8 * kWarps * 32) {
+      Pack v[4];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ss += rg::to_float(elems<T>(v)[e]) * rg::to_float(elems<T>(v)[e]);
+      for (int u = 0; u < 4; ++u)
+        v[u].u = load_x16(x + static_cast<long long>(r0 + u) * k + col, r0 + u < m);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float f = rg::to_float(elems<T>(v[u])[e]);
+          ss[u] += f * f;
+        }
     }
-    ss = rg::warp_sum(ss);
-    if (lane == 0) inv[row] = rsqrtf(ss / k + eps);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float s = rg::warp_sum(ss[u]);
+      if (lane == 0 && r0 + u < m) part[r0 + u][wp] = s;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < m) {
+    float s = 0.f;
+#pragma unroll
+    for (int p = 0; p < kWarps; ++p) s += part[threadIdx.x][p];
+    inv[threadIdx.x] = rsqrtf(s / k + eps);
   }
   __syncthreads();
 }
@@ -164,8 +187,11 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[q][j][0] = acc[q][j][1] = acc[q][j][2] = acc[q][j][3] = 0.f;
 
-  // k chunks in flight per lane: fewer as the tiles grow (registers: 8 (NT + 2 TW) per chunk)
-  constexpr int kUnroll = NT * TW <= 2 ? 4 : NT * TW <= 4 ? 2 : 1;
+  // k chunks in flight per lane: fewer as the tiles grow (registers: 8 (NT + 2 TW) per chunk),
+  // and half as many for a prologue in a cluster, whose four times as many blocks keep as
+  // many bytes in flight within the registers of 4 (8 rows) or 3 blocks per SM
+  constexpr int kBase = NT * TW <= 2 ? 4 : NT * TW <= 4 ? 2 : 1;
+  constexpr int kUnroll = IN != kPlain && CS > 1 && kBase > 1 ? kBase / 2 : kBase;
   constexpr int kStep = kWarps * CS * kUnroll;
   uint4 a_lo[TW][kUnroll], a_hi[TW][kUnroll], b[NT][kUnroll];
   auto load_w = [&](int c0) {  // one step's weights: kUnroll chunks of each W tile
@@ -184,7 +210,8 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   rg::pdl_trigger();
   rg::pdl_wait();
   __shared__ float inv[IN == kNorm ? 8 * NT : 1];
-  if constexpr (IN == kNorm) row_inv_rms(x, inv, m, k, eps);
+  __shared__ float sums[IN == kNorm ? 8 * NT : 1][kWarps];
+  if constexpr (IN == kNorm) row_inv_rms(x, inv, sums, m, k, eps);
   for (int c0 = warp; c0 < chunks; c0 += kStep) {
     if (c0 != warp) load_w(c0);
 #pragma unroll
@@ -257,147 +284,147 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kPlain, __half, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_silu_f16_n8(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_silu_f16_n8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kSilu, __half, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_norm_f16_n8(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_norm_f16_n8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
   gemv_impl<kNorm, __half, 1, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_f16_n8_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kPlain, __half, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_silu_f16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_silu_f16_n8_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kSilu, __half, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_norm_f16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_norm_f16_n8_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
   gemv_impl<kNorm, __half, 1, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n16(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kPlain, __half, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_silu_f16_n16(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_f16_n16(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kSilu, __half, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_norm_f16_n16(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_f16_n16(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
   gemv_impl<kNorm, __half, 2, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_f16_n16_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kPlain, __half, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_silu_f16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_silu_f16_n16_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kSilu, __half, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_norm_f16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_norm_f16_n16_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
   gemv_impl<kNorm, __half, 2, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n32(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kPlain, __half, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_silu_f16_n32(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_f16_n32(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kSilu, __half, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_norm_f16_n32(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_f16_n32(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
   gemv_impl<kNorm, __half, 4, 1, 2>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_f16_n32_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kPlain, __half, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_silu_f16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_silu_f16_n32_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<kSilu, __half, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_norm_f16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_norm_f16_n32_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
   gemv_impl<kNorm, __half, 4, 4, 2>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kPlain, __nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_silu_bf16_n8(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_silu_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kSilu, __nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_norm_bf16_n8(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_norm_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
   gemv_impl<kNorm, __nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_bf16_n8_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kPlain, __nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_silu_bf16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_silu_bf16_n8_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kSilu, __nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_norm_bf16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_norm_bf16_n8_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
   gemv_impl<kNorm, __nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n16(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kPlain, __nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_silu_bf16_n16(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_bf16_n16(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kSilu, __nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_norm_bf16_n16(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_bf16_n16(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
   gemv_impl<kNorm, __nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_bf16_n16_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kPlain, __nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_silu_bf16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_silu_bf16_n16_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kSilu, __nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_norm_bf16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_norm_bf16_n16_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
   gemv_impl<kNorm, __nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n32(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kPlain, __nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_silu_bf16_n32(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_bf16_n32(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kSilu, __nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_norm_bf16_n32(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_bf16_n32(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
   gemv_impl<kNorm, __nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k, gamma, eps);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_bf16_n32_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kPlain, __nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_silu_bf16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_silu_bf16_n32_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<kSilu, __nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_norm_bf16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_norm_bf16_n32_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
   gemv_impl<kNorm, __nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k, gamma, eps);
 }
