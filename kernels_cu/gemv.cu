@@ -1,21 +1,13 @@
 // gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 32 rows), streaming W once at
-// memory bandwidth, the products on tensor cores; optionally with the op before it fused
-// into the loads of x (RMSNorm, or LLaMA's SiLU(gate) * up), which saves a kernel (its launch,
-// its wait, its round trip through memory) per linear layer of a decode step.
+// memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv{,_silu}_{f16,bf16}_n{8,16,32}[_c4](
-//       const T* x,          // (m, k); _silu: (m, 2k), gate in [0, k), up in [k, 2k)
+//   extern "C" gemv_{f16,bf16}_n{8,16,32}[_c4](
+//       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
 //       int m, int n, int k) // m <= 8, 16, 32 (_nM); k % 8 == 0; 16-byte aligned rows
-//   extern "C" gemv_norm_{f16,bf16}_n{8,16,32}[_c4](x, w, residual, y, m, n, k,
-//       const T* gamma,      // (k,): RMSNorm weight
-//       float eps)
-//   y[i][r] = T(sum_j in(x)[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation, where
-//   in(x) = x; _silu: T(float(T(silu(gate))) * float(up)) as silu_mul.cu computes it;
-//   _norm: T(float(gamma) * float(T(x * rsqrt(mean(x^2) + eps)))) as rmsnorm.cu does (the
-//   block first sums each row's squares, a warp per row, the same fixed order in every block).
+//   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
 //   Layout: the roles are swapped (D = W x^T): a block owns 16 TW rows of W (TW = 1, 1, 2
 //   tiles of 16 for x tiles of 8, 16, 32 rows), which are the M side of mma.m16n8k16, and
@@ -25,19 +17,14 @@
 //   since a dot product may sum its k in any order, the fragment's k slots are simply mapped
 //   to those contiguous bytes, the same way for both operands. One x load serves all TW W
 //   tiles: every block reads all of x, so at 32 rows x's traffic from L2 would be 2x W's with
-//   one tile. (33 to 64 rows take skinny.cu, which stages both operands in shared memory.)
-//   The block's 8 warps split k (chunk c goes to warp c % 8), up to 4 chunks in
+//   one tile. (33 to 64 rows take skinny.cu, which stages both operands in shared memory.) The block's 8 warps split k (chunk c goes to warp c % 8), up to 4 chunks in
 //   flight per lane, and meet in a fixed-order shared-memory sum: deterministic, no atomics.
-//   Weights are read through the read-only cache (they never change) and the first step's
-//   are requested before griddepcontrol.wait (under PDL they stream while the kernel that
-//   writes x still runs); x with coherent loads after it.
+//   Weights are read through the read-only cache (they never change); x with coherent loads
+//   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c4: for weights with few rows (too few blocks to fill the GPU), a cluster of 4 blocks
 //   shares each W tile, splitting k 4 ways, and block 0 of the cluster adds the other
 //   blocks' partial sums through distributed shared memory, in a fixed order.
-//   grid (cdiv(n, 16 TW) * cluster), block (256); launch bounds hold each variant to the
-//   blocks per SM of the plain kernel of its tile (a prologue's registers would otherwise
-//   cost LLaMA-1B's down_proj a second wave of blocks: 14 -> 23 us), except the 32-row
-//   prologues (2 per SM: their operands need the registers).
+//   grid (cdiv(n, 16 TW) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 #include "cluster.cuh"
 #include "common.cuh"
@@ -75,96 +62,12 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
   return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
-enum In { kPlain, kNorm, kSilu };  // what the kernel applies to x as it loads it
-
-union Pack {  // 16 bytes: one lane's k slots of a row
-  uint4 u;
-  rg::Vec<__half, 8> h;
-  rg::Vec<__nv_bfloat16, 8> b;
-};
-template <typename T> __device__ __forceinline__ T* elems(Pack& p);
-template <> __device__ __forceinline__ __half* elems<__half>(Pack& p) { return p.h.v; }
-template <> __device__ __forceinline__ __nv_bfloat16* elems<__nv_bfloat16>(Pack& p) {
-  return p.b.v;
-}
-
-// 8 elements of in(x) at row `row`, columns [col, col + 8); zeros where !ok
-template <In IN, typename T>
-__device__ __forceinline__ uint4 load_in(const T* x, const T* gamma, const float* inv, int row,
-                                         int col, int k, bool ok) {
-  if (!ok) return make_uint4(0, 0, 0, 0);
-  if constexpr (IN == kPlain) {
-    return load_x16(x + static_cast<long long>(row) * k + col, true);
-  } else if constexpr (IN == kNorm) {
-    Pack v, g, out;
-    v.u = load_x16(x + static_cast<long long>(row) * k + col, true);
-    g.u = __ldg(reinterpret_cast<const uint4*>(gamma + col));
-    const float s = inv[row];
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      elems<T>(out)[e] = rg::from_float<T>(rg::to_float(elems<T>(g)[e]) *
-                                           rg::round_to<T>(rg::to_float(elems<T>(v)[e]) * s));
-    return out.u;
-  } else {
-    Pack gt, up, out;
-    const T* p = x + static_cast<long long>(row) * 2 * k + col;
-    gt.u = load_x16(p, true);
-    up.u = load_x16(p + k, true);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float a = rg::to_float(elems<T>(gt)[e]);
-      elems<T>(out)[e] =
-          rg::from_float<T>(rg::round_to<T>(a / (1.f + expf(-a))) * rg::to_float(elems<T>(up)[e]));
-    }
-    return out.u;
-  }
-}
-
-// RMSNorm's 1 / rms of rows [0, m) of x (m, k) into inv[]: every thread sums its 16-byte
-// pieces of four rows at a time (their loads in flight together), then a shuffle tree per
-// warp and the warps' sums in order: one round trip to L2 for a few rows, the same bits in
-// every block.
-template <typename T>
-__device__ void row_inv_rms(const T* x, float* inv, float (*part)[kWarps], int m, int k,
-                            float eps) {
-  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
-  for (int r0 = 0; r0 < m; r0 += 4) {
-    float ss[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int col = 8 * threadIdx.x; col < k; col += 8 * kWarps * 32) {
-      Pack v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        v[u].u = load_x16(x + static_cast<long long>(r0 + u) * k + col, r0 + u < m);
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float f = rg::to_float(elems<T>(v[u])[e]);
-          ss[u] += f * f;
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const float s = rg::warp_sum(ss[u]);
-      if (lane == 0 && r0 + u < m) part[r0 + u][wp] = s;
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < m) {
-    float s = 0.f;
-#pragma unroll
-    for (int p = 0; p < kWarps; ++p) s += part[threadIdx.x][p];
-    inv[threadIdx.x] = rsqrtf(s / k + eps);
-  }
-  __syncthreads();
-}
-
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); TW: 16-row
 // tiles of W per block, which share each x load (x is read once per block, so its traffic
 // from L2 is TW times smaller)
-template <In IN, typename T, int NT, int CS, int TW>
+template <typename T, int NT, int CS, int TW>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
-                          int n, int k, const T* __restrict__ gamma = nullptr, float eps = 0.f) {
+                          int n, int k) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
@@ -187,16 +90,14 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[q][j][0] = acc[q][j][1] = acc[q][j][2] = acc[q][j][3] = 0.f;
 
-  // k chunks in flight per lane: fewer as the tiles grow (registers: 8 (NT + 2 TW) per chunk),
-  // and half as many for a prologue in a cluster, whose four times as many blocks keep as
-  // many bytes in flight within the registers of 4 (8 rows) or 3 blocks per SM
-  constexpr int kBase = NT * TW <= 2 ? 4 : NT * TW <= 4 ? 2 : 1;
-  constexpr int kUnroll = IN != kPlain && CS > 1 && kBase > 1 ? kBase / 2 : kBase;
-  constexpr int kStep = kWarps * CS * kUnroll;
-  uint4 a_lo[TW][kUnroll], a_hi[TW][kUnroll], b[NT][kUnroll];
-  auto load_w = [&](int c0) {  // one step's weights: kUnroll chunks of each W tile
+  // k chunks in flight per lane: fewer as the tiles grow (registers: 8 (NT + 2 TW) per chunk)
+  constexpr int kUnroll = NT * TW <= 2 ? 4 : NT * TW <= 4 ? 2 : 1;
+  rg::pdl_trigger();
+  bool waited = false;
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * kUnroll) {
+    uint4 a_lo[TW][kUnroll], a_hi[TW][kUnroll], b[NT][kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {  // every load of the step before any mma
       const int c = c0 + u * kWarps * CS;
       const bool in = c < chunks && c * 32 + 8 * t < k;
 #pragma unroll
@@ -205,15 +106,10 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         a_hi[q][u] = load_w16(whi[q] + c * 32, in && hi[q]);
       }
     }
-  };
-  load_w(warp);  // the first weights are on their way; x comes from the previous kernel
-  rg::pdl_trigger();
-  rg::pdl_wait();
-  __shared__ float inv[IN == kNorm ? 8 * NT : 1];
-  __shared__ float sums[IN == kNorm ? 8 * NT : 1][kWarps];
-  if constexpr (IN == kNorm) row_inv_rms(x, inv, sums, m, k, eps);
-  for (int c0 = warp; c0 < chunks; c0 += kStep) {
-    if (c0 != warp) load_w(c0);
+    if (!waited) {  // the first weights are on their way; x comes from the previous kernel
+      rg::pdl_wait();
+      waited = true;
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps * CS;
@@ -221,7 +117,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const int row = 8 * j + g;
-        b[j][u] = load_in<IN>(x, gamma, inv, row, c * 32 + 8 * t, k, in && row < m);
+        b[j][u] = load_x16(x + static_cast<long long>(row) * k + c * 32 + 8 * t, in && row < m);
       }
     }
 #pragma unroll
@@ -237,6 +133,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         }
   }
 
+  if (!waited) rg::pdl_wait();  // a warp with no chunks still reads the residual below
   // Per W tile: the warps' sums meet in shared memory, then (with a cluster) the blocks'
   // through distributed shared memory; fixed orders, so the result is deterministic.
   constexpr int kVals = NT * 4 * 32;  // one W tile's outputs: fragment slot i, lane
@@ -284,147 +181,51 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8(
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kPlain, __half, 1, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_silu_f16_n8(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n8_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kSilu, __half, 1, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_norm_f16_n8(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
-  gemv_impl<kNorm, __half, 1, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_f16_n8_c4(
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kPlain, __half, 1, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_silu_f16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kSilu, __half, 1, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_norm_f16_n8_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
-  gemv_impl<kNorm, __half, 1, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n16(
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kPlain, __half, 2, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_f16_n16(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kSilu, __half, 2, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 4, 4, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_f16_n16(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
-  gemv_impl<kNorm, __half, 2, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_f16_n16_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kPlain, __half, 2, 4, 1>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_silu_f16_n16_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kSilu, __half, 2, 4, 1>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_norm_f16_n16_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
-  gemv_impl<kNorm, __half, 2, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n32(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kPlain, __half, 4, 1, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_f16_n32(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kSilu, __half, 4, 1, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_f16_n32(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
-  gemv_impl<kNorm, __half, 4, 1, 2>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_f16_n32_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kPlain, __half, 4, 4, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_silu_f16_n32_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<kSilu, __half, 4, 4, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_norm_f16_n32_c4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k, const __half* gamma, float eps) {
-  gemv_impl<kNorm, __half, 4, 4, 2>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8(
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kPlain, __nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_silu_bf16_n8(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kSilu, __nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_norm_bf16_n8(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
-  gemv_impl<kNorm, __nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_bf16_n8_c4(
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kPlain, __nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_silu_bf16_n8_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kSilu, __nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 4) gemv_norm_bf16_n8_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
-  gemv_impl<kNorm, __nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n16(
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kPlain, __nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_bf16_n16(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kSilu, __nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_bf16_n16(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
-  gemv_impl<kNorm, __nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_bf16_n16_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kPlain, __nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_silu_bf16_n16_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kSilu, __nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_norm_bf16_n16_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
-  gemv_impl<kNorm, __nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n32(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kPlain, __nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_silu_bf16_n32(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kSilu, __nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_bf16_n32(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
-  gemv_impl<kNorm, __nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k, gamma, eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_bf16_n32_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kPlain, __nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_silu_bf16_n32_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<kSilu, __nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 2) gemv_norm_bf16_n32_c4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k, const __nv_bfloat16* gamma, float eps) {
-  gemv_impl<kNorm, __nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k, gamma, eps);
+  gemv_impl<__nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
 }

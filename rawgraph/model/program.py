@@ -143,7 +143,7 @@ class Model:
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
         self.workspace = cupy.zeros(max(  # decode attention's (zeroed counters first)
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, max_context,
-                                 split_for(b, cfg.kv_heads), cfg.kv_heads)
+                                 split_for(b, cfg.kv_heads))
             for b in range(1, max_batch + 1)), np.float32)
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
@@ -328,24 +328,25 @@ class Model:
 
     def _layer(self, i: int, a: dict, n: Any, m_max: int, attend: Any, kw: dict) -> None:
         """One decoder layer on rows [:n] of buffers `a` (residual stream in a["r"]);
-        kernels chosen for up to m_max rows. Up to 32 rows each norm and the MLP activation
-        run inside the GEMV after them (6 kernels a layer); beyond, as kernels of their own
-        (a["h"], a["act"] hold their outputs)."""
+        kernels chosen for up to m_max rows."""
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
         lin = {"m": n, "m_max": m_max, **kw}
-        ops.norm_linear(a["r"], w[p + "input_layernorm"], w[p + "qkv"], a["qkv"], a["h"],
-                        eps=cfg.rms_eps, **lin)
+        ops.rmsnorm(a["r"], w[p + "input_layernorm"], a["h"], rows=n, eps=cfg.rms_eps, **kw)
+        ops.linear(a["h"], w[p + "qkv"], a["qkv"], **lin)
         attend(i)
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
-        ops.norm_linear(a["r"], w[p + "post_attention_layernorm"], w[p + "gate_up"], a["gu"],
-                        a["h"], eps=cfg.rms_eps, **lin)
-        ops.silu_linear(a["gu"], w[p + "down_proj"], a["r"], a["act"], residual=a["r"], **lin)
+        ops.rmsnorm(a["r"], w[p + "post_attention_layernorm"], a["h"], rows=n,
+                    eps=cfg.rms_eps, **kw)
+        ops.linear(a["h"], w[p + "gate_up"], a["gu"], **lin)
+        ops.silu_mul(a["gu"], a["act"], rows=n, **kw)
+        ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
 
     def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict) -> None:
         """Final norm, LM head and sampling of `rows` rows of x."""
         cfg, w = self.cfg, self.w
-        ops.norm_linear(x, w["norm"], w["lm_head"], a["logits"], a["last"], eps=cfg.rms_eps,
-                        m=rows, m_max=a["last"].shape[0], **kw)
+        ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, **kw)
+        ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
+                   **kw)
         ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"], meta["top_p"],
                    meta["seeds"], pos, rows, **kw)
 

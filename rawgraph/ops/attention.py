@@ -83,29 +83,25 @@ def split_for(batch: int, kv_heads: int) -> int:
     return 512 if per_split <= 256 else 1024
 
 
-def _counters(batch: int, kv_heads: int) -> int:
-    """float32 slots at the front of the workspace holding the int32 split counters (a
-    multiple of 4: the partial results after them stay 16-byte aligned)."""
-    return -(-batch * kv_heads // 4) * 4
+COUNTERS = 4096  # int32 split counters at the front of every decode workspace
 
 
 def workspace_floats(batch: int, q_heads: int, head_dim: int, max_len: int,
-                     split_tokens: int = 256, kv_heads: int | None = None) -> int:
-    """float32 elements of decode attention's workspace for contexts up to max_len: a
-    counter per (row, kv head) (kv_heads default q_heads: enough for any grouping), then
-    the splits' partial results."""
-    counters = _counters(batch, q_heads if kv_heads is None else kv_heads)
-    return counters + batch * q_heads * math.ceil(max_len / split_tokens) * (head_dim + 2)
+                     split_tokens: int = 256) -> int:
+    """float32 elements of decode attention's workspace for contexts up to max_len: COUNTERS
+    int32 counters (one per (row, kv head); at the same place whatever the batch, so launches
+    of different batches can share one workspace), then the splits' partial results."""
+    return COUNTERS + batch * q_heads * math.ceil(max_len / split_tokens) * (head_dim + 2)
 
 
 def decode_workspace(batch: int, q_heads: int, head_dim: int, max_len: int,
-                     split_tokens: int = 256, kv_heads: int | None = None) -> Any:
+                     split_tokens: int = 256) -> Any:
     """A zeroed workspace for `decode_attention` (its counters must start at zero; the kernel
     leaves them so). Arguments as `workspace_floats`."""
     import cupy
 
-    return cupy.zeros(workspace_floats(batch, q_heads, head_dim, max_len, split_tokens,
-                                       kv_heads), np.float32)
+    return cupy.zeros(workspace_floats(batch, q_heads, head_dim, max_len, split_tokens),
+                      np.float32)
 
 
 def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
@@ -171,13 +167,15 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     if max_splits > max_splits_for(d):
         raise ValueError(f"max_len {top} at {split_tokens} tokens per split is {max_splits} "
                          f"splits; the combine takes at most {max_splits_for(d)}")
-    need = workspace_floats(batch, q_heads, d, top, split_tokens, kv_heads)
+    if batch * kv_heads > COUNTERS:
+        raise ValueError(f"batch {batch} x kv_heads {kv_heads} exceeds the workspace's "
+                         f"{COUNTERS} split counters")
+    need = workspace_floats(batch, q_heads, d, top, split_tokens)
     if getattr(workspace, "dtype", None) != np.float32 or workspace.ndim != 1 \
             or workspace.size < need:
         raise ValueError(f"workspace must be 1-D float32 with at least {need} elements "
                          f"(decode_workspace(...)); got {getattr(workspace, 'size', '?')}")
-    c = _counters(batch, kv_heads)
-    counters, partial = workspace[:c].view(np.int32), workspace[c:]
+    counters, partial = workspace[:COUNTERS].view(np.int32), workspace[COUNTERS:]
     n_splits = cdiv(max_len, split_tokens)
     s = scale if scale is not None else d**-0.5
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,

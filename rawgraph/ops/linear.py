@@ -4,10 +4,8 @@ Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: 
 to 32 rows, the skinny GEMM (both operands staged in shared memory) up to 64; larger ones
 (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere), tiled BM x BN with the
 tile chosen so the grid fills the GPU.
-Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one), the
-residual add in the epilogue, and, on the GEMV path, the op before the layer applied to x as
-it is loaded: `norm_linear` (RMSNorm, then the layer) and `silu_linear` (SiLU(gate) * up,
-then the layer). Larger inputs run those ops as their own kernels into a caller's buffer.
+Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
+residual add in the epilogue.
 """
 
 from __future__ import annotations
@@ -18,27 +16,15 @@ from typing import Any
 from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.ops.elementwise import silu_mul
-from rawgraph.ops.norm import rmsnorm
 from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16, 32)  # GEMV x tiles; 33 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 _TYPES = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}  # name, C type
 CLUSTERS = (1, 4)  # blocks sharing one 16-row tile of W (split k)
-_NORM_SIG = _SIG + ", const {t}* gamma, float eps"
-
-
-def _gemv_family(prefix: str, sig: str) -> dict[tuple[str, int, int], Kernel]:
-    """GEMV kernels by (dtype, x tile, cluster) for one prologue (gemv.cu)."""
-    return {(dt, m, c): Kernel("gemv", f"{prefix}_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
-                               sig.format(t=t))
-            for dt, (s, t) in _TYPES.items() for m in M_TILES for c in CLUSTERS}
-
-
-GEMV = _gemv_family("gemv", _SIG)
-GEMV_NORM = _gemv_family("gemv_norm", _NORM_SIG)  # RMSNorm applied to x as it is loaded
-GEMV_SILU = _gemv_family("gemv_silu", _SIG)  # x = gate_up (m, 2k): SiLU(gate) * up on load
+GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
+                           _SIG.format(t=t))
+        for dt, (s, t) in _TYPES.items() for m in M_TILES for c in CLUSTERS}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in _TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
@@ -113,17 +99,22 @@ def gemm_launch(dt: str, tile: tuple[int, int], wgmma: bool) -> tuple[Kernel, in
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
-def _check(x: Any, w: Any, y: Any, residual: Any, m: Any, m_max: int | None,
-           symbols: Symbols | None, x_cols: str = "k") -> tuple[str, int, int, Any, int]:
-    """Check a linear layer's operands; returns (dtype, n, k, m, the rows to plan for).
-    x has k columns (x_cols "k") or 2k (x_cols "2k": gate and up side by side)."""
+def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
+           m_max: int | None = None, stream: Any = None,
+           symbols: Symbols | None = None) -> None:
+    """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n).
+
+    `m` (default: all rows) may be symbolic; the kernel (GEMV, skinny GEMM or GEMM) and its
+    row tile are chosen for the largest value m can take, so a patch never needs another
+    kernel: it changes m and, for the GEMM, grid.y. `m_max` makes the choice for a larger
+    bound than m's own (an eager run that must launch what a graph for m_max rows would).
+    """
     if getattr(x, "ndim", 0) != 2 or getattr(w, "ndim", 0) != 2:
-        raise ValueError(f"x must be (rows, {x_cols}) and w (n, k); got "
-                         f"{getattr(x, 'shape', '?')} and {getattr(w, 'shape', '?')}")
-    (cap, kx), (n, k) = x.shape, w.shape
-    if kx != (2 * k if x_cols == "2k" else k):
-        raise ValueError(f"x has {kx} columns but w is {w.shape}: x must be (rows, {x_cols}) "
-                         f"(w is [out, in])")
+        raise ValueError(f"x must be (rows, k) and w (n, k); got {getattr(x, 'shape', '?')} and "
+                         f"{getattr(w, 'shape', '?')}")
+    (cap, k), (n, kw) = x.shape, w.shape
+    if kw != k:
+        raise ValueError(f"x has k = {k} columns but w is {w.shape} (w must be [out, in])")
     shapes.multiple(k, 8, "k")
     dt = shapes.tensor(x, "x")
     shapes.tensor(w, "w", dtype=dt)
@@ -138,78 +129,20 @@ def _check(x: Any, w: Any, y: Any, residual: Any, m: Any, m_max: int | None,
         if not top <= m_max <= cap:
             raise ValueError(f"m_max = {m_max} must lie in [{top}, {cap}] (m's bound, rows)")
         top = m_max
-    return dt, n, k, m, top
-
-
-def _gemv(family: dict, dt: str, top: int, n: int, k: int, args: tuple, stream: Any,
-          symbols: Symbols | None) -> None:
-    """Launch the GEMV of `family` with the x tile and cluster for `top` rows."""
-    tile = next(t for t in M_TILES if t >= top)
-    c = cluster_for(n, k, tile)
-    family[dt, tile, c].launch(-(-n // rows_per_block(tile)) * c, 256, args, stream,
-                               symbols=symbols)
-
-
-def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
-           m_max: int | None = None, stream: Any = None,
-           symbols: Symbols | None = None) -> None:
-    """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n).
-
-    `m` (default: all rows) may be symbolic; the kernel (GEMV, skinny GEMM or GEMM) and its
-    row tile are chosen for the largest value m can take, so a patch never needs another
-    kernel: it changes m and, for the GEMM, grid.y. `m_max` makes the choice for a larger
-    bound than m's own (an eager run that must launch what a graph for m_max rows would).
-    """
-    dt, n, k, m, top = _check(x, w, y, residual, m, m_max, symbols)
-    args = (x, w, residual, y, m, n, k)
     if top > SKINNY_ROWS:
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         bm, bn = gemm_tile(top, n)
         kernel, threads, smem = gemm_launch(dt, (bm, bn), hopper())
-        kernel.launch((-(-n // bn), cdiv(m, bm)), threads, args, stream, smem=smem,
-                      symbols=symbols)
-    elif top > M_TILES[-1]:
+        kernel.launch((-(-n // bn), cdiv(m, bm)), threads, (x, w, residual, y, m, n, k), stream,
+                      smem=smem, symbols=symbols)
+        return
+    if top > M_TILES[-1]:
         c = skinny_cluster(n, k)
-        SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, args, stream, smem=SKINNY_SMEM,
-                             symbols=symbols)
-    else:
-        _gemv(GEMV, dt, top, n, k, args, stream, symbols)
-
-
-def norm_linear(x: Any, gamma: Any, w: Any, y: Any, h: Any, *, eps: float = 1e-5,
-                residual: Any = None, m: Any = None, m_max: int | None = None,
-                stream: Any = None, symbols: Symbols | None = None) -> None:
-    """y[:m] = rmsnorm(x[:m]) * gamma @ w.T (+ residual[:m]): LLaMA's norm before a layer.
-
-    Up to 32 rows the GEMV normalizes x as it loads it (one kernel); more rows run the
-    RMSNorm kernel into h (rows, k) first, then `linear` (h is not written otherwise). The
-    choice and `m`, `m_max` follow `linear`.
-    """
-    dt, n, k, m, top = _check(x, w, y, residual, m, m_max, symbols)
-    shapes.tensor(gamma, "gamma", (k,), dt)
-    shapes.tensor(h, "h", x.shape, dt)
-    if top <= M_TILES[-1]:
-        _gemv(GEMV_NORM, dt, top, n, k, (x, w, residual, y, m, n, k, gamma, eps), stream,
-              symbols)
+        SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
+                             smem=SKINNY_SMEM, symbols=symbols)
         return
-    rmsnorm(x, gamma, h, rows=m, eps=eps, stream=stream, symbols=symbols)
-    linear(h, w, y, residual=residual, m=m, m_max=top, stream=stream, symbols=symbols)
+    tile = next(t for t in M_TILES if t >= top)
+    c = cluster_for(n, k, tile)
+    GEMV[dt, tile, c].launch(-(-n // rows_per_block(tile)) * c, 256,
+                             (x, w, residual, y, m, n, k), stream, symbols=symbols)
 
-
-def silu_linear(gate_up: Any, w: Any, y: Any, act: Any, *, residual: Any = None,
-                m: Any = None, m_max: int | None = None, stream: Any = None,
-                symbols: Symbols | None = None) -> None:
-    """y[:m] = (silu(gate) * up)[:m] @ w.T (+ residual[:m]), gate_up (rows, 2k) holding gate
-    in its first k columns and up in the rest: LLaMA's MLP after its gate+up projection.
-
-    Up to 32 rows the GEMV computes the activation as it loads x (one kernel); more rows run
-    `silu_mul` into act (rows, k) first, then `linear`. The choice and `m`, `m_max` follow
-    `linear`.
-    """
-    dt, n, k, m, top = _check(gate_up, w, y, residual, m, m_max, symbols, x_cols="2k")
-    shapes.tensor(act, "act", (gate_up.shape[0], k), dt)
-    if top <= M_TILES[-1]:
-        _gemv(GEMV_SILU, dt, top, n, k, (gate_up, w, residual, y, m, n, k), stream, symbols)
-        return
-    silu_mul(gate_up, act, m, stream=stream, symbols=symbols)
-    linear(act, w, y, residual=residual, m=m, m_max=top, stream=stream, symbols=symbols)
