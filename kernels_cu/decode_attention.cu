@@ -1,6 +1,5 @@
 // decode_attention.cu: one new query token per sequence attending to its paged KV cache
-// (GQA), split along the context (flash-decoding); the last split of each (row, kv head) to
-// finish combines them, in the same kernel.
+// (GQA), split along the context (flash-decoding), then a combine pass.
 //
 //   extern "C" decode_attention_{f16,bf16}_d{64,128}(
 //       const T* q,               // (batch, q_heads, D); row b at q + b * q_stride
@@ -9,8 +8,6 @@
 //       const int* seq_lens,      // (max_seqs,) tokens in the cache, the new one included
 //       const int* seq_slots,     // (batch,) cache slot of each row; < 0: padding row
 //       float* partial,           // (batch, q_heads, max_splits, D + 2) workspace
-//       int* counters,            // (batch * kv_heads,) zeros; left at zero
-//       T* out,                   // (batch, q_heads, D)
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
 //       int split_tokens, int max_splits, float scale, int q_stride)
 //   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory decode_smem(D).
@@ -25,11 +22,7 @@
 //   warps never wait for each other inside the loop and kStages - 1 chunks per warp are in
 //   flight. At the end the 4 warps' (max, sum, accumulator) meet in shared memory in a fixed
 //   order, and the block writes (m, l, unnormalised accumulator) per head; an empty split
-//   writes m = -inf, l = 0. Then it counts itself done on counters[b * kv_heads + h]; the
-//   block that makes the count n_splits resets it and combines:
-//   out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, the sums in split order
-//   (deterministic whichever block is last). A sequence of length 0 gives zeros; padding
-//   rows are not written.
+//   writes m = -inf, l = 0.
 //
 //   Programmatic dependent launch: the slot, length and block table (written by the host
 //   before the step) and the K/V of every cached token but the newest are read before
@@ -39,8 +32,16 @@
 //   of each sequence, nothing older. Everything written during the step is read past L1
 //   (cp.async.cg, ld.global.cg).
 //
+//   extern "C" decode_attention_combine_{f16,bf16}_d{64,128}(
+//       const float* partial, T* out,   // out: (batch, q_heads, D)
+//       const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits)
+//   grid (batch * q_heads), block (D), dynamic shared memory 4 * max_splits B:
+//   out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s; the splits' maxima and weights are
+//   read and computed in parallel, the sums run in split order.
+//   A sequence of length 0 gives zeros; padding rows are not written.
+//
 //   Graph use: lengths, tables and slots are read from device memory; the number of splits
-//   (grid.y) is patchable from the longest context, which keeps the grid proportional to
+//   (grid.y of both kernels, n_splits of the combine) is patchable from the longest context, which keeps the grid proportional to
 //   the work as sequences grow.
 #include "mma.cuh"
 
@@ -59,55 +60,11 @@ template <int D> __device__ __forceinline__ int swz(int row, int piece) {
   return row * (D * 2) + ((piece ^ (row & 7)) << 4);
 }
 
-// The last block of (b, h): out for its G heads from every split's (m, l, acc), reading
-// them past L1 (other blocks wrote them during this launch). Weights 2^(m_s - M) go through
-// shared memory, heads in passes of as many as fit.
-template <typename T, int D>
-__device__ void combine(const float* partial, T* out, float* wts, int wts_floats, int b, int h,
-                        int G, int q_heads, int n_splits, int max_splits) {
-  const int tid = threadIdx.x;
-  const float* p0 = partial + (static_cast<long long>(b) * q_heads + h * G) * max_splits * (D + 2);
-  const int per_pass = min(G, wts_floats / (n_splits + 1));  // heads per pass, and their M
-  float* M = wts + per_pass * n_splits;
-  for (int r0 = 0; r0 < G; r0 += per_pass) {
-    const int heads = min(per_pass, G - r0);
-    for (int i = tid; i < heads * n_splits; i += kThreads)  // the splits' maxima
-      wts[i] = __ldcg(p0 + ((r0 + i / n_splits) * max_splits + i % n_splits) * (D + 2) + D);
-    __syncthreads();
-    if (tid < heads) {
-      float m = rg::neg_inf();
-      for (int s = 0; s < n_splits; ++s) m = fmaxf(m, wts[tid * n_splits + s]);
-      M[tid] = m;
-    }
-    __syncthreads();
-    for (int i = tid; i < heads * n_splits; i += kThreads) {  // 0 for empty splits
-      const float m = M[i / n_splits];
-      wts[i] = m == rg::neg_inf() ? 0.f : exp2f(wts[i] - m);
-    }
-    __syncthreads();
-    for (int i = tid; i < heads * D; i += kThreads) {
-      const int r = i / D, d = i % D;
-      const float* p = p0 + (r0 + r) * max_splits * (D + 2);
-      const float* w = wts + r * n_splits;
-      float num = 0.f, den = 0.f;
-#pragma unroll 4
-      for (int s = 0; s < n_splits; ++s) {  // fixed order: deterministic
-        num = fmaf(w[s], __ldcg(p + s * (D + 2) + d), num);
-        den = fmaf(w[s], __ldcg(p + s * (D + 2) + D + 1), den);
-      }
-      out[(static_cast<long long>(b) * q_heads + h * G + r0 + r) * D + d] =
-          rg::from_float<T>(den > 0.f ? num / den : 0.f);
-    }
-    __syncthreads();  // wts[] is refilled by the next pass
-  }
-}
-
 template <typename T, int D>
 __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int* block_tables,
-                       const int* seq_lens, const int* seq_slots, float* partial, int* counters,
-                       T* out, int batch, int q_heads, int kv_heads, int block_size,
-                       int max_blocks, int split_tokens, int max_splits, float scale,
-                       int q_stride) {
+                       const int* seq_lens, const int* seq_slots, float* partial, int batch,
+                       int q_heads, int kv_heads, int block_size, int max_blocks,
+                       int split_tokens, int max_splits, float scale, int q_stride) {
   rg::pdl_trigger();
   constexpr int RC = D / 8, S = stages<D>(), kBytes = kChunk * D * 2;  // one K or V chunk
   extern __shared__ __align__(128) char smem[];
@@ -281,58 +238,92 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
       out[D + 1] = sum;
     }
   }
+}
 
-  // the last of the (b, h) splits to finish combines them all
-  __shared__ int last;
-  __threadfence();  // this block's partial results, visible device-wide before it counts
+template <typename T, int D>
+__device__ void combine(const float* partial, T* out,
+                        const int* seq_slots, int batch, int q_heads, int n_splits,
+                        int max_splits) {
+  rg::pdl_start();
+  extern __shared__ float w[];  // (max_splits,): each split's weight 2^(m_s - M)
+  __shared__ float red[D / 32];
+  const int b = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;
+  if (b >= batch || seq_slots[b] < 0) return;
+  const float* p = partial + (static_cast<long long>(b) * q_heads + head) * max_splits * (D + 2);
+  // the splits' maxima, read in parallel (one split per thread at a time), then M
+  float m = rg::neg_inf();
+  for (int s = d; s < n_splits; s += D) m = fmaxf(m, p[s * (D + 2) + D]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((d & 31) == 0) red[d >> 5] = m;
   __syncthreads();
-  if (tid == 0) {
-    last = atomicAdd(counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
-    if (last) counters[blockIdx.x] = 0;  // ready for the next launch
+  m = red[0];
+#pragma unroll
+  for (int i = 1; i < D / 32; ++i) m = fmaxf(m, red[i]);
+  for (int s = d; s < n_splits; s += D)  // 0 for empty splits (m_s = -inf)
+    w[s] = m == rg::neg_inf() ? 0.f : exp2f(p[s * (D + 2) + D] - m);
+  __syncthreads();
+  float num = 0.f, den = 0.f;
+#pragma unroll 4
+  for (int s = 0; s < n_splits; ++s) {  // fixed order: deterministic
+    num = fmaf(w[s], p[s * (D + 2) + d], num);
+    den = fmaf(w[s], p[s * (D + 2) + D + 1], den);
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  constexpr int kRingFloats = kWarps * S * 2 * kBytes / 4;
-  combine<T, D>(partial, out, reinterpret_cast<float*>(ring), kRingFloats, b, h, G, q_heads,
-                gridDim.y, max_splits);
+  out[(static_cast<long long>(b) * q_heads + head) * D + d] =
+      rg::from_float<T>(den > 0.f ? num / den : 0.f);
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(128) decode_attention_f16_d64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
-    const int* seq_lens, const int* seq_slots, float* partial, int* counters, __half* out,
-    int batch, int q_heads, int kv_heads, int block_size, int max_blocks, int split_tokens,
-    int max_splits, float scale, int q_stride) {
-  attend<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, counters,
-                   out, batch, q_heads, kv_heads, block_size, max_blocks, split_tokens,
-                   max_splits, scale, q_stride);
+    const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
+    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
+    float scale, int q_stride) {
+  attend<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
+}
+extern "C" __global__ void decode_attention_combine_f16_d64(const float* partial, __half* out,
+    const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
+  combine<__half, 64>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }
 extern "C" __global__ void __launch_bounds__(128) decode_attention_f16_d128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
-    const int* seq_lens, const int* seq_slots, float* partial, int* counters, __half* out,
-    int batch, int q_heads, int kv_heads, int block_size, int max_blocks, int split_tokens,
-    int max_splits, float scale, int q_stride) {
-  attend<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, counters,
-                   out, batch, q_heads, kv_heads, block_size, max_blocks, split_tokens,
-                   max_splits, scale, q_stride);
+    const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
+    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
+    float scale, int q_stride) {
+  attend<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
+}
+extern "C" __global__ void decode_attention_combine_f16_d128(const float* partial, __half* out,
+    const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
+  combine<__half, 128>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }
 extern "C" __global__ void __launch_bounds__(128) decode_attention_bf16_d64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
-    const int* seq_lens, const int* seq_slots, float* partial, int* counters, __nv_bfloat16* out,
-    int batch, int q_heads, int kv_heads, int block_size, int max_blocks, int split_tokens,
-    int max_splits, float scale, int q_stride) {
-  attend<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, counters,
-                   out, batch, q_heads, kv_heads, block_size, max_blocks, split_tokens,
-                   max_splits, scale, q_stride);
+    const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
+    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
+    float scale, int q_stride) {
+  attend<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
+}
+extern "C" __global__ void decode_attention_combine_bf16_d64(const float* partial, __nv_bfloat16* out,
+    const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
+  combine<__nv_bfloat16, 64>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }
 extern "C" __global__ void __launch_bounds__(128) decode_attention_bf16_d128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
-    const int* seq_lens, const int* seq_slots, float* partial, int* counters, __nv_bfloat16* out,
-    int batch, int q_heads, int kv_heads, int block_size, int max_blocks, int split_tokens,
-    int max_splits, float scale, int q_stride) {
-  attend<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, counters,
-                   out, batch, q_heads, kv_heads, block_size, max_blocks, split_tokens,
-                   max_splits, scale, q_stride);
+    const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
+    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
+    float scale, int q_stride) {
+  attend<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
+                   q_stride);
+}
+extern "C" __global__ void decode_attention_combine_bf16_d128(const float* partial, __nv_bfloat16* out,
+    const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
+  combine<__nv_bfloat16, 128>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }

@@ -121,8 +121,8 @@ def test_split_counts_are_patched_as_contexts_cross_256():
     engine.run([Request([1] * 250, 20)])
     patched = [i.patched for i in engine.stats.iters if i.decode_rows]
     # the first step (captured at max_context) and the step at 257 tokens change the split
-    # count: attention of every layer; the other steps patch nothing
-    assert patched[0] == patched[6] == CFG.layers and sum(patched) == 2 * CFG.layers
+    # count: attention and combine of every layer; the other steps patch nothing
+    assert patched[0] == patched[6] == 2 * CFG.layers and sum(patched) == 4 * CFG.layers
     engine.close()
     model.close()
 

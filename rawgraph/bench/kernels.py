@@ -80,7 +80,7 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
                 q = cupy.random.standard_normal((batch, 32, d), np.float32).astype(F16)
                 out = cupy.empty_like(q)
                 slots = cupy.arange(batch, dtype=np.int32)
-                ws = ops.decode_workspace(batch, 32, d, ctx, split)
+                ws = cupy.empty(ops.workspace_floats(batch, 32, d, ctx, split), np.float32)
             s.synchronize()
             us = per_launch_us(lambda i, kv=kv, q=q, out=out, slots=slots, ws=ws, ctx=ctx,
                                split=split:

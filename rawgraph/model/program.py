@@ -141,10 +141,10 @@ class Model:
                                  "last": (np.int32, s), "last_pos": (np.int32, s),
                                  "final": (np.int32, s)})
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
-        self.workspace = cupy.zeros(max(  # decode attention's (zeroed counters first)
+        self.workspace = cupy.empty(max(
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, max_context,
-                                 split_for(b, cfg.kv_heads))
-            for b in range(1, max_batch + 1)), np.float32)
+                                 split_for(b, cfg.kv_heads)) for b in range(1, max_batch + 1)),
+            np.float32)
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}

@@ -1,11 +1,6 @@
 """Operations: input checks at the boundary, then one kernel launch each."""
 
-from rawgraph.ops.attention import (
-    decode_attention,
-    decode_workspace,
-    prefill_attention,
-    workspace_floats,
-)
+from rawgraph.ops.attention import decode_attention, prefill_attention, workspace_floats
 from rawgraph.ops.elementwise import add, silu_mul
 from rawgraph.ops.embedding import embedding
 from rawgraph.ops.kv import kv_append, kv_gather, rope_append
@@ -14,8 +9,7 @@ from rawgraph.ops.norm import rmsnorm
 from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
 from rawgraph.ops.sampling import SamplingParams, argmax, sample
 
-__all__ = ["Llama3Scaling", "SamplingParams", "add", "argmax", "decode_attention",
-           "decode_workspace", "embedding",
+__all__ = ["Llama3Scaling", "SamplingParams", "add", "argmax", "decode_attention", "embedding",
            "inv_freq", "kv_append", "kv_gather", "linear", "prefill_attention",
            "rmsnorm", "rope", "rope_append", "sample", "silu_mul",
            "workspace_floats"]

@@ -1,6 +1,6 @@
 """Attention over the paged KV cache: decode (one query per sequence, split along the
-context, the splits combined by the last to finish) and prefill (a chunk of queries per
-sequence, causal, FlashAttention style over the cache that already holds the chunk's K/V)."""
+context, then combine) and prefill (a chunk of queries per sequence, causal, FlashAttention
+style over the cache that already holds the chunk's K/V)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,17 @@ from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
-           "const int* seq_lens, const int* seq_slots, float* partial, int* counters, {t}* out, "
-           "int batch, int q_heads, int kv_heads, int block_size, int max_blocks, "
-           "int split_tokens, int max_splits, float scale, int q_stride")
+           "const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, "
+           "int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits, "
+           "float scale, int q_stride")
+_COMBINE = ("const float* partial, {t}* out, const int* seq_slots, int batch, int q_heads, "
+            "int n_splits, int max_splits")
 _T = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
 HEAD_DIMS = (64, 128)
 ATTEND = {(dt, d): Kernel("decode_attention", f"decode_attention_{s}_d{d}", _ATTEND.format(t=t))
           for dt, (s, t) in _T.items() for d in HEAD_DIMS}
+COMBINE = {(dt, d): Kernel("decode_attention", f"decode_attention_combine_{s}_d{d}",
+                           _COMBINE.format(t=t)) for dt, (s, t) in _T.items() for d in HEAD_DIMS}
 MAX_GROUP = 16  # query heads per kv head: the 16 rows of one mma tile
 _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
@@ -52,21 +56,11 @@ def decode_stages(head_dim: int) -> int:
     return 4 if head_dim == 64 else 3
 
 
-def _ring_bytes(head_dim: int) -> int:
-    return DECODE_WARPS * decode_stages(head_dim) * 2 * DECODE_CHUNK * head_dim * 2
-
-
 def decode_smem(head_dim: int) -> int:
     """Dynamic shared memory of decode attention: the 16-row query tile and every warp's ring
-    of K and V chunks (whose bytes then hold the warps' partial results, then the combine's
-    weights)."""
-    return 16 * head_dim * 2 + _ring_bytes(head_dim)
-
-
-def max_splits_for(head_dim: int) -> int:
-    """The most splits the in-kernel combine takes: one head's weights (and its maximum) in
-    the ring's shared memory (16383 for D = 64: a million tokens at 64 per split)."""
-    return _ring_bytes(head_dim) // 4 - 1
+    of K and V chunks (whose bytes then hold the warps' partial results)."""
+    chunk = DECODE_CHUNK * head_dim * 2
+    return 16 * head_dim * 2 + DECODE_WARPS * decode_stages(head_dim) * 2 * chunk
 
 
 def split_for(batch: int, kv_heads: int) -> int:
@@ -83,25 +77,10 @@ def split_for(batch: int, kv_heads: int) -> int:
     return 512 if per_split <= 256 else 1024
 
 
-COUNTERS = 4096  # int32 split counters at the front of every decode workspace
-
-
 def workspace_floats(batch: int, q_heads: int, head_dim: int, max_len: int,
                      split_tokens: int = 256) -> int:
-    """float32 elements of decode attention's workspace for contexts up to max_len: COUNTERS
-    int32 counters (one per (row, kv head); at the same place whatever the batch, so launches
-    of different batches can share one workspace), then the splits' partial results."""
-    return COUNTERS + batch * q_heads * math.ceil(max_len / split_tokens) * (head_dim + 2)
-
-
-def decode_workspace(batch: int, q_heads: int, head_dim: int, max_len: int,
-                     split_tokens: int = 256) -> Any:
-    """A zeroed workspace for `decode_attention` (its counters must start at zero; the kernel
-    leaves them so). Arguments as `workspace_floats`."""
-    import cupy
-
-    return cupy.zeros(workspace_floats(batch, q_heads, head_dim, max_len, split_tokens),
-                      np.float32)
+    """float32 elements of the split workspace for contexts up to max_len."""
+    return batch * q_heads * math.ceil(max_len / split_tokens) * (head_dim + 2)
 
 
 def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
@@ -140,11 +119,10 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     fused QKV output); caches: one layer (num_blocks, block_size,
     kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
     row: nothing written). `max_len` (int or symbol) bounds every length: it sets how many
-    splits run, and is what a graph patches as contexts grow. `workspace`: from
-    `decode_workspace` (zeroed counters, then the splits' partial results); one launch at a
-    time may use it. Under programmatic dependent launch the kernel reads every cached token
-    but each sequence's newest before waiting for the kernel launched before it, which may
-    therefore write q and the newest tokens only (a decode step's append).
+    splits run, and is what a graph patches as contexts grow. Under programmatic dependent
+    launch the kernel reads every cached token but each sequence's newest before waiting
+    for the kernel launched before it, which may therefore write q and the newest tokens
+    only (a decode step's append).
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (batch, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
@@ -164,25 +142,21 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     if type(split_tokens) is not int or split_tokens < 1:
         raise ValueError(f"split_tokens = {split_tokens!r}: a positive int")
     max_splits = math.ceil(top / split_tokens)
-    if max_splits > max_splits_for(d):
-        raise ValueError(f"max_len {top} at {split_tokens} tokens per split is {max_splits} "
-                         f"splits; the combine takes at most {max_splits_for(d)}")
-    if batch * kv_heads > COUNTERS:
-        raise ValueError(f"batch {batch} x kv_heads {kv_heads} exceeds the workspace's "
-                         f"{COUNTERS} split counters")
     need = workspace_floats(batch, q_heads, d, top, split_tokens)
-    if getattr(workspace, "dtype", None) != np.float32 or workspace.ndim != 1 \
-            or workspace.size < need:
-        raise ValueError(f"workspace must be 1-D float32 with at least {need} elements "
-                         f"(decode_workspace(...)); got {getattr(workspace, 'size', '?')}")
-    counters, partial = workspace[:COUNTERS].view(np.int32), workspace[COUNTERS:]
+    if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
+        raise ValueError(f"workspace must be float32 with at least {need} elements "
+                         f"(workspace_floats(...)); got {getattr(workspace, 'size', '?')}")
     n_splits = cdiv(max_len, split_tokens)
     s = scale if scale is not None else d**-0.5
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,
-                         (q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial,
-                          counters, out, batch, q_heads, kv_heads, block_size,
-                          block_tables.shape[1], split_tokens, max_splits, float(s), q_stride),
-                         stream, smem=decode_smem(d), symbols=symbols)
+                         (q, k_cache, v_cache, block_tables, seq_lens, seq_slots, workspace,
+                          batch, q_heads, kv_heads, block_size, block_tables.shape[1],
+                          split_tokens, max_splits, float(s), q_stride), stream,
+                         smem=decode_smem(d), symbols=symbols)
+    COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
+                                               n_splits, max_splits), stream,
+                          smem=4 * max_splits, symbols=symbols)
+
 
 
 def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
