@@ -23,14 +23,8 @@
 //   flight. At the end the 4 warps' (max, sum, accumulator) meet in shared memory in a fixed
 //   order, and the block writes (m, l, unnormalised accumulator) per head; an empty split
 //   writes m = -inf, l = 0.
-//
-//   Programmatic dependent launch: the slot, length and block table (written by the host
-//   before the step) and the K/V of every cached token but the newest are read before
-//   griddepcontrol.wait, so the first chunks stream while the kernel before (the step's
-//   append) still runs; q and the newest token's K/V, which that kernel writes, after it.
-//   So under PDL the kernel launched just before this one may write q and the newest token
-//   of each sequence, nothing older. Everything written during the step is read past L1
-//   (cp.async.cg, ld.global.cg).
+//   Reads that earlier kernels wrote (q, tables, lengths) are coherent loads: under PDL this
+//   kernel may start while the previous one still writes.
 //
 //   extern "C" decode_attention_combine_{f16,bf16}_d{64,128}(
 //       const float* partial, T* out,   // out: (batch, q_heads, D)
@@ -41,8 +35,8 @@
 //   A sequence of length 0 gives zeros; padding rows are not written.
 //
 //   Graph use: lengths, tables and slots are read from device memory; the number of splits
-//   (grid.y of both kernels, n_splits of the combine) is patchable from the longest context, which keeps the grid proportional to
-//   the work as sequences grow.
+//   (grid.y of both kernels, n_splits of the combine) is patchable from the longest context,
+//   which keeps the grid proportional to the work as sequences grow.
 #include "mma.cuh"
 
 namespace {
@@ -65,7 +59,7 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
                        const int* seq_lens, const int* seq_slots, float* partial, int batch,
                        int q_heads, int kv_heads, int block_size, int max_blocks,
                        int split_tokens, int max_splits, float scale, int q_stride) {
-  rg::pdl_trigger();
+  rg::pdl_start();
   constexpr int RC = D / 8, S = stages<D>(), kBytes = kChunk * D * 2;  // one K or V chunk
   extern __shared__ __align__(128) char smem[];
   char* qs = smem;                // 16 x D: the group's query rows, zero-padded
@@ -76,53 +70,41 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   const int slot = seq_slots[b];
   if (slot < 0) return;
   const int G = q_heads / kv_heads;
-  const int len = seq_lens[slot], fresh = len - 1;  // fresh: the token this step appended
+  const int len = seq_lens[slot];
   const int begin = split * split_tokens, end = min(begin + split_tokens, len);
   const int row_stride = kv_heads * D;
   const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
 
+  for (int i = tid; i < 16 * RC; i += kThreads) {
+    const int r = i / RC, c = i % RC;
+    const bool ok = r < G;
+    const T* src = ok ? q + static_cast<long long>(b) * q_stride + (h * G + r) * D + c * 8 : q;
+    rg::cp_async16(qs + swz<D>(r, c), src, ok);
+  }
+  rg::cp_async_commit();
+
   char* mine = ring + warp * S * 2 * kBytes;
   const int chunks = begin < end ? (end - begin + kChunk - 1) / kChunk : 0;
   const int n = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;  // this warp's
-  auto at = [&](int t) {  // element offset of token t's head h in either cache
-    return (static_cast<long long>(table[t / block_size]) * block_size + t % block_size) *
-               row_stride + h * D;
-  };
-  auto load = [&](int i, int stage, int skip) {  // this warp's i-th chunk into `stage`
+  auto load = [&](int i, int stage) {  // this warp's i-th chunk into `stage`
     char* ks = mine + stage * 2 * kBytes;
     const int t0 = begin + (warp + i * kWarps) * kChunk;
 #pragma unroll
     for (int j = lane; j < kChunk * RC; j += 32) {
       const int r = j / RC, c = j % RC, t = t0 + r;
-      if (t == skip) continue;  // loaded after the wait
       const bool ok = t < end;
-      const long long o = ok ? at(t) + c * 8 : 0;
-      rg::cp_async16(ks + swz<D>(r, c), k_cache + o, ok);
-      rg::cp_async16(ks + kBytes + swz<D>(r, c), v_cache + o, ok);
+      const long long at = ok ? (static_cast<long long>(table[t / block_size]) * block_size +
+                                 t % block_size) * row_stride + h * D + c * 8 : 0;
+      rg::cp_async16(ks + swz<D>(r, c), k_cache + at, ok);
+      rg::cp_async16(ks + kBytes + swz<D>(r, c), v_cache + at, ok);
     }
   };
 #pragma unroll
-  for (int i = 0; i < S - 1; ++i) {  // before the wait: every token but the newest
-    if (i < n) load(i, i, fresh);
+  for (int i = 0; i < S - 1; ++i) {
+    if (i < n) load(i, i);
     rg::cp_async_commit();
   }
-  rg::pdl_wait();
-  for (int i = tid; i < 16 * RC; i += kThreads) {  // the query tile
-    const int r = i / RC, c = i % RC;
-    const uint4 v = r < G ? __ldcg(reinterpret_cast<const uint4*>(
-                                q + static_cast<long long>(b) * q_stride + (h * G + r) * D + c * 8))
-                          : make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4*>(qs + swz<D>(r, c)) = v;
-  }
-  if (fresh >= begin && fresh < end) {  // the newest token, if a chunk above skipped it
-    const int cf = (fresh - begin) / kChunk, i = cf / kWarps, r = (fresh - begin) % kChunk;
-    if (cf % kWarps == warp && i < S - 1 && lane < 2 * RC) {
-      const int c = lane % RC;
-      const T* src = (lane < RC ? k_cache : v_cache) + at(fresh) + c * 8;
-      char* dst = mine + i * 2 * kBytes + (lane < RC ? 0 : kBytes) + swz<D>(r, c);
-      *reinterpret_cast<uint4*>(dst) = __ldcg(reinterpret_cast<const uint4*>(src));
-    }
-  }
+  rg::cp_async_wait<S - 1>();  // the query tile (the oldest group) landed
   __syncthreads();
   unsigned qf[D / 16][4];
 #pragma unroll
@@ -134,7 +116,7 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   const float scale2 = scale * kLog2e;
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   for (int i = 0; i < n; ++i) {
-    if (i + S - 1 < n) load(i + S - 1, (i + S - 1) % S, -1);  // the stage chunk i - 1 used
+    if (i + S - 1 < n) load(i + S - 1, (i + S - 1) % S);  // the stage chunk i - 1 used
     rg::cp_async_commit();
     rg::cp_async_wait<S - 1>();  // chunk i landed (this lane's pieces) ...
     __syncwarp();                // ... and every lane's

@@ -1,7 +1,7 @@
 // gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 32 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16,32}[_c4](
+//   extern "C" gemv_{f16,bf16}_n8[_c2] / _n16[_c4] / _n32[_c4](
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
@@ -17,13 +17,15 @@
 //   since a dot product may sum its k in any order, the fragment's k slots are simply mapped
 //   to those contiguous bytes, the same way for both operands. One x load serves all TW W
 //   tiles: every block reads all of x, so at 32 rows x's traffic from L2 would be 2x W's with
-//   one tile. (33 to 64 rows take skinny.cu, which stages both operands in shared memory.) The block's 8 warps split k (chunk c goes to warp c % 8), up to 4 chunks in
-//   flight per lane, and meet in a fixed-order shared-memory sum: deterministic, no atomics.
+//   one tile. (33 to 64 rows take skinny.cu, which stages both operands in shared memory.)
+//   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane
+//   (x tile of 8: 8, or 2 in a cluster; of 16: 4; of 32: 1), and meet in a fixed-order
+//   shared-memory sum: deterministic, no atomics.
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
-//   _c4: for weights with few rows (too few blocks to fill the GPU), a cluster of 4 blocks
-//   shares each W tile, splitting k 4 ways, and block 0 of the cluster adds the other
-//   blocks' partial sums through distributed shared memory, in a fixed order.
+//   _c2, _c4: for long rows, or too few blocks to fill the GPU, a cluster of 2 or 4 blocks
+//   shares each W tile, splitting k, and block 0 of the cluster adds the other blocks'
+//   partial sums through distributed shared memory, in a fixed order.
 //   grid (cdiv(n, 16 TW) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 #include "cluster.cuh"
@@ -65,7 +67,7 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); TW: 16-row
 // tiles of W per block, which share each x load (x is read once per block, so its traffic
 // from L2 is TW times smaller)
-template <typename T, int NT, int CS, int TW>
+template <typename T, int NT, int CS, int TW, int U>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -90,8 +92,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[q][j][0] = acc[q][j][1] = acc[q][j][2] = acc[q][j][3] = 0.f;
 
-  // k chunks in flight per lane: fewer as the tiles grow (registers: 8 (NT + 2 TW) per chunk)
-  constexpr int kUnroll = NT * TW <= 2 ? 4 : NT * TW <= 4 ? 2 : 1;
+  constexpr int kUnroll = U;  // k chunks in flight per lane (registers: 8 (NT + 2 TW) each)
   rg::pdl_trigger();
   bool waited = false;
   for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * kUnroll) {
@@ -183,49 +184,49 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 1, 1, 8>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n8_c4(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 2, 1, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 1, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 4, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 4, 1, 2>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 4, 1, 2, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 4, 4, 2>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 4, 4, 2, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 1, 1, 8>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c4(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 2, 1, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 1, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 1, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 4, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 4, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 4, 1, 2>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 4, 1, 2, 1>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 4, 4, 2>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 4, 4, 2, 1>(x, w, residual, y, m, n, k);
 }

@@ -2,13 +2,28 @@
 splits."""
 
 from rawgraph.ops.attention import split_for
-from rawgraph.ops.linear import SKINNY_ROWS, cluster_for, gemm_smem, gemm_tile, skinny_cluster
+from rawgraph.ops.linear import (
+    CLUSTERS,
+    M_TILES,
+    SKINNY_ROWS,
+    cluster_for,
+    gemm_smem,
+    gemm_tile,
+    skinny_cluster,
+)
 
 
 def test_gemv_cluster_for_long_rows_and_wide_blocks():
-    assert cluster_for(2048, 8192) == 4 and cluster_for(8208, 1024) == 1
-    assert cluster_for(520, 8192) == 4 and cluster_for(6144, 4096) == 1
+    # up to 8 rows: pairs of blocks for long rows, whatever n
+    assert cluster_for(2048, 8192) == 2 and cluster_for(8208, 1024) == 1
+    assert cluster_for(4096, 14336) == 2 and cluster_for(6144, 4096) == 1
     assert cluster_for(64, 264) == 1 and cluster_for(128256, 2048) == 1
+    # 16 rows: four blocks when the rows are long and the blocks few
+    assert cluster_for(2048, 8192, 16) == 4 and cluster_for(8208, 8192, 16) == 1
+    assert cluster_for(520, 8192, 16) == 4 and cluster_for(6144, 4096, 16) == 1
+    for tile in M_TILES:  # every choice has a kernel
+        for n, k in ((64, 264), (2048, 8192), (3072, 2048), (128256, 4096)):
+            assert cluster_for(n, k, tile) in CLUSTERS[tile]
     # wide blocks for 32 rows of x: a cluster whenever they would not fill the SMs
     assert cluster_for(3072, 2048, 32) == 4 and cluster_for(16384, 2048, 32) == 1
 

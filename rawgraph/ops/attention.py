@@ -119,10 +119,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     fused QKV output); caches: one layer (num_blocks, block_size,
     kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
     row: nothing written). `max_len` (int or symbol) bounds every length: it sets how many
-    splits run, and is what a graph patches as contexts grow. Under programmatic dependent
-    launch the kernel reads every cached token but each sequence's newest before waiting
-    for the kernel launched before it, which may therefore write q and the newest tokens
-    only (a decode step's append).
+    splits run, and is what a graph patches as contexts grow.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (batch, q_heads, head_dim), got {getattr(q, 'shape', '?')}")

@@ -21,10 +21,10 @@ from rawgraph.symbols import Symbols, cdiv
 M_TILES = (8, 16, 32)  # GEMV x tiles; 33 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 _TYPES = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}  # name, C type
-CLUSTERS = (1, 4)  # blocks sharing one 16-row tile of W (split k)
+CLUSTERS = {8: (1, 2), 16: (1, 4), 32: (1, 4)}  # blocks sharing a W tile (split k), by x tile
 GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
                            _SIG.format(t=t))
-        for dt, (s, t) in _TYPES.items() for m in M_TILES for c in CLUSTERS}
+        for dt, (s, t) in _TYPES.items() for m in M_TILES for c in CLUSTERS[m]}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in _TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
@@ -48,11 +48,15 @@ def rows_per_block(tile: int) -> int:
 
 
 def cluster_for(n: int, k: int, tile: int = 8) -> int:
-    """How many blocks share a W tile (splitting k): 4 when n gives too few blocks and rows
-    are long (2048x8192: 36% -> 67% of the copy bandwidth; 3072x2048 and 6144x4096 got
-    slower), and whenever the wider blocks of 32-row x tiles would not fill the SMs
-    (LLaMA-1B's qkv_proj at 32 rows: 96 blocks of 32 W rows)."""
+    """How many blocks share a W tile (splitting k). Up to 8 rows of x: 2 for long rows, whose
+    blocks otherwise spend most of their time on few, far-apart loads (measured on the H200
+    at one row, us: LLaMA-1B down_proj 2048x8192 15.6 alone, 13.7 in clusters of 4, 11.8 of
+    2; LLaMA-8B's 4096x14336 33.6, 36.7, 32.2), else 1 with 8 chunks in flight per lane.
+    16 rows: 4 when n gives too few blocks and rows are long. 32 rows (the wider blocks of
+    two W tiles): 4 whenever they would not fill the SMs (LLaMA-1B's qkv_proj: 96 blocks)."""
     blocks = -(-n // rows_per_block(tile))
+    if tile == 8:
+        return 2 if k >= LONG_ROWS else 1
     if W_TILES[tile] > 1:
         return 4 if blocks < SMS else 1
     return 4 if blocks < FULL_GRID and k >= LONG_ROWS else 1
