@@ -1,7 +1,7 @@
 // gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 32 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n8[_c2] / _n16[_c4] / _n32[_c4](
+//   extern "C" gemv_{f16,bf16}_n{8,16,32}[_cC]_uU(  (the variants below)
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
@@ -18,9 +18,10 @@
 //   to those contiguous bytes, the same way for both operands. One x load serves all TW W
 //   tiles: every block reads all of x, so at 32 rows x's traffic from L2 would be 2x W's with
 //   one tile. (33 to 64 rows take skinny.cu, which stages both operands in shared memory.)
-//   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane
-//   (x tile of 8: 8, or 2 in a cluster; of 16: 4; of 32: 1), and meet in a fixed-order
-//   shared-memory sum: deterministic, no atomics.
+//   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane,
+//   and meet in a fixed-order shared-memory sum: deterministic, no atomics. Variants: 8 rows
+//   of x _u8 (124 registers: 2 blocks per SM), _u4 (3 per SM), _c2_u2; 16 rows _u4, _c4_u4;
+//   32 rows _u1, _c4_u1.
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c2, _c4: for long rows, or too few blocks to fill the GPU, a cluster of 2 or 4 blocks
@@ -182,51 +183,59 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8(
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 1, 1, 1, 8>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2(
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 1, 1, 1, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 1, 2, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16(
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 2, 1, 1, 4>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 2, 4, 1, 4>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32(
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32_u1(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 4, 1, 2, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4_u1(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
   gemv_impl<__half, 4, 4, 2, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8(
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 1, 1, 1, 8>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2(
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 1, 1, 1, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 1, 2, 1, 2>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16(
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 2, 1, 1, 4>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 2, 4, 1, 4>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32(
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32_u1(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 4, 1, 2, 1>(x, w, residual, y, m, n, k);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4_u1(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 4, 4, 2, 1>(x, w, residual, y, m, n, k);
 }

@@ -3,29 +3,31 @@ splits."""
 
 from rawgraph.ops.attention import split_for
 from rawgraph.ops.linear import (
-    CLUSTERS,
     M_TILES,
     SKINNY_ROWS,
-    cluster_for,
+    VARIANTS,
     gemm_smem,
     gemm_tile,
+    gemv_variant,
     skinny_cluster,
 )
 
 
-def test_gemv_cluster_for_long_rows_and_wide_blocks():
-    # up to 8 rows: pairs of blocks for long rows, whatever n
-    assert cluster_for(2048, 8192) == 2 and cluster_for(8208, 1024) == 1
-    assert cluster_for(4096, 14336) == 2 and cluster_for(6144, 4096) == 1
-    assert cluster_for(64, 264) == 1 and cluster_for(128256, 2048) == 1
+def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
+    # up to 8 rows: pairs of blocks for long rows, whatever n; else 8 chunks in flight per
+    # lane, but 4 when only 3 blocks per SM put the grid in one wave
+    assert gemv_variant(2048, 8192) == (2, 2) and gemv_variant(4096, 14336) == (2, 2)
+    assert gemv_variant(2048, 2048) == (1, 8) and gemv_variant(16384, 2048) == (1, 8)
+    assert gemv_variant(6144, 4096) == (1, 4)  # 384 blocks: one wave at 3 per SM, two at 2
+    assert gemv_variant(64, 264) == (1, 8) and gemv_variant(128256, 4096) == (1, 8)
     # 16 rows: four blocks when the rows are long and the blocks few
-    assert cluster_for(2048, 8192, 16) == 4 and cluster_for(8208, 8192, 16) == 1
-    assert cluster_for(520, 8192, 16) == 4 and cluster_for(6144, 4096, 16) == 1
+    assert gemv_variant(2048, 8192, 16) == (4, 4) and gemv_variant(8208, 8192, 16) == (1, 4)
+    assert gemv_variant(6144, 4096, 16) == (1, 4)
+    # 32 rows: wide blocks; a cluster whenever they would not fill the SMs
+    assert gemv_variant(3072, 2048, 32) == (4, 1) and gemv_variant(16384, 2048, 32) == (1, 1)
     for tile in M_TILES:  # every choice has a kernel
-        for n, k in ((64, 264), (2048, 8192), (3072, 2048), (128256, 4096)):
-            assert cluster_for(n, k, tile) in CLUSTERS[tile]
-    # wide blocks for 32 rows of x: a cluster whenever they would not fill the SMs
-    assert cluster_for(3072, 2048, 32) == 4 and cluster_for(16384, 2048, 32) == 1
+        for n, k in ((64, 264), (2048, 8192), (3072, 2048), (6144, 4096), (128256, 4096)):
+            assert gemv_variant(n, k, tile) in VARIANTS[tile]
 
 
 def test_skinny_cluster_fills_the_sms():

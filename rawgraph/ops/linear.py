@@ -21,10 +21,11 @@ from rawgraph.symbols import Symbols, cdiv
 M_TILES = (8, 16, 32)  # GEMV x tiles; 33 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 _TYPES = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}  # name, C type
-CLUSTERS = {8: (1, 2), 16: (1, 4), 32: (1, 4)}  # blocks sharing a W tile (split k), by x tile
-GEMV = {(dt, m, c): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else ""),
-                           _SIG.format(t=t))
-        for dt, (s, t) in _TYPES.items() for m in M_TILES for c in CLUSTERS[m]}
+# (cluster, k chunks in flight per lane) of the GEMV variants, by x tile (gemv.cu)
+VARIANTS = {8: ((1, 8), (1, 4), (2, 2)), 16: ((1, 4), (4, 4)), 32: ((1, 1), (4, 1))}
+GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else "") + f"_u{u}",
+                              _SIG.format(t=t))
+        for dt, (s, t) in _TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in _TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
@@ -47,19 +48,26 @@ def rows_per_block(tile: int) -> int:
     return 16 * W_TILES[tile]
 
 
-def cluster_for(n: int, k: int, tile: int = 8) -> int:
-    """How many blocks share a W tile (splitting k). Up to 8 rows of x: 2 for long rows, whose
-    blocks otherwise spend most of their time on few, far-apart loads (measured on the H200
-    at one row, us: LLaMA-1B down_proj 2048x8192 15.6 alone, 13.7 in clusters of 4, 11.8 of
-    2; LLaMA-8B's 4096x14336 33.6, 36.7, 32.2), else 1 with 8 chunks in flight per lane.
-    16 rows: 4 when n gives too few blocks and rows are long. 32 rows (the wider blocks of
-    two W tiles): 4 whenever they would not fill the SMs (LLaMA-1B's qkv_proj: 96 blocks)."""
+def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
+    """(cluster, chunks in flight per lane) of the GEMV for an (n, k) weight and an x tile.
+
+    Up to 8 rows: clusters of 2 blocks for long rows, whose blocks otherwise spend their time
+    on few, far-apart loads (one row on the H200, us: LLaMA-1B down_proj 2048x8192 15.6
+    alone, 13.7 in clusters of 4, 11.8 of 2; LLaMA-8B's 4096x14336 33.6, 36.7, 32.2); else 8
+    chunks in flight (1B qkv/o/gate_up 6.0/5.2/20.0 -> 5.7/4.5/18.9), but 4 when the grid
+    fits one wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 14.8 vs
+    16.0). 16 rows: clusters of 4 when n gives too few blocks and rows are long. 32 rows
+    (blocks of two W tiles): clusters of 4 whenever they would not fill the SMs (LLaMA-1B's
+    qkv_proj: 96 blocks)."""
     blocks = -(-n // rows_per_block(tile))
     if tile == 8:
-        return 2 if k >= LONG_ROWS else 1
+        if k >= LONG_ROWS:
+            return 2, 2
+        return (1, 4) if 2 * SMS < blocks <= 3 * SMS else (1, 8)
+    unroll = VARIANTS[tile][0][1]
     if W_TILES[tile] > 1:
-        return 4 if blocks < SMS else 1
-    return 4 if blocks < FULL_GRID and k >= LONG_ROWS else 1
+        return (4 if blocks < SMS else 1), unroll
+    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), unroll
 
 
 def skinny_cluster(n: int, k: int) -> int:
@@ -146,7 +154,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
                              smem=SKINNY_SMEM, symbols=symbols)
         return
     tile = next(t for t in M_TILES if t >= top)
-    c = cluster_for(n, k, tile)
-    GEMV[dt, tile, c].launch(-(-n // rows_per_block(tile)) * c, 256,
-                             (x, w, residual, y, m, n, k), stream, symbols=symbols)
+    c, u = gemv_variant(n, k, tile)
+    GEMV[dt, tile, c, u].launch(-(-n // rows_per_block(tile)) * c, 256,
+                                (x, w, residual, y, m, n, k), stream, symbols=symbols)
 
