@@ -1,33 +1,31 @@
-// gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 32 rows), streaming W once at
+// gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16,32}[_cC]_uU(  (the variants below)
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU(  (the variants below)
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
-//       int m, int n, int k) // m <= 8, 16, 32 (_nM); k % 8 == 0; 16-byte aligned rows
+//       int m, int n, int k) // m <= 8, 16 (_nM); k % 8 == 0; 16-byte aligned rows
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
-//   Layout: the roles are swapped (D = W x^T): a block owns 16 TW rows of W (TW = 1, 1, 2
-//   tiles of 16 for x tiles of 8, 16, 32 rows), which are the M side of mma.m16n8k16, and
-//   the rows of x are its N side, so the tensor core does in one instruction what SIMT code
-//   would spend M x-loads, 8M conversions and 8M FMAs on. Each lane loads 16 contiguous bytes
-//   of W rows g and g+8 (of each W tile) and of x row g per 32-wide k step (g = lane / 4):
-//   since a dot product may sum its k in any order, the fragment's k slots are simply mapped
-//   to those contiguous bytes, the same way for both operands. One x load serves all TW W
-//   tiles: every block reads all of x, so at 32 rows x's traffic from L2 would be 2x W's with
-//   one tile. (33 to 64 rows take skinny.cu, which stages both operands in shared memory.)
+//   Layout: the roles are swapped (D = W x^T): a block owns 16 rows of W, the M side of
+//   mma.m16n8k16, and the rows of x are its N side, so the tensor core does in one
+//   instruction what SIMT code would spend M x-loads, 8M conversions and 8M FMAs on. Each
+//   lane loads 16 contiguous bytes of W rows g and g+8 and of x row g per 32-wide k step
+//   (g = lane / 4): since a dot product may sum its k in any order, the fragment's k slots
+//   are simply mapped to those contiguous bytes, the same way for both operands. (17 to 64
+//   rows take skinny.cu, which stages both operands in shared memory: every GEMV block reads
+//   all of x, which at 32 rows costs more than W.)
 //   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane,
 //   and meet in a fixed-order shared-memory sum: deterministic, no atomics. Variants: 8 rows
-//   of x _u8 (124 registers: 2 blocks per SM), _u4 (3 per SM), _c2_u2; 16 rows _u4, _c4_u4;
-//   32 rows _u1, _c4_u1.
+//   of x _u8 (124 registers: 2 blocks per SM), _u4 (3 per SM), _c2_u2; 16 rows _u4, _c4_u4.
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c2, _c4: for long rows, or too few blocks to fill the GPU, a cluster of 2 or 4 blocks
 //   shares each W tile, splitting k, and block 0 of the cluster adds the other blocks'
 //   partial sums through distributed shared memory, in a fixed order.
-//   grid (cdiv(n, 16 TW) * cluster), block (256).
+//   grid (cdiv(n, 16) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 #include "cluster.cuh"
 #include "common.cuh"
@@ -65,55 +63,40 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
   return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
-// NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); TW: 16-row
-// tiles of W per block, which share each x load (x is read once per block, so its traffic
-// from L2 is TW times smaller)
-template <typename T, int NT, int CS, int TW, int U>
+// NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); U: k chunks
+// in flight per lane (registers: 8 (NT + 2) each)
+template <typename T, int NT, int CS, int U>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
-  const int r0 = (blockIdx.x / CS) * 16 * TW;
+  const int r0 = (blockIdx.x / CS) * 16;
   const int chunks = (k + 31) / 32;
-  bool lo[TW], hi[TW];
-  const T* wlo[TW];
-  const T* whi[TW];
+  const bool lo = r0 + g < n, hi = r0 + g + 8 < n;
+  const T* wlo = w + static_cast<long long>(lo ? r0 + g : 0) * k + 8 * t;
+  const T* whi = w + static_cast<long long>(hi ? r0 + g + 8 : 0) * k + 8 * t;
+  float acc[NT][4];
 #pragma unroll
-  for (int q = 0; q < TW; ++q) {
-    const int r = r0 + 16 * q + g;
-    lo[q] = r < n;
-    hi[q] = r + 8 < n;
-    wlo[q] = w + static_cast<long long>(lo[q] ? r : 0) * k + 8 * t;
-    whi[q] = w + static_cast<long long>(hi[q] ? r + 8 : 0) * k + 8 * t;
-  }
-  float acc[TW][NT][4];
-#pragma unroll
-  for (int q = 0; q < TW; ++q)
-#pragma unroll
-    for (int j = 0; j < NT; ++j) acc[q][j][0] = acc[q][j][1] = acc[q][j][2] = acc[q][j][3] = 0.f;
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  constexpr int kUnroll = U;  // k chunks in flight per lane (registers: 8 (NT + 2 TW) each)
   rg::pdl_trigger();
   bool waited = false;
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * kUnroll) {
-    uint4 a_lo[TW][kUnroll], a_hi[TW][kUnroll], b[NT][kUnroll];
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * U) {
+    uint4 a_lo[U], a_hi[U], b[NT][U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // every load of the step before any mma
+    for (int u = 0; u < U; ++u) {  // every load of the step before any mma
       const int c = c0 + u * kWarps * CS;
       const bool in = c < chunks && c * 32 + 8 * t < k;
-#pragma unroll
-      for (int q = 0; q < TW; ++q) {
-        a_lo[q][u] = load_w16(wlo[q] + c * 32, in && lo[q]);
-        a_hi[q][u] = load_w16(whi[q] + c * 32, in && hi[q]);
-      }
+      a_lo[u] = load_w16(wlo + c * 32, in && lo);
+      a_hi[u] = load_w16(whi + c * 32, in && hi);
     }
     if (!waited) {  // the first weights are on their way; x comes from the previous kernel
       rg::pdl_wait();
       waited = true;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kWarps * CS;
       const bool in = c < chunks && c * 32 + 8 * t < k;
 #pragma unroll
@@ -123,119 +106,95 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int q = 0; q < TW; ++q)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          Mma<T>::run(acc[q][j], a_lo[q][u].x, a_hi[q][u].x, a_lo[q][u].y, a_hi[q][u].y,
-                      b[j][u].x, b[j][u].y);
-          Mma<T>::run(acc[q][j], a_lo[q][u].z, a_hi[q][u].z, a_lo[q][u].w, a_hi[q][u].w,
-                      b[j][u].z, b[j][u].w);
-        }
+      for (int j = 0; j < NT; ++j) {
+        Mma<T>::run(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
+        Mma<T>::run(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
+      }
   }
 
   if (!waited) rg::pdl_wait();  // a warp with no chunks still reads the residual below
-  // Per W tile: the warps' sums meet in shared memory, then (with a cluster) the blocks'
-  // through distributed shared memory; fixed orders, so the result is deterministic.
-  constexpr int kVals = NT * 4 * 32;  // one W tile's outputs: fragment slot i, lane
+  // The warps' sums meet in shared memory, then (with a cluster) the blocks' through
+  // distributed shared memory; fixed orders, so the result is deterministic.
+  constexpr int kVals = NT * 4 * 32;  // the block's outputs: fragment slot i, lane
   __shared__ float red[kWarps][kVals];
   __shared__ float part[kVals];  // this block's sum over its warps
   const int w8 = threadIdx.x >> 5;
 #pragma unroll
-  for (int q = 0; q < TW; ++q) {
+  for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int e = 0; e < 4; ++e) red[w8][(4 * j + e) * 32 + lane] = acc[j][e];
+  __syncthreads();
+  for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
+    float v = 0.f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) red[w8][(4 * j + e) * 32 + lane] = acc[q][j][e];
-    __syncthreads();
+    for (int p = 0; p < kWarps; ++p) v += red[p][i];
+    part[i] = v;
+  }
+  if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
+  else __syncthreads();
+  if (rank == 0) {
     for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
-      float v = 0.f;
+      float v = part[i];
+      if constexpr (CS > 1) {
 #pragma unroll
-      for (int p = 0; p < kWarps; ++p) v += red[p][i];
-      part[i] = v;
-    }
-    if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
-    else __syncthreads();
-    if (rank == 0) {
-      for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
-        float v = part[i];
-        if constexpr (CS > 1) {
-#pragma unroll
-          for (int p = 1; p < CS; ++p) v += rg::load_remote(&part[i], p);
-        }
-        // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
-        // e = 2, 3: W row g + 8, the same x rows
-        const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
-        const int row = r0 + 16 * q + (ln >> 2) + (e >= 2 ? 8 : 0);
-        const int col = 8 * j + 2 * (ln & 3) + (e & 1);
-        if (row < n && col < m) {
-          const long long o = static_cast<long long>(col) * n + row;
-          if (residual != nullptr) v += rg::to_float(residual[o]);
-          y[o] = rg::from_float<T>(v);
-        }
+        for (int p = 1; p < CS; ++p) v += rg::load_remote(&part[i], p);
+      }
+      // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
+      // e = 2, 3: W row g + 8, the same x rows
+      const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
+      const int row = r0 + (ln >> 2) + (e >= 2 ? 8 : 0);
+      const int col = 8 * j + 2 * (ln & 3) + (e & 1);
+      if (row < n && col < m) {
+        const long long o = static_cast<long long>(col) * n + row;
+        if (residual != nullptr) v += rg::to_float(residual[o]);
+        y[o] = rg::from_float<T>(v);
       }
     }
-    if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until block 0 has read it
-    else __syncthreads();                  // red[] and part[] are reused by the next tile
   }
+  if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until block 0 has read it
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 1, 8>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 1, 8>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 1, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 2, 1, 2>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 1, 2, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 1, 1, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 4, 1, 4>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n32_u1(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 4, 1, 2, 1>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n32_c4_u1(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 4, 4, 2, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__half, 2, 4, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 1, 8>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 1, 8>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 1, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 2, 1, 2>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 2, 2>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 1, 1, 4>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 1, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 4, 1, 4>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n32_u1(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 4, 1, 2, 1>(x, w, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n32_c4_u1(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 4, 4, 2, 1>(x, w, residual, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 4, 4>(x, w, residual, y, m, n, k);
 }

@@ -19,6 +19,7 @@ from rawgraph import ops
 from rawgraph.bench.timing import device_us
 from rawgraph.cuda.stream import new_stream
 from rawgraph.graph.capture import capture
+from rawgraph.ops.linear import M_TILES
 
 # [out, in] weight shapes of one decoder layer and the LM head
 SHAPES = {
@@ -140,10 +141,10 @@ def run(only: str = "") -> list[dict[str, Any]]:
             ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
             x = _rand((64, k), rng)
             y = cupy.empty((64, n), np.float16)
-            for m in (1, 2, 4, 8, 32, 64):  # 64: the skinny GEMM (a B=64 decode step)
+            for m in (1, 2, 4, 8, 16, 32, 64):  # 17 to 64: the skinny GEMM
                 us = _gemv_us(ws, x[:m], y[:m], s)
                 big = n * k >= 2048 * 8192 and m <= 8
-                kind = "skinny" if m > 32 else "gemv"
+                kind = "skinny" if m > M_TILES[-1] else "gemv"
                 row(f"{kind} {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
                     85 if big else 0)
             del ws

@@ -120,11 +120,16 @@ class BlockTables:
         growth, vectorized; all or nothing. Rows whose shared last block needs copy-on-write
         take the general path."""
         old = self.lens[slots]
-        if (old >= self.max_tokens).any():
+        if old.max() >= self.max_tokens:
             s = int(slots[np.argmax(old >= self.max_tokens)])
             raise ValueError(f"sequence {s}: {int(self.lens[s]) + 1} tokens exceed the "
                              f"table's {self.max_tokens}")
         partial = old % self.block_size != 0
+        if partial.all():  # the common step: every row goes on in its last block
+            last = self.table[slots, old // self.block_size]
+            if self.alloc.refs[last].max() <= 1:  # none of them shared: no copy-on-write
+                self.lens[slots] = old + 1
+                return
         last = self.table[slots, np.maximum(-(-old // self.block_size) - 1, 0)]
         cow = partial & (last >= 0) & (self.alloc.refs[np.maximum(last, 0)] > 1)
         fresh = slots[~partial]

@@ -229,16 +229,16 @@ class Model:
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Validate a decode step's rows (ValueError naming the problem); nothing changes.
         Returns slots and tokens as arrays."""
-        n = len(slots)
-        sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
-        if not 0 < n == len(tok) <= self.max_batch:
-            raise ValueError(f"{n} slots, {len(tok)} tokens: need 1 to {self.max_batch} rows, "
-                             f"one token each")
-        if sl.min() < 0 or sl.max() >= self.max_batch or len(np.unique(sl)) < n:
+        n = len(slots)  # Python's min/max/set: faster than NumPy's for a step's few rows
+        if not 0 < n == len(tokens) <= self.max_batch:
+            raise ValueError(f"{n} slots, {len(tokens)} tokens: need 1 to {self.max_batch} "
+                             f"rows, one token each")
+        if min(slots) < 0 or max(slots) >= self.max_batch or len(set(slots)) < n:
             raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
-        if tok.min() < 0 or tok.max() >= self.cfg.vocab:
+        if min(tokens) < 0 or max(tokens) >= self.cfg.vocab:
             raise ValueError(f"token ids {list(tokens)} outside [0, {self.cfg.vocab})")
-        if (self.kv.tables.lens[sl] + 1 > self.max_context).any():
+        sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
+        if self.kv.tables.lens[sl].max() + 1 > self.max_context:
             raise ValueError(f"context {int(self.kv.tables.lens[sl].max()) + 1} exceeds "
                              f"max_context = {self.max_context}")
         return sl, tok

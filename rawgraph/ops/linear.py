@@ -1,7 +1,7 @@
 """Linear layers: y = x W^T (+ residual) with W in the checkpoint's [out, in] layout.
 
 Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: the GEMV up
-to 32 rows, the skinny GEMM (both operands staged in shared memory) up to 64; larger ones
+to 16 rows, the skinny GEMM (both operands staged in shared memory) up to 64; larger ones
 (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere), tiled BM x BN with the
 tile chosen so the grid fills the GPU.
 Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
@@ -18,11 +18,11 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv
 
-M_TILES = (8, 16, 32)  # GEMV x tiles; 33 to 64 rows take the skinny GEMM
+M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 _TYPES = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}  # name, C type
 # (cluster, k chunks in flight per lane) of the GEMV variants, by x tile (gemv.cu)
-VARIANTS = {8: ((1, 8), (1, 4), (2, 2)), 16: ((1, 4), (4, 4)), 32: ((1, 1), (4, 1))}
+VARIANTS = {8: ((1, 8), (1, 4), (2, 2)), 16: ((1, 4), (4, 4))}
 GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else "") + f"_u{u}",
                               _SIG.format(t=t))
         for dt, (s, t) in _TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
@@ -37,15 +37,9 @@ GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SI
           for dt, (s, t) in _TYPES.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
 SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
-W_TILES = {8: 1, 16: 1, 32: 2}  # 16-row tiles of W per block, by x tile (gemv.cu TW)
+GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
 LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
-
-
-def rows_per_block(tile: int) -> int:
-    """Rows of W one GEMV block (or cluster) covers for an x tile of `tile` rows: blocks for
-    32 rows of x take 2 W tiles, so each x load serves more of W."""
-    return 16 * W_TILES[tile]
 
 
 def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
@@ -56,18 +50,13 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
     alone, 13.7 in clusters of 4, 11.8 of 2; LLaMA-8B's 4096x14336 33.6, 36.7, 32.2); else 8
     chunks in flight (1B qkv/o/gate_up 6.0/5.2/20.0 -> 5.7/4.5/18.9), but 4 when the grid
     fits one wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 14.8 vs
-    16.0). 16 rows: clusters of 4 when n gives too few blocks and rows are long. 32 rows
-    (blocks of two W tiles): clusters of 4 whenever they would not fill the SMs (LLaMA-1B's
-    qkv_proj: 96 blocks)."""
-    blocks = -(-n // rows_per_block(tile))
+    16.0). 16 rows: clusters of 4 when n gives too few blocks and rows are long."""
+    blocks = -(-n // GEMV_ROWS)
     if tile == 8:
         if k >= LONG_ROWS:
             return 2, 2
         return (1, 4) if 2 * SMS < blocks <= 3 * SMS else (1, 8)
-    unroll = VARIANTS[tile][0][1]
-    if W_TILES[tile] > 1:
-        return (4 if blocks < SMS else 1), unroll
-    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), unroll
+    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4
 
 
 def skinny_cluster(n: int, k: int) -> int:
@@ -155,6 +144,6 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         return
     tile = next(t for t in M_TILES if t >= top)
     c, u = gemv_variant(n, k, tile)
-    GEMV[dt, tile, c, u].launch(-(-n // rows_per_block(tile)) * c, 256,
+    GEMV[dt, tile, c, u].launch(-(-n // GEMV_ROWS) * c, 256,
                                 (x, w, residual, y, m, n, k), stream, symbols=symbols)
 
