@@ -10,6 +10,7 @@ from rawgraph.ops.linear import (
     gemm_tile,
     gemv_variant,
     skinny_cluster,
+    takes_skinny,
 )
 
 
@@ -26,6 +27,12 @@ def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
     for tile in M_TILES:  # every choice has a kernel
         for n, k in ((64, 264), (2048, 8192), (3072, 2048), (6144, 4096), (128256, 4096)):
             assert gemv_variant(n, k, tile) in VARIANTS[tile]
+
+
+def test_skinny_takes_17_rows_and_wide_weights_from_9():
+    assert not takes_skinny(16, 8192) and takes_skinny(17, 2048)
+    assert takes_skinny(9, 16384) and not takes_skinny(8, 128256)
+    assert takes_skinny(64, 64) and not takes_skinny(1, 1 << 20)
 
 
 def test_skinny_cluster_fills_the_sms():

@@ -19,7 +19,7 @@ from rawgraph import ops
 from rawgraph.bench.timing import device_us
 from rawgraph.cuda.stream import new_stream
 from rawgraph.graph.capture import capture
-from rawgraph.ops.linear import M_TILES
+from rawgraph.ops.linear import takes_skinny
 
 # [out, in] weight shapes of one decoder layer and the LM head
 SHAPES = {
@@ -144,7 +144,7 @@ def run(only: str = "") -> list[dict[str, Any]]:
             for m in (1, 2, 4, 8, 16, 32, 64):  # 17 to 64: the skinny GEMM
                 us = _gemv_us(ws, x[:m], y[:m], s)
                 big = n * k >= 2048 * 8192 and m <= 8
-                kind = "skinny" if m > M_TILES[-1] else "gemv"
+                kind = "skinny" if takes_skinny(m, n) else "gemv"
                 row(f"{kind} {model} {name}", f"{n}x{k}", m, us, 2 * (n * k + m * (k + n)),
                     85 if big else 0)
             del ws

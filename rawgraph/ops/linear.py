@@ -1,9 +1,9 @@
 """Linear layers: y = x W^T (+ residual) with W in the checkpoint's [out, in] layout.
 
 Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: the GEMV up
-to 16 rows, the skinny GEMM (both operands staged in shared memory) up to 64; larger ones
-(prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere), tiled BM x BN with the
-tile chosen so the grid fills the GPU.
+to 16 rows (8 for wide weights), the skinny GEMM (both operands staged in shared memory) up
+to 64; larger ones (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere),
+tiled BM x BN with the tile chosen so the grid fills the GPU.
 Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
 residual add in the epilogue.
 """
@@ -40,6 +40,7 @@ SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
 LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
+WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 
 
 def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
@@ -57,6 +58,15 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
             return 2, 2
         return (1, 4) if 2 * SMS < blocks <= 3 * SMS else (1, 8)
     return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4
+
+
+def takes_skinny(rows: int, n: int) -> bool:
+    """Whether `rows` (at most SKINNY_ROWS) rows of x through an n-row weight take the skinny
+    GEMM rather than the GEMV: from 17 rows always (at 32 rows it beat the GEMV's 32-row tile
+    on 10 of 12 LLaMA weights), from 9 for wide weights, whose many GEMV blocks each read all
+    of x (16 rows on the H200, us: 1B gate_up 26.4 vs 22.1 for the skinny GEMM at 32 rows;
+    8B gate_up 91.4 vs 72.8, LM head 384 vs 317; but 8B down_proj 37.4 vs 47.2)."""
+    return rows > M_TILES[-1] or (rows > M_TILES[0] and n >= WIDE)
 
 
 def skinny_cluster(n: int, k: int) -> int:
@@ -137,7 +147,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         kernel.launch((-(-n // bn), cdiv(m, bm)), threads, (x, w, residual, y, m, n, k), stream,
                       smem=smem, symbols=symbols)
         return
-    if top > M_TILES[-1]:
+    if takes_skinny(top, n):
         c = skinny_cluster(n, k)
         SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
                              smem=SKINNY_SMEM, symbols=symbols)
