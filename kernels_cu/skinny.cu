@@ -1,5 +1,6 @@
-// skinny.cu: y = x W^T (+ residual) for 17 to 64 rows of x (a decode batch), on tensor cores,
-// streaming W once through a cp.async ring.
+// skinny.cu: y = x W^T (+ residual) for up to 64 rows of x (decode batches of 17 to 64, and
+// of 9 to 16 through weights of 16384 rows or more), on tensor cores, streaming W once
+// through a cp.async ring.
 //
 //   extern "C" skinny_{f16,bf16}[_c2|_c4](
 //       const T* x,          // (m, k)

@@ -10,6 +10,5 @@ from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
 from rawgraph.ops.sampling import SamplingParams, argmax, sample
 
 __all__ = ["Llama3Scaling", "SamplingParams", "add", "argmax", "decode_attention", "embedding",
-           "inv_freq", "kv_append", "kv_gather", "linear", "prefill_attention",
-           "rmsnorm", "rope", "rope_append", "sample", "silu_mul",
-           "workspace_floats"]
+           "inv_freq", "kv_append", "kv_gather", "linear", "prefill_attention", "rmsnorm",
+           "rope", "rope_append", "sample", "silu_mul", "workspace_floats"]
