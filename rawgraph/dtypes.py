@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 STORAGE = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16)}
+# kernel-name suffix and C element type of each dtype (kernels_cu: name_{f16,bf16}, T)
+KERNEL_TYPES = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
 
 
 def storage_dtype(dtype: str) -> np.dtype:

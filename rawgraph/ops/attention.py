@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
+from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv
 
@@ -19,12 +20,12 @@ _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* blo
            "float scale, int q_stride")
 _COMBINE = ("const float* partial, {t}* out, const int* seq_slots, int batch, int q_heads, "
             "int n_splits, int max_splits")
-_T = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
 HEAD_DIMS = (64, 128)
 ATTEND = {(dt, d): Kernel("decode_attention", f"decode_attention_{s}_d{d}", _ATTEND.format(t=t))
-          for dt, (s, t) in _T.items() for d in HEAD_DIMS}
+          for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
 COMBINE = {(dt, d): Kernel("decode_attention", f"decode_attention_combine_{s}_d{d}",
-                           _COMBINE.format(t=t)) for dt, (s, t) in _T.items() for d in HEAD_DIMS}
+                           _COMBINE.format(t=t))
+           for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
 MAX_GROUP = 16  # query heads per kv head: the 16 rows of one mma tile
 _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
@@ -33,7 +34,7 @@ _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* bl
 PREFILL_ROWS = (64, 128)  # query rows per block
 PREFILL = {(dt, d, r): Kernel("prefill_attention", f"prefill_attention_{s}_d{d}_r{r}",
                               _PREFILL.format(t=t))
-           for dt, (s, t) in _T.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
+           for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
 PREFILL_KEYS = 64  # keys per tile
 
 

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
+from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
+from rawgraph.ops.rope import check_freqs
 from rawgraph.symbols import Symbols
 
 _APPEND = ("const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* v_cache, "
@@ -20,13 +22,12 @@ _ROPE_APPEND = ("{t}* q, const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* 
                 "int q_stride, int kv_stride, int block_size, int max_blocks")
 _GATHER = ("const {t}* cache, const int* block_tables, const int* seq_lens, int seq, {t}* out, "
            "int max_tokens, int row, int block_size, int max_blocks")
-_T = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}
 KV_APPEND = {dt: Kernel("kv_append", f"kv_append_{s}", _APPEND.format(t=t))
-             for dt, (s, t) in _T.items()}
+             for dt, (s, t) in KERNEL_TYPES.items()}
 ROPE_APPEND = {dt: Kernel("rope_append", f"rope_append_{s}", _ROPE_APPEND.format(t=t))
-               for dt, (s, t) in _T.items()}
+               for dt, (s, t) in KERNEL_TYPES.items()}
 KV_GATHER = {dt: Kernel("kv_gather", f"kv_gather_{s}", _GATHER.format(t=t))
-             for dt, (s, t) in _T.items()}
+             for dt, (s, t) in KERNEL_TYPES.items()}
 BLOCK = 128
 ROPE_BLOCK = 256  # rope_append.cu: (head, pair) threads
 
@@ -97,9 +98,7 @@ def rope_append(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, bloc
     if d % 8 or d > 512:
         raise ValueError(f"head_dim must be a multiple of 8, at most 512; got {d}")
     _, q_stride = shapes.rows(q, "q", (q_heads, d), dt)
-    if not hasattr(freqs, "data") or np.dtype(freqs.dtype) != np.float32 \
-            or freqs.shape != (d // 2,):
-        raise ValueError(f"inv_freq must be float32 of shape ({d // 2},)")
+    check_freqs(freqs, d)
     n = shapes.count(n, cap, "n", symbols)
     ROPE_APPEND[dt].launch(n, ROPE_BLOCK, (q, k_new, v_new, k_cache, v_cache, block_tables,
                                            seq_slots, positions, freqs, n, q_heads, row // d, d,

@@ -15,26 +15,26 @@ from typing import Any
 
 from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
+from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
-_TYPES = {"float16": ("f16", "__half"), "bfloat16": ("bf16", "__nv_bfloat16")}  # name, C type
 # (cluster, k chunks in flight per lane) of the GEMV variants, by x tile (gemv.cu)
 VARIANTS = {8: ((1, 8), (1, 4), (2, 2)), 16: ((1, 4), (4, 4))}
 GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else "") + f"_u{u}",
                               _SIG.format(t=t))
-        for dt, (s, t) in _TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
+        for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
-          for dt, (s, t) in _TYPES.items() for c in (1, 2, 4)}
+          for dt, (s, t) in KERNEL_TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
-        for dt, (s, t) in _TYPES.items() for tile in GEMM_TILES}
+        for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
 # The same tiles on Hopper's warpgroup tensor cores (wgmma: 2.3-2.7x the mma.sync GEMM)
 GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
-          for dt, (s, t) in _TYPES.items() for tile in GEMM_TILES}
+          for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
 SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)

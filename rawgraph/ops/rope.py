@@ -49,6 +49,13 @@ def inv_freq(head_dim: int, theta: float = 10000.0,
     return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
+def check_freqs(freqs: Any, head_dim: int) -> None:
+    """ValueError unless freqs is a float32 device array of head_dim / 2 inverse frequencies."""
+    if not hasattr(freqs, "data") or np.dtype(freqs.dtype) != np.float32 \
+            or freqs.shape != (head_dim // 2,):
+        raise ValueError(f"inv_freq must be float32 of shape ({head_dim // 2},)")
+
+
 def rope(q: Any, k: Any, positions: Any, freqs: Any, n: Any = None, *, stream: Any = None,
          symbols: Symbols | None = None) -> None:
     """Rotate q (tokens, q_heads, head_dim) and k (tokens, kv_heads, head_dim) in place."""
@@ -64,9 +71,7 @@ def rope(q: Any, k: Any, positions: Any, freqs: Any, n: Any = None, *, stream: A
     if not hasattr(positions, "data") or np.dtype(positions.dtype) != np.int32 \
             or positions.shape != (cap,):
         raise ValueError(f"positions must be int32 of shape ({cap},)")
-    if not hasattr(freqs, "data") or np.dtype(freqs.dtype) != np.float32 \
-            or freqs.shape != (head_dim // 2,):
-        raise ValueError(f"inv_freq must be float32 of shape ({head_dim // 2},)")
+    check_freqs(freqs, head_dim)
     n = shapes.count(n, cap, "n", symbols)
     ROPE[dt].launch(n, 256, (q, k, positions, freqs, n, q_heads, k.shape[1], head_dim,
                              q_stride, k_stride), stream, symbols=symbols)
