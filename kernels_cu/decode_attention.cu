@@ -9,11 +9,16 @@
 //       const int* seq_slots,     // (batch,) cache slot of each row; < 0: padding row
 //       float* partial,           // (batch, q_heads, max_splits, D + 2) workspace
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
-//       int split_tokens, int max_splits, float scale, int q_stride)
+//       int max_splits, float scale, int q_stride)
 //   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory decode_smem(D).
-//   Block (b, h, s) reads tokens [s * split_tokens, min((s + 1) * split_tokens, len)) of
-//   sequence b once for all G = q_heads / kv_heads query heads of kv head h (G <= 16), on
-//   tensor cores: the G query rows (zero-padded to 16) are the A operand of mma.m16n8k16.
+//   Each row cuts its own context into splits of len / max_splits tokens rounded up to 64 (a
+//   block's 4 warps x 16): long rows spread over max_splits blocks whatever the other rows'
+//   lengths, short ones take ceil(len / 64) splits of 64 tokens. n_splits must cover every
+//   row's splits: min(max_splits, ceil(max_len / 64)) does; blocks past a row's splits write
+//   an empty result. Block (b, h, s) reads split s of sequence b (tokens [s * split,
+//   min((s + 1) * split, len))) once for all G = q_heads / kv_heads query heads of kv head h
+//   (G <= 16), on tensor cores: the G query rows (zero-padded to 16) are the A operand of
+//   mma.m16n8k16.
 //   The split is cut into chunks of 16 tokens; warp w takes chunks w, w + 4, ... and runs its
 //   own flash-attention over them: S = Q K^T (K via ldmatrix), the running row max and sum in
 //   base 2, P packed to T in registers as the A operand of O += P V (V via ldmatrix.trans).
@@ -34,9 +39,10 @@
 //   read and computed in parallel, the sums run in split order.
 //   A sequence of length 0 gives zeros; padding rows are not written.
 //
-//   Graph use: lengths, tables and slots are read from device memory; the number of splits
-//   (grid.y of both kernels, n_splits of the combine) is patchable from the longest context,
-//   which keeps the grid proportional to the work as sequences grow.
+//   Graph use: lengths, tables and slots are read from device memory, and each row's split
+//   length follows from its length and max_splits alone, so results do not depend on
+//   n_splits (grid.y of both kernels, n_splits of the combine): it is patchable, from the
+//   longest context, to keep short contexts on few blocks as sequences grow.
 #include "mma.cuh"
 
 namespace {
@@ -58,7 +64,7 @@ template <typename T, int D>
 __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int* block_tables,
                        const int* seq_lens, const int* seq_slots, float* partial, int batch,
                        int q_heads, int kv_heads, int block_size, int max_blocks,
-                       int split_tokens, int max_splits, float scale, int q_stride) {
+                       int max_splits, float scale, int q_stride) {
   rg::pdl_start();
   constexpr int RC = D / 8, S = stages<D>(), kBytes = kChunk * D * 2;  // one K or V chunk
   extern __shared__ __align__(128) char smem[];
@@ -71,7 +77,9 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   if (slot < 0) return;
   const int G = q_heads / kv_heads;
   const int len = seq_lens[slot];
-  const int begin = split * split_tokens, end = min(begin + split_tokens, len);
+  const int per = (len + max_splits - 1) / max_splits;  // this row's split length, 64-aligned
+  const int split_len = (per + kWarps * kChunk - 1) / (kWarps * kChunk) * (kWarps * kChunk);
+  const int begin = min(split * split_len, len), end = min(begin + split_len, len);
   const int row_stride = kv_heads * D;
   const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
 
@@ -260,11 +268,9 @@ __device__ void combine(const float* partial, T* out,
 extern "C" __global__ void __launch_bounds__(128) decode_attention_f16_d64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
-    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale, int q_stride) {
+    int kv_heads, int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
   attend<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
-                   q_stride);
+                   q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
 }
 extern "C" __global__ void decode_attention_combine_f16_d64(const float* partial, __half* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
@@ -273,11 +279,9 @@ extern "C" __global__ void decode_attention_combine_f16_d64(const float* partial
 extern "C" __global__ void __launch_bounds__(128) decode_attention_f16_d128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
-    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale, int q_stride) {
+    int kv_heads, int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
   attend<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
-                   q_stride);
+                   q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
 }
 extern "C" __global__ void decode_attention_combine_f16_d128(const float* partial, __half* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
@@ -286,11 +290,9 @@ extern "C" __global__ void decode_attention_combine_f16_d128(const float* partia
 extern "C" __global__ void __launch_bounds__(128) decode_attention_bf16_d64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
-    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale, int q_stride) {
+    int kv_heads, int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
   attend<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
-                   q_stride);
+                   q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
 }
 extern "C" __global__ void decode_attention_combine_bf16_d64(const float* partial, __nv_bfloat16* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {
@@ -299,11 +301,9 @@ extern "C" __global__ void decode_attention_combine_bf16_d64(const float* partia
 extern "C" __global__ void __launch_bounds__(128) decode_attention_bf16_d128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads,
-    int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits,
-    float scale, int q_stride) {
+    int kv_heads, int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
   attend<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-                   q_heads, kv_heads, block_size, max_blocks, split_tokens, max_splits, scale,
-                   q_stride);
+                   q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
 }
 extern "C" __global__ void decode_attention_combine_bf16_d128(const float* partial, __nv_bfloat16* out,
     const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits) {

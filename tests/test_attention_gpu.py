@@ -6,6 +6,7 @@ import pytest
 
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
+from rawgraph.ops.attention import default_splits
 from tests.helpers import POISON, host, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +27,8 @@ def test_decode_attention_matches_reference(stream, rng, dtype, q_heads, kv_head
     slots = [1, 0, -1, 5, 2]
     kv, kh, vh, q, qh, slots_d = _setup(rng, dtype, q_heads, kv_heads, d, lens, slots)
     out = poisoned(q.shape, dtype)
-    ws = cupy.empty(ops.workspace_floats(len(slots), q_heads, d, 1536), np.float32)
+    splits = default_splits(len(slots), kv_heads, dtype, d)
+    ws = cupy.empty(ops.workspace_floats(len(slots), q_heads, d, splits), np.float32)
     ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
                          1536, stream=stream)
     stream.synchronize()
@@ -39,17 +41,18 @@ def test_decode_attention_matches_reference(stream, rng, dtype, q_heads, kv_head
 
 
 
-@pytest.mark.parametrize("split", [16, 40, 64, 256, 2048])
-def test_decode_attention_any_split_and_a_group_of_16(stream, rng, split):
-    # splits that leave warps idle (16), end mid-chunk (40) or hold a whole context (2048);
-    # 16 query heads per kv head fill the tensor-core tile's rows
+@pytest.mark.parametrize("splits", [1, 3, 7, 16, 100])
+def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits):
+    # one split for a whole context, splits that end mid-chunk (1000 / 7), more splits than a
+    # row has tokens (1 / 17 / 129 tokens: empty splits); 16 query heads per kv head fill the
+    # tensor-core tile's rows
     lens = {0: 1, 1: 1000, 3: 17, 4: 129}
     slots = [3, 1, 0, 4]
     kv, kh, vh, q, qh, slots_d = _setup(rng, "bfloat16", 32, 2, 128, lens, slots)
     out = poisoned(q.shape, "bfloat16")
-    ws = cupy.empty(ops.workspace_floats(len(slots), 32, 128, 1000, split), np.float32)
+    ws = cupy.empty(ops.workspace_floats(len(slots), 32, 128, splits), np.float32)
     ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
-                         1000, split_tokens=split, stream=stream)
+                         1000, splits=splits, stream=stream)
     stream.synchronize()
     want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
                                 np.array(slots), 128**-0.5)
@@ -62,34 +65,41 @@ def test_split_count_is_patched_as_contexts_grow(stream, rng):
     S = Symbols(max_len=Range(1, 1536))
     S.set(max_len=256)
     out = cupy.empty(q.shape, np.float16)
-    ws = cupy.empty(ops.workspace_floats(2, 32, 64, 1536), np.float32)
+    ws = cupy.empty(ops.workspace_floats(2, 32, 64, 12), np.float32)
     with capture(stream) as cap:
         ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws,
-                             S.max_len, stream=stream, symbols=S)
+                             S.max_len, splits=12, stream=stream, symbols=S)
+    eager = cupy.empty_like(out)
     with cap.graph as g, g.instantiate() as ex:
-        assert [n.grid for n in g.nodes] == [(16, 1, 1), (64, 1, 1)]
+        assert [n.grid for n in g.nodes] == [(16, 4, 1), (64, 1, 1)]  # 256 / 64 splits
         for grow in (0, 300, 1000):
             kv.tables.append(1, grow)
             kv.sync(stream)
             longest = int(kv.tables.lens.max())
             assert ex.set(max_len=longest) in (0, 2)
             ex.launch(stream)
+            # eager with the most splits: the same bits (a row's splits follow from its length)
+            ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots,
+                                 eager, ws, 1536, splits=12, stream=stream)
             stream.synchronize()
             want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
                                         np.array([0, 1]), 64**-0.5)
             np.testing.assert_allclose(host(out, "float16"), want, rtol=2e-3, atol=2e-3)
-        assert ex.plan.entries[0][2].grid == (16, -(-1500 // 256), 1)
+            assert (out == eager).all()
+        assert ex.plan.entries[0][2].grid == (16, 12, 1)  # 1500 tokens: min(12, 24)
 
 
 def test_decode_attention_rejects_bad_input(rng):
     kv, _, _, q, _, slots = _setup(rng, "float16", 32, 8, 64, {0: 5}, [0, 0])
-    ws = cupy.empty(ops.workspace_floats(2, 32, 64, 512), np.float32)
+    ws = cupy.empty(ops.workspace_floats(2, 32, 64, 4), np.float32)  # 4 splits
     out = cupy.empty(q.shape, np.float16)
     args = (kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws)
     with pytest.raises(ValueError, match="head_dim 32"):
         ops.decode_attention(cupy.empty((2, 32, 32), np.float16), *args, 512)
     with pytest.raises(ValueError, match="at least"):
-        ops.decode_attention(q, *args, 1024)
+        ops.decode_attention(q, *args, 1024, splits=9)
+    with pytest.raises(ValueError, match="splits = 0"):
+        ops.decode_attention(q, *args, 1024, splits=0)
     with pytest.raises(ValueError, match="block tables hold at most 1536"):
         ops.decode_attention(q, *args, 5000)
     with pytest.raises(ValueError, match="multiple of kv_heads"):

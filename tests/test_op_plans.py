@@ -1,7 +1,9 @@
 """Launch planning of the ops, without a GPU: linear kernels, clusters and tiles; attention
 splits."""
 
-from rawgraph.ops.attention import split_for
+import pytest
+
+from rawgraph.ops.attention import SPLIT_WAVES, decode_splits
 from rawgraph.ops.linear import (
     M_TILES,
     SKINNY_ROWS,
@@ -51,7 +53,14 @@ def test_gemm_tile_gives_every_sm_a_block():
     assert gemm_smem(gemm_tile(4096, 4096)) <= 227 * 1024
 
 
-def test_decode_attention_splits_grow_with_rows():
-    # LLaMA shapes, 8 kv heads: short splits keep B=1 busy, long ones let B=64 stream
-    assert [split_for(b, 8) for b in (1, 4, 8, 16, 32, 64)] == [64, 64, 128, 128, 512, 1024]
-    assert all(split_for(b, h) % 64 == 0 for b in range(1, 65) for h in (1, 8, 32))
+def test_decode_attention_splits_fill_whole_waves():
+    # 8 kv heads; the H200 holds 396 blocks of the d=64 kernel (3 per SM), 264 of d=128 (2):
+    # the counts the sweep in benchmarks/NOTES.md found best, blocks just under one wave (or
+    # four at B=32, 64 of d=64)
+    assert [decode_splits(8 * b, 396) for b in (1, 4, 8, 16, 32, 64)] == [48, 12, 6, 3, 3, 3]
+    assert [decode_splits(8 * b, 264) for b in (1, 4, 8, 16, 32, 64)] == [32, 8, 4, 2, 1, 1]
+    for units in range(1, 2000, 7):  # never more than SPLIT_WAVES waves, at least one split
+        s = decode_splits(units, 396)
+        assert s == 1 or units * s <= SPLIT_WAVES * 396
+    with pytest.raises(ValueError, match="positive"):
+        decode_splits(0, 396)

@@ -62,11 +62,11 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
 def _attention(rows: list, row: Callable, s: Any) -> None:
     """Decode attention at LLaMA-1B (32/8 heads of 64) and 8B (32/8 of 128) shapes."""
     from rawgraph.memory.paged import PagedKVCache
-    from rawgraph.ops.attention import split_for
+    from rawgraph.ops.attention import default_splits
 
     for model, d in (("llama-1b", 64), ("llama-8b", 128)):
         for batch, ctx in ((1, 4096), (8, 4096), (32, 4096), (8, 16384), (64, 4096)):
-            split = split_for(batch, 8)  # as the engine splits
+            splits = default_splits(batch, 8, "float16", d)  # as the engine splits
             bs = 16
             kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
                               num_blocks=batch * ctx // bs, max_seqs=batch,
@@ -81,18 +81,18 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
                 q = cupy.random.standard_normal((batch, 32, d), np.float32).astype(F16)
                 out = cupy.empty_like(q)
                 slots = cupy.arange(batch, dtype=np.int32)
-                ws = cupy.empty(ops.workspace_floats(batch, 32, d, ctx, split), np.float32)
+                ws = cupy.empty(ops.workspace_floats(batch, 32, d, splits), np.float32)
             s.synchronize()
             us = per_launch_us(lambda i, kv=kv, q=q, out=out, slots=slots, ws=ws, ctx=ctx,
-                               split=split:
+                               splits=splits:
                                ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables,
                                                     kv.seq_lens, slots, out, ws, ctx,
-                                                    split_tokens=split, stream=s),
+                                                    splits=splits, stream=s),
                                8, s)
             # K and V, and the partial results written then read by the combine
             nbytes = batch * ctx * 8 * d * 2 * 2 + 2 * ws.nbytes
             l2 = " (fits L2)" if nbytes < 120 << 20 else ""  # repeated launches hit the cache
-            row(f"decode attention {model}", f"B={batch} ctx={ctx} split={split}{l2}", "", us,
+            row(f"decode attention {model}", f"B={batch} ctx={ctx} splits={splits}{l2}", "", us,
                 nbytes,
                 0 if l2 else 80)
             s.synchronize()

@@ -80,6 +80,15 @@ def info() -> dict[str, Any]:
     return out
 
 
+@functools.cache
+def multiprocessors() -> int:
+    """Streaming multiprocessors of device 0."""
+    ensure_context()
+    dev = check(driver.cuDeviceGet(0))
+    return check(driver.cuDeviceGetAttribute(
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
+
+
 def compute_capability() -> tuple[int, int]:
     """(major, minor) of device 0."""
     ensure_context()

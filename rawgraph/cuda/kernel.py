@@ -11,7 +11,7 @@ import cupy
 from cuda.bindings import driver
 
 from rawgraph.cuda.check import CompileError, check
-from rawgraph.cuda.device import compute_capability, ensure_context
+from rawgraph.cuda.device import compute_capability, ensure_context, multiprocessors
 from rawgraph.cuda.launch import Launch, launch_now, observers, pdl_default
 from rawgraph.cuda.signature import Signature
 
@@ -130,6 +130,14 @@ class Kernel:
                 driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 nbytes), f"{self.name}: allow {nbytes} B of shared memory")
             self._smem_limit = nbytes
+
+    def resident_blocks(self, block: int, smem: int = 0) -> int:
+        """Blocks of `block` threads and `smem` dynamic shared bytes that the whole GPU holds
+        at once (occupancy per SM x SMs): one full wave."""
+        self.allow_shared_memory(smem)
+        per_sm = check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            self.function, block, smem), f"{self.name}: occupancy")
+        return per_sm * multiprocessors()
 
     def launch(self, grid: Any, block: Any, args: tuple, stream: Any = None, *,
                smem: int = 0, pdl: bool | None = None, symbols: Any = None) -> None:

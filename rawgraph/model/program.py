@@ -31,7 +31,7 @@ from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import PagedKVCache
 from rawgraph.memory.staging import Staging
 from rawgraph.model.config import LlamaConfig
-from rawgraph.ops.attention import split_for
+from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import SKINNY_ROWS
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
@@ -141,10 +141,12 @@ class Model:
                                  "last": (np.int32, s), "last_pos": (np.int32, s),
                                  "final": (np.int32, s)})
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
+        # decode attention's splits per batch size (default_splits), and their workspace
+        self.splits = [default_splits(b, cfg.kv_heads, cfg.dtype, cfg.head_dim)
+                       for b in range(1, max_batch + 1)]
         self.workspace = cupy.empty(max(
-            ops.workspace_floats(b, cfg.heads, cfg.head_dim, max_context,
-                                 split_for(b, cfg.kv_heads)) for b in range(1, max_batch + 1)),
-            np.float32)
+            ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
+            for b, s in enumerate(self.splits, 1)), np.float32)
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
@@ -374,7 +376,7 @@ class Model:
                             m["pos"], self.freqs, **kw)
             ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                  m["slots"], a["attn"].reshape(q3.shape), self.workspace,
-                                 max_len, split_tokens=split_for(batch, cfg.kv_heads), **kw)
+                                 max_len, splits=self.splits[batch - 1], **kw)
 
         ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
         for i in range(cfg.layers):

@@ -4,7 +4,7 @@ style over the cache that already holds the chunk's K/V)."""
 
 from __future__ import annotations
 
-import math
+import functools
 from typing import Any
 
 import numpy as np
@@ -12,12 +12,12 @@ import numpy as np
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
-from rawgraph.symbols import Symbols, cdiv
+from rawgraph.symbols import Symbols, cdiv, smin
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
            "const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, "
-           "int kv_heads, int block_size, int max_blocks, int split_tokens, int max_splits, "
-           "float scale, int q_stride")
+           "int kv_heads, int block_size, int max_blocks, int max_splits, float scale, "
+           "int q_stride")
 _COMBINE = ("const float* partial, {t}* out, const int* seq_slots, int batch, int q_heads, "
             "int n_splits, int max_splits")
 HEAD_DIMS = (64, 128)
@@ -27,6 +27,7 @@ COMBINE = {(dt, d): Kernel("decode_attention", f"decode_attention_combine_{s}_d{
                            _COMBINE.format(t=t))
            for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
 MAX_GROUP = 16  # query heads per kv head: the 16 rows of one mma tile
+MAX_SPLITS = 4096  # the combine keeps one float per split in shared memory
 _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
             "int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, "
@@ -64,24 +65,45 @@ def decode_smem(head_dim: int) -> int:
     return 16 * head_dim * 2 + DECODE_WARPS * decode_stages(head_dim) * 2 * chunk
 
 
-def split_for(batch: int, kv_heads: int) -> int:
-    """Tokens per split: each split is a block per (row, kv head), so few rows need short
-    splits to give the GPU enough blocks (B=1 of LLaMA-1B: 8 blocks per split; at 256 tokens
-    a 1024-token context ran on 32 blocks, 19 us per layer). 64 at least: a block's 4 warps
-    take 16 tokens each. Many rows get long splits: a warp's cp.async ring then streams
-    instead of spending its few chunks filling up, and fewer partial results are combined
-    (LLaMA-1B shapes on the H200, % of copy bandwidth at 256 / 512 / 1024 tokens: B=32
-    ctx 4096 66 / 71 / 74, B=64 ctx 2048 66 / 71 / 74, B=64 ctx 4096 69 / 78 / 80)."""
-    per_split = batch * kv_heads
-    if per_split <= 128:
-        return 64 if per_split <= 32 else 128
-    return 512 if per_split <= 256 else 1024
+SPLIT_ALIGN = DECODE_WARPS * DECODE_CHUNK  # tokens: splits are cut at whole warp steps
+SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
 
 
-def workspace_floats(batch: int, q_heads: int, head_dim: int, max_len: int,
-                     split_tokens: int = 256) -> int:
-    """float32 elements of the split workspace for contexts up to max_len."""
-    return batch * q_heads * math.ceil(max_len / split_tokens) * (head_dim + 2)
+def decode_splits(units: int, resident: int) -> int:
+    """Splits per (row, kv head) of decode attention once contexts are long: a block per
+    (row, kv head, split), `units` = rows x kv heads, `resident` = blocks the GPU runs at
+    once (one wave).
+
+    The kernel is bound by each SM's throughput, not by one block's loads, so what counts is
+    that every SM stays busy to the end: the count whose blocks fill whole waves best, within
+    SPLIT_WAVES waves, and the fewest splits among near-equals (each split pays a start,
+    query tile and ring fill, and a partial result to combine). Measured on the H200
+    (LLaMA-1B / 8B heads, % of copy bandwidth, fixed split lengths vs this rule's): B=8
+    ctx 16384 52 / 54 at 128 tokens vs 77 / 87 at 1536 / 4096; the best fixed length per
+    shape was the one whose blocks filled whole waves (`bench kernels --only attention`).
+    """
+    if units < 1 or resident < 1:
+        raise ValueError(f"units = {units}, resident = {resident}: both must be positive")
+    counts = range(1, max(1, SPLIT_WAVES * resident // units) + 1)
+    fill = {s: units * s / (-(-units * s // resident) * resident) for s in counts}
+    return min(s for s in counts if fill[s] >= max(fill.values()) - 0.05)
+
+
+@functools.cache
+def _resident(dtype: str, head_dim: int) -> int:
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim {head_dim} is not supported (use one of {HEAD_DIMS})")
+    return ATTEND[dtype, head_dim].resident_blocks(DECODE_WARPS * 32, decode_smem(head_dim))
+
+
+def default_splits(batch: int, kv_heads: int, dtype: str, head_dim: int) -> int:
+    """decode_splits on this device (its resident blocks of the attention kernel)."""
+    return decode_splits(batch * kv_heads, _resident(dtype, head_dim))
+
+
+def workspace_floats(batch: int, q_heads: int, head_dim: int, splits: int) -> int:
+    """float32 elements of the split workspace: (batch, q_heads, splits, head_dim + 2)."""
+    return batch * q_heads * splits * (head_dim + 2)
 
 
 def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
@@ -112,15 +134,19 @@ def _cache(k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any, dt: str
 
 def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
                      seq_slots: Any, out: Any, workspace: Any, max_len: Any, *,
-                     scale: float | None = None, split_tokens: int = 256, stream: Any = None,
+                     scale: float | None = None, splits: int | None = None, stream: Any = None,
                      symbols: Symbols | None = None) -> None:
     """out[b] = softmax(q[b] K^T * scale) V over the cached tokens of sequence seq_slots[b].
 
     q, out: (batch, q_heads, D) with D in (64, 128) (q's rows may be strided: a view into a
     fused QKV output); caches: one layer (num_blocks, block_size,
     kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
-    row: nothing written). `max_len` (int or symbol) bounds every length: it sets how many
-    splits run, and is what a graph patches as contexts grow.
+    row: nothing written). Each row cuts its context into at most `splits` splits of its
+    own (len / splits tokens rounded up to 64; default `default_splits` for this batch), a
+    block each per kv head, then a combine. `max_len` (int or symbol) bounds every length:
+    min(splits, ceil(max_len / 64)) splits run, which is what a graph patches as contexts
+    grow; results do not depend on it. workspace: workspace_floats(batch, q_heads, D,
+    splits) float32.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (batch, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
@@ -137,23 +163,24 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     if not 1 <= top <= capacity:
         raise ValueError(f"max_len reaches {top}; the block tables hold at most {capacity} "
                          f"tokens per sequence")
-    if type(split_tokens) is not int or split_tokens < 1:
-        raise ValueError(f"split_tokens = {split_tokens!r}: a positive int")
-    max_splits = math.ceil(top / split_tokens)
-    need = workspace_floats(batch, q_heads, d, top, split_tokens)
+    if splits is None:
+        splits = default_splits(batch, kv_heads, dt, d)
+    if type(splits) is not int or not 1 <= splits <= MAX_SPLITS:
+        raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_SPLITS}]")
+    need = workspace_floats(batch, q_heads, d, splits)
     if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
         raise ValueError(f"workspace must be float32 with at least {need} elements "
                          f"(workspace_floats(...)); got {getattr(workspace, 'size', '?')}")
-    n_splits = cdiv(max_len, split_tokens)
+    n_splits = smin(splits, cdiv(max_len, SPLIT_ALIGN))
     s = scale if scale is not None else d**-0.5
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,
                          (q, k_cache, v_cache, block_tables, seq_lens, seq_slots, workspace,
                           batch, q_heads, kv_heads, block_size, block_tables.shape[1],
-                          split_tokens, max_splits, float(s), q_stride), stream,
+                          splits, float(s), q_stride), stream,
                          smem=decode_smem(d), symbols=symbols)
     COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
-                                               n_splits, max_splits), stream,
-                          smem=4 * max_splits, symbols=symbols)
+                                               n_splits, splits), stream,
+                          smem=4 * splits, symbols=symbols)
 
 
 
