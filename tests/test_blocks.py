@@ -142,3 +142,38 @@ def test_reset_hands_blocks_out_in_the_original_order_again():
     t.alloc.share([0])
     with pytest.raises(ValueError, match="still referenced"):
         t.alloc.reset()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "append", "append_one", "fork", "free",
+                                           "truncate", "reset"]),
+                          st.integers(0, 5), st.integers(0, 5), st.integers(1, 9)), max_size=40))
+def test_changed_rows_are_all_a_device_copy_needs(ops):
+    # a mirror that copies only the rows in `changed` after each operation (as the paged
+    # cache's sync does) always equals the table
+    t = _tables(num_blocks=12, bs=4, seqs=6, per_seq=5)
+    mirror = np.zeros_like(t.table)
+    for op, a, b, n in ops:
+        call = {"add": (t.add, a), "append": (t.append, a, n), "fork": (t.fork, a, b),
+                "free": (t.free, a), "truncate": (t.truncate, a, n % 4), "reset": (t.reset,),
+                "append_one": (t.append_one, np.array(sorted(t.active)[:b + 1], np.int64))}[op]
+        try:
+            call[0](*call[1:])
+        except (ValueError, OutOfBlocks):
+            pass
+        rows = sorted(t.changed)
+        t.changed.clear()
+        mirror[rows] = t.table[rows]
+        assert np.array_equal(mirror, t.table)
+
+
+def test_a_step_in_the_same_blocks_changes_no_row():
+    t = _tables()
+    t.add(0)
+    t.append(0, 2)
+    t.changed.clear()
+    t.append_one(np.array([0]))  # token 3 of block 0: the length only
+    assert t.changed == set() and t.lens[0] == 3
+    t.append_one(np.array([0]))
+    t.append_one(np.array([0]))  # token 5 opens block 1
+    assert t.changed == {0} and list(t.table[0][:2]) == [0, 1]

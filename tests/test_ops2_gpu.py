@@ -63,7 +63,8 @@ def test_argmax(stream, rng, dtype):
                                            (13, 2056, 8200), (32, 2048, 2048), (50, 520, 8192),
                                            (64, 3072, 2048), (64, 2056, 2048), (33, 1000, 520),
                                            (64, 16392, 256), (20, 136, 64),
-                                           (40, 4224, 264), (12, 16400, 264)])
+                                           (40, 4224, 264), (12, 16400, 264),
+                                           (2, 2200, 8192), (7, 2200, 1000), (6, 2200, 72)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)

@@ -63,7 +63,9 @@ class BlockTables:
 
     `table[s, i]` is the block holding tokens [i * block_size, (i + 1) * block_size) of the
     sequence in slot s; `lens[s]` its length. Unused entries are -1 / 0. Block copies needed
-    by copy-on-write are queued in `pending_copies` for the device side to run.
+    by copy-on-write are queued in `pending_copies` for the device side to run, and the rows
+    of `table` changed since the device last copied them are in `changed` (most steps change
+    lengths only: a row changes when its sequence starts, ends or enters a new block).
     """
 
     def __init__(self, allocator: BlockAllocator, block_size: int, max_seqs: int,
@@ -73,6 +75,7 @@ class BlockTables:
         self.lens = np.zeros(max_seqs, np.int32)
         self.active: set[int] = set()
         self.pending_copies: list[tuple[int, int]] = []  # (src block, dst block)
+        self.changed: set[int] = set(range(max_seqs))  # rows the device has not seen
 
     @property
     def max_tokens(self) -> int:
@@ -114,6 +117,8 @@ class BlockTables:
             self.table[s, have - 1] = copy
         self.table[s, have:have + fresh] = got
         self.lens[s] = new
+        if got or cow:
+            self.changed.add(s)
 
     def append_one(self, slots: np.ndarray) -> None:
         """One more token for each sequence in `slots` (distinct, active): the decode step's
@@ -138,6 +143,7 @@ class BlockTables:
                               f"token each, only {self.alloc.num_free} are free")
         got = self.alloc.allocate(len(fresh))
         self.table[fresh, old[~partial] // self.block_size] = got
+        self.changed.update(fresh.tolist())
         self.lens[slots[~cow]] += 1
         for s in slots[cow]:
             self.append(int(s), 1)
@@ -160,6 +166,7 @@ class BlockTables:
         self.alloc.release([int(b) for b in self.table[s, keep:have]])
         self.table[s, keep:have] = -1
         self.lens[s] = n
+        self.changed.add(s)
 
     def fork(self, src: int, dst: int) -> None:
         """Sequence dst starts as a copy of src, sharing its blocks (copy on write later)."""
@@ -171,6 +178,7 @@ class BlockTables:
         self.table[dst] = -1
         self.table[dst, :len(blocks)] = blocks
         self.lens[dst] = self.lens[src]
+        self.changed.add(dst)
 
     def free(self, s: int) -> None:
         """End sequence s; its blocks go back unless another sequence shares them."""
@@ -179,3 +187,4 @@ class BlockTables:
         self.table[s] = -1
         self.lens[s] = 0
         self.active.discard(s)
+        self.changed.add(s)

@@ -1,9 +1,11 @@
 """PagedKVCache: KV blocks on the device, block tables and lengths in one device buffer.
 
 The host side (`BlockTables`) decides; `sync(stream)` makes the device agree with one
-host-to-device copy per step, however many sequences changed, after running the block copies
-that copy-on-write queued. Graphs read tables and lengths from the fixed device buffer, so
-they stay valid across steps without a patch.
+host-to-device copy per step, after running the block copies that copy-on-write queued. The
+copy holds the lengths and the table rows up to the last one that changed, not the whole
+table: most steps only lengths change (a 128K-token context's table row is 32 KiB). Graphs
+read tables and lengths from the fixed device buffer, so they stay valid across steps without
+a patch.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ class PagedKVCache:
         new = (lambda name, s, d: arena.array(name, s, d)) if arena else (
             lambda name, s, d: cupy.empty(s, d))
         self.k, self.v = new("kv.k", shape, st), new("kv.v", shape, st)
-        fields = {"tables": (np.int32, max_seqs * max_blocks_per_seq),
-                  "lens": (np.int32, max_seqs)}
+        # lengths first: a step's copy is the lengths and the table rows up to the last one
+        # that changed
+        fields = {"lens": (np.int32, max_seqs),
+                  "tables": (np.int32, max_seqs * max_blocks_per_seq)}
         # tables and lengths: one pinned mirror, one copy per step
         self._meta = Staging(fields, new("kv.tables", (Staging.size(fields),), np.uint8))
         # device views the kernels take: (max_seqs, max_blocks) tables and (max_seqs,) lengths
@@ -67,8 +71,13 @@ class PagedKVCache:
                 self.v[:, dst] = self.v[:, src]
         t.pending_copies.clear()
         h = self._meta.begin()  # the previous step's copy has read the pinned buffer
-        h["tables"][:] = t.table.ravel()
         h["lens"][:] = t.lens
         for slot, length in (lens or {}).items():
             h["lens"][slot] = length
-        self._meta.push(s)
+        rows = np.fromiter(t.changed, np.int64, len(t.changed))
+        t.changed.clear()
+        mirror = h["tables"].reshape(t.table.shape)
+        mirror[rows] = t.table[rows]  # the pinned mirror's other rows already match
+        end = self._meta.offset("tables") + (int(rows.max()) + 1 if len(rows) else 0) * \
+            t.table.shape[1] * 4
+        self._meta.push(s, end)

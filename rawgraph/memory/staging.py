@@ -33,6 +33,7 @@ class Staging:
         self.buffer = device[:self.nbytes]
         self.host: dict[str, np.ndarray] = {}
         self.dev: dict[str, cupy.ndarray] = {}
+        self._offsets = {name: o for name, (_, _, o) in offsets.items()}
         for name, (dt, count, o) in offsets.items():
             self.host[name] = raw[o:o + dt.itemsize * count].view(dt)
             self.dev[name] = self.buffer[o:o + dt.itemsize * count].view(dt)
@@ -50,10 +51,18 @@ class Staging:
         self._copied.synchronize()
         return self.host
 
-    def push(self, stream: Any) -> None:
-        """Copy every field to the device on `stream` (one transfer)."""
+    def offset(self, name: str) -> int:
+        """Byte offset of field `name` in the buffer (fields lie in the order given)."""
+        return self._offsets[name]
+
+    def push(self, stream: Any, nbytes: int | None = None) -> None:
+        """Copy every field (or the buffer's first `nbytes`) to the device on `stream`, in one
+        transfer."""
+        nbytes = self.nbytes if nbytes is None else nbytes
+        if not 0 < nbytes <= self.nbytes:
+            raise ValueError(f"nbytes = {nbytes} outside (0, {self.nbytes}]")
         s = cupy_stream(stream)
-        self.buffer.data.copy_from_host_async(self._pinned.ptr, self.nbytes, s)
+        self.buffer.data.copy_from_host_async(self._pinned.ptr, nbytes, s)
         self._copied.record(s)
 
 
