@@ -27,6 +27,14 @@
 //   partial sums through distributed shared memory, in a fixed order.
 //   grid (cdiv(n, 16) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
+//
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU_silu(const T* x, const T* w, T* y, int m,
+//                                                   int n, int k)
+//   The MLP's gate_up projection with SiLU(gate) * up in the epilogue: w's rows interleaved
+//   in groups of 8 (gate rows 8i..8i+7, then the matching up rows; ops.elementwise
+//   GATE_UP_GROUP), so a block's W rows g and g + 8 are the gate and up of one output and
+//   the lane holding both sums finishes it: y (m, n / 2) = T(T(silu(T(gate))) * T(up)), the
+//   bits silu_mul.cu gives from the stored projection. n % 16 == 0.
 #include "cluster.cuh"
 #include "common.cuh"
 
@@ -64,8 +72,9 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
 }
 
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); U: k chunks
-// in flight per lane (registers: 8 (NT + 2) each)
-template <typename T, int NT, int CS, int U>
+// in flight per lane (registers: 8 (NT + 2) each); SILU: the gate_up epilogue (y is
+// (m, n / 2), no residual)
+template <typename T, int NT, int CS, int U, bool SILU = false>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -135,21 +144,39 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
   else __syncthreads();
   if (rank == 0) {
-    for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
+    auto sum = [&](int i) {
       float v = part[i];
       if constexpr (CS > 1) {
 #pragma unroll
         for (int p = 1; p < CS; ++p) v += rg::load_remote(&part[i], p);
       }
-      // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
-      // e = 2, 3: W row g + 8, the same x rows
-      const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
-      const int row = r0 + (ln >> 2) + (e >= 2 ? 8 : 0);
-      const int col = 8 * j + 2 * (ln & 3) + (e & 1);
-      if (row < n && col < m) {
-        const long long o = static_cast<long long>(col) * n + row;
-        if (residual != nullptr) v += rg::to_float(residual[o]);
-        y[o] = rg::from_float<T>(v);
+      return v;
+    };
+    // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
+    // e = 2, 3: W row g + 8, the same x rows
+    if constexpr (!SILU) {
+      for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
+        const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
+        const int row = r0 + (ln >> 2) + (e >= 2 ? 8 : 0);
+        const int col = 8 * j + 2 * (ln & 3) + (e & 1);
+        if (row < n && col < m) {
+          const long long o = static_cast<long long>(col) * n + row;
+          float v = sum(i);
+          if (residual != nullptr) v += rg::to_float(residual[o]);
+          y[o] = rg::from_float<T>(v);
+        }
+      }
+    } else {  // W rows g and g + 8 are gate and up of output r0 / 2 + g: silu_mul.cu's math
+      for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
+        const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
+        const int out = r0 / 2 + (ln >> 2), half = n / 2;
+        const int col = 8 * j + 2 * (ln & 3) + e;
+        if (out < half && col < m) {
+          const float a = rg::to_float(rg::from_float<T>(sum((4 * j + e) * 32 + ln)));
+          const float up = rg::to_float(rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln)));
+          const float act = rg::round_to<T>(a / (1.f + expf(-a)));
+          y[static_cast<long long>(col) * half + out] = rg::from_float<T>(act * up);
+        }
       }
     }
   }
@@ -197,4 +224,44 @@ extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4(
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemv_impl<__nv_bfloat16, 2, 4, 4>(x, w, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 1, 1, 8, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 1, 1, 4, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 1, 2, 2, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 2, 1, 4, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k) {
+  gemv_impl<__half, 2, 4, 4, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 1, 1, 4, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 1, 2, 2, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4, true>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
+  gemv_impl<__nv_bfloat16, 2, 4, 4, true>(x, w, nullptr, y, m, n, k);
 }

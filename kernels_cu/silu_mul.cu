@@ -1,7 +1,9 @@
 // silu_mul.cu: LLaMA's MLP activation on the fused gate+up projection.
 //
 //   extern "C" silu_mul_f16 / silu_mul_bf16(const T* gate_up, T* out, int rows, int inter)
-//   gate_up (rows, 2 * inter): gate in columns [0, inter), up in [inter, 2 * inter)
+//   gate_up (rows, 2 * inter): groups of 8 gate columns, each followed by its 8 up columns
+//   (gate j at 16 (j / 8) + j % 8, up j 8 further: the gate_up weight's rows are stacked
+//   that way at load, so the GEMV can finish an output in its epilogue, gemv.cu _silu)
 //   out     (rows, inter):     out = T(float(T(silu(gate))) * float(up)), silu(g) = g / (1 + e^-g)
 //   grid (cdiv(inter, 8 * blockDim.x), rows), block (128); inter % 8 == 0, 16-byte aligned.
 //   Patchable: rows and grid.y together (grid.y == rows <= the buffers' row count).
@@ -14,8 +16,8 @@ __device__ void silu_mul_impl(const T* gate_up, T* out, int rows,
   const int row = blockIdx.y;
   const int j = 8 * (blockIdx.x * blockDim.x + threadIdx.x);
   if (row >= rows || j >= inter) return;
-  const T* g = gate_up + static_cast<long long>(row) * 2 * inter + j;
-  const rg::Vec<T, 8> gv = rg::load<T, 8>(g), uv = rg::load<T, 8>(g + inter);
+  const T* g = gate_up + static_cast<long long>(row) * 2 * inter + 2 * j;  // j % 8 == 0
+  const rg::Vec<T, 8> gv = rg::load<T, 8>(g), uv = rg::load<T, 8>(g + 8);
   rg::Vec<T, 8> y;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {

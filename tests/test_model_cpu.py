@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from rawgraph.dtypes import from_bf16_bits
+from rawgraph.dtypes import from_bf16_bits, round_to
 from rawgraph.model import checkpoint
 from rawgraph.model.config import LlamaConfig, preset
 from rawgraph.model.reference import KVState, float_weights, forward, greedy
@@ -174,3 +174,24 @@ def test_greedy_is_deterministic_and_follows_the_logits():
     state = KVState()
     first = forward(TINY, w, np.array([1, 2, 3]), state)[-1]
     assert a[0] == int(np.argmax(first))
+
+
+def test_gate_up_rows_interleave_in_groups_of_8():
+    # the fused weight the model loads, and the activation's reference on its output, agree
+    # with gate and up applied separately
+    from rawgraph.ops import reference as ref
+    from rawgraph.ops.elementwise import stack_gate_up
+
+    rng = np.random.default_rng(0)
+    gate, up = rng.standard_normal((24, 16)), rng.standard_normal((24, 16))
+    w = stack_gate_up(gate, up)
+    assert w.shape == (48, 16)
+    assert (w[:8] == gate[:8]).all() and (w[8:16] == up[:8]).all()
+    assert (w[16:24] == gate[8:16]).all() and (w[40:] == up[16:]).all()
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    g, u = x @ gate.T, x @ up.T
+    want = round_to(round_to(g / (1 + np.exp(-g)), "float16") * u, "float16")
+    np.testing.assert_allclose(ref.silu_mul((x @ w.T).astype(np.float32), "float16"), want,
+                               rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        stack_gate_up(gate[:12], up[:12])

@@ -6,6 +6,7 @@ import pytest
 
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
+from rawgraph.ops.linear import path as linear_path
 from tests.helpers import POISON, ULP, check_linear, host, poisoned, randn
 
 pytestmark = pytest.mark.gpu
@@ -68,6 +69,40 @@ def test_argmax(stream, rng, dtype):
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "inter", "k"), [(1, 1024, 2048), (5, 512, 8192), (8, 8, 72),
+                                               (10, 1024, 8192),
+                                               (13, 4104, 1024), (16, 8192, 264),
+                                               (12, 8200, 264), (40, 1000, 520),
+                                               (100, 264, 128)])
+def test_gate_up_silu(stream, rng, dtype, m, inter, k):
+    # GEMV rows (the fused epilogue, long rows in clusters, 16-row tiles), wide weights at
+    # 9-16 rows and 17-64 (skinny GEMM), prefill (GEMM): linear + silu_mul's exact bits,
+    # the reference within 2 ulp of the projection, rows past m unwritten
+    rows = m + 1
+    x, xh = randn(rng, (rows, k), dtype)
+    g, gh = randn(rng, (inter, k), dtype, k**-0.5)
+    u, uh = randn(rng, (inter, k), dtype, k**-0.5)
+    w = cupy.asarray(ops.stack_gate_up(cupy.asnumpy(g), cupy.asnumpy(u)))
+    gu, out = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
+    gu2, out2 = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
+    cupy.cuda.Device().synchronize()
+    ops.gate_up_silu(x, w, gu, out, m=m, stream=stream)
+    ops.linear(x, w, gu2, m=m, stream=stream)
+    ops.silu_mul(gu2, out2, rows=m, stream=stream)
+    stream.synchronize()
+    bits = lambda a: cupy.asnumpy(a.view(np.uint16))  # noqa: E731
+    np.testing.assert_array_equal(bits(out)[:m], bits(out2)[:m])
+    assert (bits(out)[m:] == POISON[dtype]).all()
+    if linear_path(m, 2 * inter) == "gemv":  # one kernel: the projection is not stored
+        assert (bits(gu) == POISON[dtype]).all()
+    gate, up = ref.linear(xh[:m], gh, dtype), ref.linear(xh[:m], uh, dtype)
+    want = ref.silu_mul(np.stack([gate.reshape(m, -1, 8), up.reshape(m, -1, 8)], 2)
+                        .reshape(m, 2 * inter), dtype)
+    tol = 4 * ULP[dtype]  # the projection's 2 ulp, through silu and the product
+    np.testing.assert_allclose(host(out, dtype)[:m], want, rtol=tol, atol=tol)
 
 
 def test_linear_in_place_residual_and_symbolic_rows(stream, rng):

@@ -40,7 +40,8 @@ from rawgraph.symbols import Symbols
 def layout(cfg: LlamaConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
     """Device tensors: name -> (shape, the checkpoint tensors stacked into it). Q, K and V
     are one matrix (one GEMV; rope, the cache append and attention read strided views of
-    its output), gate and up another (one GEMV, one activation kernel)."""
+    its output), gate and up another, their rows interleaved in groups of 8 (`stack_gate_up`:
+    one GEMV whose epilogue applies SiLU(gate) * up)."""
     out: dict[str, tuple[tuple, tuple[str, ...]]] = {
         "embed": ((cfg.vocab, cfg.hidden), ("model.embed_tokens.weight",))}
     for i in range(cfg.layers):
@@ -163,6 +164,9 @@ class Model:
             view = self.w[name] = self.arena.array(name, shape, st)
             if tensors is None:
                 _random_fill(view, rng, cfg.dtype)
+                continue
+            if name.endswith("gate_up"):
+                view.set(ops.stack_gate_up(*(np.asarray(tensors[src], st) for src in sources)))
                 continue
             row = 0
             for src in sources:
@@ -339,8 +343,7 @@ class Model:
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
         ops.rmsnorm(a["r"], w[p + "post_attention_layernorm"], a["h"], rows=n,
                     eps=cfg.rms_eps, **kw)
-        ops.linear(a["h"], w[p + "gate_up"], a["gu"], **lin)
-        ops.silu_mul(a["gu"], a["act"], rows=n, **kw)
+        ops.gate_up_silu(a["h"], w[p + "gate_up"], a["gu"], a["act"], **lin)
         ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
 
     def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict) -> None:

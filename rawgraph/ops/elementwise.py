@@ -1,8 +1,10 @@
-"""Elementwise ops: residual add and SiLU(gate) * up."""
+"""Elementwise ops: residual add and SiLU(gate) * up (on the interleaved gate_up layout)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
@@ -20,6 +22,20 @@ SILU_MUL = {
                        "const __nv_bfloat16* gate_up, __nv_bfloat16* out, int rows, int inter"),
 }
 ADD_BLOCK, SILU_BLOCK = 256, 128
+GATE_UP_GROUP = 8  # gate_up rows (and its output's columns): 8 gate, then their 8 up, ...
+
+
+def stack_gate_up(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """The fused gate_up weight (2 * inter, hidden) from gate_proj and up_proj (inter,
+    hidden) each: groups of GATE_UP_GROUP gate rows, each followed by the matching up rows,
+    so one GEMV block's 16 rows hold both halves of 8 outputs (gemv.cu _silu)."""
+    if gate.shape != up.shape or gate.ndim != 2 or gate.shape[0] % GATE_UP_GROUP:
+        raise ValueError(f"gate {gate.shape} and up {up.shape} must be equal (inter, hidden) "
+                         f"with inter a multiple of {GATE_UP_GROUP}")
+    inter, hidden = gate.shape
+    g = gate.reshape(inter // GATE_UP_GROUP, 1, GATE_UP_GROUP, hidden)
+    u = up.reshape(inter // GATE_UP_GROUP, 1, GATE_UP_GROUP, hidden)
+    return np.concatenate([g, u], axis=1).reshape(2 * inter, hidden)
 
 
 def add(a: Any, b: Any, out: Any, n: Any = None, *, stream: Any = None,
@@ -34,7 +50,8 @@ def add(a: Any, b: Any, out: Any, n: Any = None, *, stream: Any = None,
 
 def silu_mul(gate_up: Any, out: Any, rows: Any = None, *, stream: Any = None,
              symbols: Symbols | None = None) -> None:
-    """out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:] for r < rows (may be symbolic)."""
+    """out[r] = silu(gate[r]) * up[r] for r < rows (may be symbolic), gate_up (rows, 2 * inter)
+    in the interleaved layout of `stack_gate_up`'s weight."""
     if getattr(gate_up, "ndim", 0) != 2 or gate_up.shape[1] % 2:
         raise ValueError(f"gate_up must be (rows, 2 * inter), got {getattr(gate_up, 'shape', '?')}")
     cap, inter = gate_up.shape[0], gate_up.shape[1] // 2

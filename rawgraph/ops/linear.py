@@ -17,6 +17,7 @@ from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
+from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
 from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
@@ -26,6 +27,11 @@ VARIANTS = {8: ((1, 8), (1, 4), (2, 2)), 16: ((1, 4), (4, 4))}
 GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else "") + f"_u{u}",
                               _SIG.format(t=t))
         for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
+# the same GEMVs with SiLU(gate) * up in the epilogue (the interleaved gate_up weight)
+GEMV_SILU = {key: Kernel("gemv", k.name + "_silu",
+                         "const {t}* x, const {t}* w, {t}* y, int m, int n, int k".format(
+                             t=KERNEL_TYPES[key[0]][1]))
+             for key, k in GEMV.items()}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
@@ -110,6 +116,36 @@ def gemm_launch(dt: str, tile: tuple[int, int], wgmma: bool) -> tuple[Kernel, in
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
+def _operands(x: Any, w: Any, m: Any, m_max: int | None,
+              symbols: Symbols | None) -> tuple[str, int, int, int, Any, int]:
+    """Checks shared by the linear ops: (dtype, rows, n, k, m, the rows kernels are chosen
+    for)."""
+    if getattr(x, "ndim", 0) != 2 or getattr(w, "ndim", 0) != 2:
+        raise ValueError(f"x must be (rows, k) and w (n, k); got {getattr(x, 'shape', '?')} and "
+                         f"{getattr(w, 'shape', '?')}")
+    (cap, k), (n, kw) = x.shape, w.shape
+    if kw != k:
+        raise ValueError(f"x has k = {k} columns but w is {w.shape} (w must be [out, in])")
+    shapes.multiple(k, 8, "k")
+    dt = shapes.tensor(x, "x")
+    shapes.tensor(w, "w", dtype=dt)
+    m = shapes.count(m, cap, "m", symbols)
+    top = shapes.top(m, "m", symbols)
+    if m_max is not None:
+        if not top <= m_max <= cap:
+            raise ValueError(f"m_max = {m_max} must lie in [{top}, {cap}] (m's bound, rows)")
+        top = m_max
+    return dt, cap, n, k, m, top
+
+
+def path(rows: int, n: int) -> str:
+    """The kernel family for up to `rows` rows of x through an n-row weight: 'gemv',
+    'skinny' or 'gemm'."""
+    if rows > SKINNY_ROWS:
+        return "gemm"
+    return "skinny" if takes_skinny(rows, n) else "gemv"
+
+
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
            m_max: int | None = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
@@ -120,40 +156,51 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     kernel: it changes m and, for the GEMM, grid.y. `m_max` makes the choice for a larger
     bound than m's own (an eager run that must launch what a graph for m_max rows would).
     """
-    if getattr(x, "ndim", 0) != 2 or getattr(w, "ndim", 0) != 2:
-        raise ValueError(f"x must be (rows, k) and w (n, k); got {getattr(x, 'shape', '?')} and "
-                         f"{getattr(w, 'shape', '?')}")
-    (cap, k), (n, kw) = x.shape, w.shape
-    if kw != k:
-        raise ValueError(f"x has k = {k} columns but w is {w.shape} (w must be [out, in])")
-    shapes.multiple(k, 8, "k")
-    dt = shapes.tensor(x, "x")
-    shapes.tensor(w, "w", dtype=dt)
+    dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
     shapes.tensor(y, "y", (cap, n), dt, align=2)
     if residual is not None:
         shapes.tensor(residual, "residual", (cap, n), dt, align=2)
     if shapes.overlap(x, y):
         raise ValueError("y must not overlap x (other blocks still read x while y is written)")
-    m = shapes.count(m, cap, "m", symbols)
-    top = shapes.top(m, "m", symbols)
-    if m_max is not None:
-        if not top <= m_max <= cap:
-            raise ValueError(f"m_max = {m_max} must lie in [{top}, {cap}] (m's bound, rows)")
-        top = m_max
-    if top > SKINNY_ROWS:
+    kind = path(top, n)
+    if kind == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         bm, bn = gemm_tile(top, n)
         kernel, threads, smem = gemm_launch(dt, (bm, bn), hopper())
         kernel.launch((-(-n // bn), cdiv(m, bm)), threads, (x, w, residual, y, m, n, k), stream,
                       smem=smem, symbols=symbols)
-        return
-    if takes_skinny(top, n):
+    elif kind == "skinny":
         c = skinny_cluster(n, k)
         SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
                              smem=SKINNY_SMEM, symbols=symbols)
+    else:
+        tile = next(t for t in M_TILES if t >= top)
+        c, u = gemv_variant(n, k, tile)
+        GEMV[dt, tile, c, u].launch(-(-n // GEMV_ROWS) * c, 256,
+                                    (x, w, residual, y, m, n, k), stream, symbols=symbols)
+
+
+def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
+                 stream: Any = None, symbols: Symbols | None = None) -> None:
+    """out[:m] = silu(x W_gate^T) * (x W_up^T) for the MLP's fused gate_up weight w
+    (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
+
+    Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue: one kernel, and
+    `gu` is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and
+    silu_mul follows. Either way the same bits (both round the projection to the storage
+    type first). `m`, `m_max` as for `linear`.
+    """
+    dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
+    shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")
+    shapes.tensor(gu, "gu", (cap, n), dt)
+    shapes.tensor(out, "out", (cap, n // 2), dt)
+    if shapes.overlap(x, out):
+        raise ValueError("out must not overlap x (other blocks still read x while it is written)")
+    if path(top, n) != "gemv":
+        linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
+        silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
         return
     tile = next(t for t in M_TILES if t >= top)
     c, u = gemv_variant(n, k, tile)
-    GEMV[dt, tile, c, u].launch(-(-n // GEMV_ROWS) * c, 256,
-                                (x, w, residual, y, m, n, k), stream, symbols=symbols)
-
+    GEMV_SILU[dt, tile, c, u].launch(-(-n // GEMV_ROWS) * c, 256, (x, w, out, m, n, k), stream,
+                                     symbols=symbols)

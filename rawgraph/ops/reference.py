@@ -14,9 +14,11 @@ def add(a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def silu_mul(gate_up: np.ndarray, dtype: str) -> np.ndarray:
-    """T(T(silu(gate)) * up) for gate_up (rows, 2 * inter)."""
-    inter = gate_up.shape[1] // 2
-    g, u = gate_up[:, :inter].astype(np.float64), gate_up[:, inter:].astype(np.float64)
+    """T(T(silu(gate)) * up) for gate_up (rows, 2 * inter) in the interleaved layout (groups
+    of 8 gate columns, each followed by its 8 up columns)."""
+    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    pairs = gate_up.reshape(rows, inter // 8, 2, 8).astype(np.float64)
+    g, u = pairs[:, :, 0].reshape(rows, inter), pairs[:, :, 1].reshape(rows, inter)
     s = round_to((g / (1.0 + np.exp(-g))).astype(np.float32), dtype)
     return round_to(s * u.astype(np.float32), dtype)
 
