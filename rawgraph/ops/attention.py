@@ -77,10 +77,10 @@ def decode_splits(units: int, resident: int) -> int:
     The kernel is bound by each SM's throughput, not by one block's loads, so what counts is
     that every SM stays busy to the end: the count whose blocks fill whole waves best, within
     SPLIT_WAVES waves, and the fewest splits among near-equals (each split pays a start,
-    query tile and ring fill, and a partial result to combine). Measured on the H200
-    (LLaMA-1B / 8B heads, % of copy bandwidth, fixed split lengths vs this rule's): B=8
-    ctx 16384 52 / 54 at 128 tokens vs 77 / 87 at 1536 / 4096; the best fixed length per
-    shape was the one whose blocks filled whole waves (`bench kernels --only attention`).
+    query tile and ring fill, and a partial result to combine). A sweep of fixed split
+    lengths on the H200 found the best one per shape to be the one whose blocks filled whole
+    waves; with this rule (LLaMA-1B / 8B heads, % of copy bandwidth, fixed 128 / 512-token
+    splits before): B=8 ctx 16384 55 / 57 -> 90 / 86, B=32 ctx 4096 72 / 77 -> 86 / 83.
     """
     if units < 1 or resident < 1:
         raise ValueError(f"units = {units}, resident = {resident}: both must be positive")

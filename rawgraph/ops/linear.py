@@ -4,8 +4,9 @@ Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: 
 to 16 rows (8 for wide weights), the skinny GEMM (both operands staged in shared memory) up
 to 64; larger ones (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere),
 tiled BM x BN with the tile chosen so the grid fills the GPU.
-Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one) and the
-residual add in the epilogue.
+Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one), the
+residual add in the epilogue, and for the MLP's gate+up SiLU(gate) * up in the GEMV's
+epilogue (`gate_up_silu`).
 """
 
 from __future__ import annotations
