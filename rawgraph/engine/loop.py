@@ -6,9 +6,8 @@ sets the loop condition. Generating N tokens costs one host launch.
 Inside the loop the host cannot patch anything, so the body's decode attention is captured
 for the longest context the model allows: each row's split length follows from its own
 length, splits past its last find no tokens and leave weight zero in the combine, so tokens
-are bit-identical to the host-driven loop. The
-cache blocks the loop may need are reserved before the launch and the unused tail is given
-back after it.
+are bit-identical to the host-driven loop. The cache blocks the loop may need are reserved
+before the launch and the unused tail is given back after it.
 """
 
 from __future__ import annotations

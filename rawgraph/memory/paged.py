@@ -37,11 +37,10 @@ class PagedKVCache:
         new = (lambda name, s, d: arena.array(name, s, d)) if arena else (
             lambda name, s, d: cupy.empty(s, d))
         self.k, self.v = new("kv.k", shape, st), new("kv.v", shape, st)
-        # lengths first: a step's copy is the lengths and the table rows up to the last one
-        # that changed
+        # lengths and tables: one pinned mirror, one copy per step; lengths first, so that the
+        # copy is the lengths and the table rows up to the last one that changed
         fields = {"lens": (np.int32, max_seqs),
                   "tables": (np.int32, max_seqs * max_blocks_per_seq)}
-        # tables and lengths: one pinned mirror, one copy per step
         self._meta = Staging(fields, new("kv.tables", (Staging.size(fields),), np.uint8))
         # device views the kernels take: (max_seqs, max_blocks) tables and (max_seqs,) lengths
         self.block_tables = self._meta.dev["tables"].reshape(max_seqs, max_blocks_per_seq)
@@ -78,6 +77,5 @@ class PagedKVCache:
         t.changed.clear()
         mirror = h["tables"].reshape(t.table.shape)
         mirror[rows] = t.table[rows]  # the pinned mirror's other rows already match
-        end = self._meta.offset("tables") + (int(rows.max()) + 1 if len(rows) else 0) * \
-            t.table.shape[1] * 4
-        self._meta.push(s, end)
+        upto = int(rows.max()) + 1 if len(rows) else 0  # table rows this copy carries
+        self._meta.push(s, self._meta.offset("tables") + upto * t.table[0].nbytes)

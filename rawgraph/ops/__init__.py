@@ -1,4 +1,5 @@
-"""Operations: input checks at the boundary, then one kernel launch each."""
+"""Operations: input checks at the boundary, then one kernel launch each (gate_up_silu: two
+when it cannot take the GEMV)."""
 
 from rawgraph.ops.attention import decode_attention, prefill_attention, workspace_floats
 from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
