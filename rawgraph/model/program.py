@@ -360,8 +360,8 @@ class Model:
         """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
         sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
         row's context (int, or a symbol when captured). `pdl`: programmatic dependent
-        launches (each GEMV fetches its first weights while the previous kernel ends); the
-        results are the same bits either way."""
+        launches (each GEMV fetches its first weights while the previous kernel ends), for
+        every kernel but attention's; the results are the same bits either way."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
         with programmatic(pdl):
@@ -377,9 +377,14 @@ class Model:
             kc, vc = self.kv.layer(i)
             ops.rope_append(q3, a["k"], a["v"], kc, vc, self.kv.block_tables, m["slots"],
                             m["pos"], self.freqs, **kw)
-            ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
-                                 m["slots"], a["attn"].reshape(q3.shape), self.workspace,
-                                 max_len, splits=self.splits[batch - 1], **kw)
+            # Attention launches as an ordinary kernel, ending the programmatic chain once a
+            # layer: an unbroken chain of PDL launches ran the small-batch step up to 26%
+            # slower (benchmarks/NOTES.md, session 7); breaking it at any one kernel from
+            # attention to gate_up recovered that, here costs least.
+            with programmatic(False):
+                ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
+                                     m["slots"], a["attn"].reshape(q3.shape), self.workspace,
+                                     max_len, splits=self.splits[batch - 1], **kw)
 
         ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
         for i in range(cfg.layers):
