@@ -45,6 +45,18 @@ template <typename T> __device__ __forceinline__ float round_to(float x) {
   return to_float(from_float<T>(x));
 }
 
+// RoPE: the angle of pair i at position pos (the product rounded to fp32, as Hugging Face
+// computes it), and the rotation of the pair (a, b), rounded to T. Each rounding is pinned
+// (no contraction left to the compiler), so every kernel that rotates gives the same bits.
+__device__ __forceinline__ void rope_angle(int pos, float inv_freq, float& s, float& c) {
+  sincosf(__fmul_rn(static_cast<float>(pos), inv_freq), &s, &c);
+}
+template <typename T>
+__device__ __forceinline__ void rotate(float a, float b, float c, float s, T& x, T& y) {
+  x = from_float<T>(__fmaf_rn(a, c, -__fmul_rn(b, s)));
+  y = from_float<T>(__fmaf_rn(b, c, __fmul_rn(a, s)));
+}
+
 template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };

@@ -35,6 +35,18 @@
 //   GATE_UP_GROUP), so a block's W rows g and g + 8 are the gate and up of one output and
 //   the lane holding both sums finishes it: y (m, n / 2) = T(T(silu(T(gate))) * T(up)), the
 //   bits silu_mul.cu gives from the stored projection. n % 16 == 0.
+//
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU_rope(const T* x, const T* w, T* y, int m,
+//       int n, int k, T* k_cache, T* v_cache, const int* block_tables, const int* seq_slots,
+//       const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+//       int block_size, int max_blocks)
+//   The attention's QKV projection (w: q, k then v rows) with rope_append.cu in the epilogue:
+//   q rotated in y, k rotated into the cache (y keeps it unrotated), v copied to the cache,
+//   the same bits as the GEMV then rope_append (both rotate the T-rounded projection with
+//   common.cuh's rotate). The blocks of q and k rows take RoPE's pairs: 8 rows i of one head
+//   and their partners i + D/2, so lane group g holds both sums of its pair. x row c is token
+//   c: its slot and position pick the cache row as kv_append.cu does (slot < 0 or an
+//   unmapped block: nothing cached). head_dim % 16 == 0.
 #include "cluster.cuh"
 #include "common.cuh"
 
@@ -71,20 +83,99 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
   return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
+// The rope epilogue's arguments (see the header)
+template <typename T> struct Rope {
+  T* k_cache;
+  T* v_cache;
+  const int* block_tables;
+  const int* seq_slots;
+  const int* positions;
+  const float* inv_freq;
+  int q_size, kv_size, head_dim, block_size, max_blocks;
+};
+
+enum class Epi { kPlain, kSilu, kRope };
+
+// Token c's cache row (as kv_append.cu finds it; -1: none) and position, into shared memory.
+template <typename T>
+__device__ void rope_meta(const Rope<T>& r, int c, int m, long long* cache_row, int* pos) {
+  long long dst = -1;
+  int p = 0;
+  if (c < m) {
+    const int seq = r.seq_slots[c];
+    p = r.positions[c];
+    if (seq >= 0 && p >= 0 && p < r.block_size * r.max_blocks) {
+      const int block = r.block_tables[static_cast<long long>(seq) * r.max_blocks +
+                                       p / r.block_size];
+      if (block >= 0) dst = (static_cast<long long>(block) * r.block_size + p % r.block_size) *
+                            r.kv_size;
+    }
+  }
+  cache_row[c] = dst;
+  pos[c] = p;
+}
+
+// One token's projected pair (rows lo, lo + gap of y_row, values a, b) through rope_append's
+// math: a RoPE pair of q is rotated in place, of k stored as it is and rotated into the
+// cache; v rows stored and copied to the cache.
+template <typename T>
+__device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pairs, T a, T b,
+                           float inv_freq, long long cache_row, int pos) {
+  const int hi = lo + gap;
+  if (!pairs) {
+    y_row[lo] = a;
+    y_row[hi] = b;
+    if (cache_row >= 0) {
+      const int off = r.q_size + r.kv_size;
+      r.v_cache[cache_row + lo - off] = a;
+      r.v_cache[cache_row + hi - off] = b;
+    }
+    return;
+  }
+  float s, c;
+  rg::rope_angle(pos, inv_freq, s, c);
+  T ra, rb;
+  rg::rotate(rg::to_float(a), rg::to_float(b), c, s, ra, rb);
+  if (lo < r.q_size) {
+    y_row[lo] = ra;
+    y_row[hi] = rb;
+    return;
+  }
+  y_row[lo] = a;
+  y_row[hi] = b;
+  if (cache_row >= 0) {
+    r.k_cache[cache_row + lo - r.q_size] = ra;
+    r.k_cache[cache_row + hi - r.q_size] = rb;
+  }
+}
+
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); U: k chunks
-// in flight per lane (registers: 8 (NT + 2) each); SILU: the gate_up epilogue (y is
-// (m, n / 2), no residual)
-template <typename T, int NT, int CS, int U, bool SILU = false>
+// in flight per lane (registers: 8 (NT + 2) each); E: the epilogue (kSilu: gate_up's, y is
+// (m, n / 2); kRope: QKV's; both without residual)
+template <typename T, int NT, int CS, int U, Epi E = Epi::kPlain>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
-                          int n, int k) {
+                          int n, int k, Rope<T> rope = {}) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
-  const int r0 = (blockIdx.x / CS) * 16;
+  const int tile = blockIdx.x / CS;
+  // W rows of lane group g: rows g and g + 8 of the block's 16, or in a rope block (q and k
+  // rows) the pair i = 8 (tile % (D / 16)) + g, i + D / 2 of head tile / (D / 16)
+  const bool pairs = E == Epi::kRope && tile * 16 < rope.q_size + rope.kv_size;
+  const int gap = pairs ? rope.head_dim / 2 : 8;
+  auto row_of = [&](int group) {
+    if (!pairs) return tile * 16 + group;
+    const int per_head = rope.head_dim / 16;
+    return (tile / per_head) * rope.head_dim + 8 * (tile % per_head) + group;
+  };
   const int chunks = (k + 31) / 32;
-  const bool lo = r0 + g < n, hi = r0 + g + 8 < n;
-  const T* wlo = w + static_cast<long long>(lo ? r0 + g : 0) * k + 8 * t;
-  const T* whi = w + static_cast<long long>(hi ? r0 + g + 8 : 0) * k + 8 * t;
+  const bool lo = row_of(g) < n, hi = row_of(g) + gap < n;
+  const T* wlo = w + static_cast<long long>(lo ? row_of(g) : 0) * k + 8 * t;
+  const T* whi = w + static_cast<long long>(hi ? row_of(g) + gap : 0) * k + 8 * t;
+  // kRope: each token's cache row (-1: none) and position, and the block's 8 frequencies
+  __shared__ long long cache_row[8 * NT];
+  __shared__ int token_pos[8 * NT];
+  __shared__ float freq[8];
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
@@ -103,6 +194,11 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
     if (!waited) {  // the first weights are on their way; x comes from the previous kernel
       rg::pdl_wait();
       waited = true;
+      if constexpr (E == Epi::kRope) {
+        if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
+        if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
+          freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -123,7 +219,14 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       }
   }
 
-  if (!waited) rg::pdl_wait();  // a warp with no chunks still reads the residual below
+  if (!waited) {  // a warp with no chunks still reads the residual below
+    rg::pdl_wait();
+    if constexpr (E == Epi::kRope) {
+      if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
+      if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
+        freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
+    }
+  }
   // The warps' sums meet in shared memory, then (with a cluster) the blocks' through
   // distributed shared memory; fixed orders, so the result is deterministic.
   constexpr int kVals = NT * 4 * 32;  // the block's outputs: fragment slot i, lane
@@ -154,10 +257,10 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
     };
     // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
     // e = 2, 3: W row g + 8, the same x rows
-    if constexpr (!SILU) {
+    if constexpr (E == Epi::kPlain) {
       for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
         const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
-        const int row = r0 + (ln >> 2) + (e >= 2 ? 8 : 0);
+        const int row = row_of(ln >> 2) + (e >= 2 ? 8 : 0);
         const int col = 8 * j + 2 * (ln & 3) + (e & 1);
         if (row < n && col < m) {
           const long long o = static_cast<long long>(col) * n + row;
@@ -166,10 +269,20 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
           y[o] = rg::from_float<T>(v);
         }
       }
-    } else {  // W rows g and g + 8 are gate and up of output r0 / 2 + g: silu_mul.cu's math
+    } else if constexpr (E == Epi::kRope) {  // lane group g's two rows: a pair or two rows
       for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
         const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
-        const int out = r0 / 2 + (ln >> 2), half = n / 2;
+        const int r = row_of(ln >> 2), col = 8 * j + 2 * (ln & 3) + e;
+        if (r + gap >= n || col >= m) continue;
+        const T a = rg::from_float<T>(sum((4 * j + e) * 32 + ln));
+        const T b = rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln));
+        rope_store(rope, y + static_cast<long long>(col) * n, r, gap, pairs, a, b,
+                   freq[ln >> 2], cache_row[col], token_pos[col]);
+      }
+    } else {  // W rows g and g + 8 are gate and up of output tile * 8 + g: silu_mul.cu's math
+      for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
+        const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
+        const int out = tile * 8 + (ln >> 2), half = n / 2;
         const int col = 8 * j + 2 * (ln & 3) + e;
         if (out < half && col < m) {
           const float a = rg::to_float(rg::from_float<T>(sum((4 * j + e) * 32 + ln)));
@@ -227,41 +340,121 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 8, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__half, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 4, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__half, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 2, 2, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__half, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 1, 4, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__half, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 4, 4, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__half, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, true>(x, w, nullptr, y, m, n, k);
+  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__half, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__half, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__half, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__half, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__half, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
+  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
 }

@@ -26,14 +26,12 @@ __device__ void rope_impl(T* q, T* k, const int* positions,
   const int g = threadIdx.x / half, i = threadIdx.x % half;
   if (g >= groups) return;
   float s, c;  // one angle per thread, shared by all the heads it rotates
-  sincosf(static_cast<float>(positions[t]) * inv_freq[i], &s, &c);
+  rg::rope_angle(positions[t], inv_freq[i], s, c);
   for (int head = g; head < q_heads + kv_heads; head += groups) {
     T* x = head < q_heads
                ? q + static_cast<long long>(t) * q_stride + head * head_dim
                : k + static_cast<long long>(t) * k_stride + (head - q_heads) * head_dim;
-    const float a = rg::to_float(x[i]), b = rg::to_float(x[i + half]);
-    x[i] = rg::from_float<T>(a * c - b * s);
-    x[i + half] = rg::from_float<T>(b * c + a * s);
+    rg::rotate(rg::to_float(x[i]), rg::to_float(x[i + half]), c, s, x[i], x[i + half]);
   }
 }
 

@@ -44,19 +44,15 @@ __device__ void rope_append_impl(T* q, const T* k_new, const T* v_new, T* k_cach
   const int g = threadIdx.x / half, i = threadIdx.x % half;
   if (g < groups) {
     float s, c;  // one angle per thread, shared by all the heads it rotates
-    sincosf(static_cast<float>(pos) * inv_freq[i], &s, &c);
+    rg::rope_angle(pos, inv_freq[i], s, c);
     for (int head = g; head < q_heads + kv_heads; head += groups) {
       if (head < q_heads) {
         T* x = q + static_cast<long long>(t) * q_stride + head * head_dim;
-        const float a = rg::to_float(x[i]), b = rg::to_float(x[i + half]);
-        x[i] = rg::from_float<T>(a * c - b * s);
-        x[i + half] = rg::from_float<T>(b * c + a * s);
+        rg::rotate(rg::to_float(x[i]), rg::to_float(x[i + half]), c, s, x[i], x[i + half]);
       } else if (block >= 0) {
         const int off = (head - q_heads) * head_dim;
-        const float a = rg::to_float(k_new[src + off + i]);
-        const float b = rg::to_float(k_new[src + off + i + half]);
-        k_cache[dst + off + i] = rg::from_float<T>(a * c - b * s);
-        k_cache[dst + off + i + half] = rg::from_float<T>(b * c + a * s);
+        rg::rotate(rg::to_float(k_new[src + off + i]), rg::to_float(k_new[src + off + i + half]),
+                   c, s, k_cache[dst + off + i], k_cache[dst + off + i + half]);
       }
     }
   }

@@ -60,3 +60,60 @@ def test_rope_append_rejects_bad_input(rng):
         ops.rope_append(q, k, k, *args, f[:8])
     with pytest.raises(ValueError, match="k_new must be"):
         ops.rope_append(q, k[:, :64], k, *args, f)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "q_heads", "kv_heads", "d", "k"),
+                         [(1, 32, 8, 64, 2048), (6, 8, 2, 128, 512), (13, 4, 4, 16, 264),
+                          (16, 32, 8, 64, 256), (6, 3, 1, 8, 64), (24, 4, 2, 64, 128)])
+def test_qkv_rope_equals_linear_then_rope_append(stream, rng, dtype, m, q_heads, kv_heads, d,
+                                                 k):
+    # the GEMV with the append in its epilogue (up to 16 rows, head_dim % 16 == 0) gives
+    # linear + rope_append's bits: q, k, v in qkv, both caches; rows past m untouched
+    bs, row, rows = 4, kv_heads * d, m + 1
+    width = (q_heads + 2 * kv_heads) * d
+    x, _ = randn(rng, (rows, k), dtype)
+    w, _ = randn(rng, (width, k), dtype, k**-0.5)
+    qkv, qkv2 = poisoned((rows, width), dtype), poisoned((rows, width), dtype)
+    cache = [poisoned((2 * rows + 2, bs, row), dtype) for _ in range(4)]  # k, v; k2, v2
+    blocks = rng.permutation(2 * rows + 2).astype(np.int32).reshape(rows + 1, 2)
+    blocks[1, 1] = -1  # unmapped
+    tables = cupy.asarray(blocks)
+    slot = np.arange(rows, dtype=np.int32)
+    if m > 2:
+        slot[2] = -1  # a padding row
+    pos = rng.integers(0, 2 * bs, rows).astype(np.int32)
+    pos[1] = bs + 1  # row 1 (slot 1) lands in its unmapped block
+    f = cupy.asarray(ops.inv_freq(d, 500000.0, ops.Llama3Scaling()))
+    slots, positions = cupy.asarray(slot), cupy.asarray(pos)
+    cupy.cuda.Device().synchronize()
+    ops.qkv_rope(x, w, qkv, cache[0], cache[1], tables, slots, positions, f, heads=q_heads,
+                 head_dim=d, m=m, stream=stream)
+    ops.linear(x, w, qkv2, m=m, stream=stream)
+    q2, k2, v2 = ops.qkv_views(qkv2, q_heads, d)
+    ops.rope_append(q2, k2, v2, cache[2], cache[3], tables, slots, positions, f, m,
+                    stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(_bits(qkv), _bits(qkv2))
+    np.testing.assert_array_equal(_bits(cache[0]), _bits(cache[2]))
+    np.testing.assert_array_equal(_bits(cache[1]), _bits(cache[3]))
+    assert (_bits(qkv)[m:] == POISON[dtype]).all()
+    assert (_bits(cache[0]) != POISON[dtype]).any()
+
+
+def test_qkv_views_and_qkv_rope_reject_bad_input(rng):
+    qkv = cupy.zeros((4, 12 * 64), np.float16)
+    q, k, v = ops.qkv_views(qkv, 8, 64)
+    assert q.shape == (4, 8, 64) and k.shape == v.shape == (4, 128)
+    with pytest.raises(ValueError, match="q heads of 64"):
+        ops.qkv_views(qkv, 9, 64)
+    kv, _, _ = paged_cache(rng, "float16", 2, 64, {0: 3})
+    idx = cupy.zeros(4, np.int32)
+    x, w = cupy.zeros((4, 64), np.float16), cupy.zeros((12 * 64, 64), np.float16)
+    f = cupy.zeros(32, np.float32)
+    with pytest.raises(ValueError, match="k_cache"):
+        ops.qkv_rope(x, w, qkv, kv.k[0][:, :, :64], kv.v[0], kv.block_tables, idx, idx, f,
+                     heads=8, head_dim=64)
+    with pytest.raises(ValueError, match="qkv has shape"):
+        ops.qkv_rope(x, w, qkv[:, :64], kv.k[0], kv.v[0], kv.block_tables, idx, idx, f,
+                     heads=8, head_dim=64)

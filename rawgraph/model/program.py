@@ -18,7 +18,6 @@ from typing import Any
 
 import cupy
 import numpy as np
-from cupy.lib.stride_tricks import as_strided
 
 from rawgraph import ops
 from rawgraph.cuda.launch import programmatic
@@ -182,13 +181,8 @@ class Model:
         cols = {"r": cfg.hidden, "h": cfg.hidden, "qkv": cfg.q_size + 2 * cfg.kv_size,
                 "attn": cfg.q_size, "gu": 2 * cfg.intermediate, "act": cfg.intermediate}
         out = {name: cupy.zeros((rows, c), st) for name, c in cols.items()}
-        # strided views of the fused projection: q (rows, heads, D), k and v (rows, kv_size)
-        qkv, width = out["qkv"], cols["qkv"]
-        item = qkv.itemsize
-        out["q"] = as_strided(qkv, (rows, cfg.heads, cfg.head_dim),
-                              (width * item, cfg.head_dim * item, item))
-        out["k"] = qkv[:, cfg.q_size:cfg.q_size + cfg.kv_size]
-        out["v"] = qkv[:, cfg.q_size + cfg.kv_size:]
+        # views of the fused projection: q (rows, heads, D), k and v (rows, kv_size)
+        out["q"], out["k"], out["v"] = ops.qkv_views(out["qkv"], cfg.heads, cfg.head_dim)
         out["last"] = cupy.zeros((seqs, cfg.hidden), st)
         out["logits"] = cupy.zeros((seqs, cfg.vocab), st)
         out["next"] = cupy.zeros(seqs, np.int32)
@@ -332,13 +326,18 @@ class Model:
 
     # -- device side: the kernel sequences ----------------------------------------------------
 
-    def _layer(self, i: int, a: dict, n: Any, m_max: int, attend: Any, kw: dict) -> None:
-        """One decoder layer on rows [:n] of buffers `a` (residual stream in a["r"]);
-        kernels chosen for up to m_max rows."""
+    def _layer(self, i: int, a: dict, meta: dict, n: Any, m_max: int, attend: Any,
+               kw: dict) -> None:
+        """One decoder layer on rows [:n] of buffers `a` (residual stream in a["r"]; the
+        tokens' slots and positions in meta); kernels chosen for up to m_max rows.
+        `attend(i)` runs attention over the cache the projection has appended to."""
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
         lin = {"m": n, "m_max": m_max, **kw}
         ops.rmsnorm(a["r"], w[p + "input_layernorm"], a["h"], rows=n, eps=cfg.rms_eps, **kw)
-        ops.linear(a["h"], w[p + "qkv"], a["qkv"], **lin)
+        kc, vc = self.kv.layer(i)  # QKV, RoPE and the cache append (one kernel for decode)
+        ops.qkv_rope(a["h"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
+                     meta["slots"], meta["pos"], self.freqs, heads=cfg.heads,
+                     head_dim=cfg.head_dim, **lin)
         attend(i)
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
         ops.rmsnorm(a["r"], w[p + "post_attention_layernorm"], a["h"], rows=n,
@@ -375,8 +374,6 @@ class Model:
 
         def attend(i: int) -> None:
             kc, vc = self.kv.layer(i)
-            ops.rope_append(q3, a["k"], a["v"], kc, vc, self.kv.block_tables, m["slots"],
-                            m["pos"], self.freqs, **kw)
             # Attention launches as an ordinary kernel, ending the programmatic chain once a
             # layer: an unbroken chain of PDL launches ran the small-batch step up to 26%
             # slower (benchmarks/NOTES.md, session 7); breaking it at any one kernel from
@@ -388,7 +385,7 @@ class Model:
 
         ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
         for i in range(cfg.layers):
-            self._layer(i, a, batch, batch, attend, kw)
+            self._layer(i, a, m, batch, batch, attend, kw)
         self._head(a["r"], a, m, m["pos"], batch, kw)
 
     def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, stream: Any,
@@ -408,15 +405,13 @@ class Model:
 
         def attend(i: int) -> None:
             kc, vc = self.kv.layer(i)
-            ops.rope_append(q3, a["k"], a["v"], kc, vc, self.kv.block_tables, m["slots"],
-                            m["pos"], self.freqs, n, **kw)
             ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
                                   m["seqs"], a["attn"].reshape(q3.shape), max_q_len, num_seqs,
                                   rows=ops.attention.prefill_rows(chunk), **kw)
 
         ops.embedding(m["ids"], self.w["embed"], a["r"], n, **kw)
         for i in range(cfg.layers):
-            self._layer(i, a, n, chunk, attend, kw)
+            self._layer(i, a, m, n, chunk, attend, kw)
         if capture_status(stream) == "active":
             handle = condition_handle(stream)
             set_condition_any(m["final"], num_seqs, handle, stream, symbols)

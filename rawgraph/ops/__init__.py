@@ -4,13 +4,13 @@ when it cannot take the GEMV)."""
 from rawgraph.ops.attention import decode_attention, prefill_attention, workspace_floats
 from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
 from rawgraph.ops.embedding import embedding
-from rawgraph.ops.kv import kv_append, kv_gather, rope_append
-from rawgraph.ops.linear import gate_up_silu, linear
+from rawgraph.ops.kv import kv_append, kv_gather, qkv_views, rope_append
+from rawgraph.ops.linear import gate_up_silu, linear, qkv_rope
 from rawgraph.ops.norm import rmsnorm
 from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
 from rawgraph.ops.sampling import SamplingParams, argmax, sample
 
 __all__ = ["Llama3Scaling", "SamplingParams", "add", "argmax", "decode_attention", "embedding",
            "gate_up_silu", "inv_freq", "kv_append", "kv_gather", "linear", "prefill_attention",
-           "rmsnorm", "rope", "rope_append", "sample", "silu_mul", "stack_gate_up",
-           "workspace_floats"]
+           "qkv_rope", "qkv_views", "rmsnorm", "rope", "rope_append", "sample", "silu_mul",
+           "stack_gate_up", "workspace_floats"]

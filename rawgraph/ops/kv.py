@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from cupy.lib.stride_tricks import as_strided
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.dtypes import KERNEL_TYPES
@@ -83,12 +84,28 @@ def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: 
                          stream, symbols=symbols)
 
 
-def rope_append(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
-                seq_slots: Any, positions: Any, freqs: Any, n: Any = None, *,
-                stream: Any = None, symbols: Symbols | None = None) -> None:
-    """RoPE and the cache append of rows [0, n) in one kernel: q (tokens, q_heads, D) is
-    rotated in place, k_new (tokens, kv_heads * D) rotated into k_cache (k_new itself is not
-    changed), v_new copied into v_cache. Same results as `rope` then `kv_append`."""
+def qkv_views(qkv: Any, heads: int, head_dim: int) -> tuple[Any, Any, Any]:
+    """The attention's stacked projection (rows, (heads + 2 kv_heads) * head_dim) as views:
+    q (rows, heads, head_dim), k and v (rows, kv_heads * head_dim)."""
+    if getattr(qkv, "ndim", 0) != 2:
+        raise ValueError(f"qkv must be (rows, columns), got {getattr(qkv, 'shape', '?')}")
+    rows, width = qkv.shape
+    q_size = heads * head_dim
+    kv_size = (width - q_size) // 2
+    if heads < 1 or head_dim < 1 or kv_size < head_dim or width != q_size + 2 * kv_size \
+            or kv_size % head_dim:
+        raise ValueError(f"qkv has {width} columns: not {heads} q heads of {head_dim} and "
+                         f"two equal k, v parts of whole heads")
+    item = qkv.itemsize
+    q = as_strided(qkv, (rows, heads, head_dim), (qkv.strides[0], head_dim * item, item))
+    return q, qkv[:, q_size:q_size + kv_size], qkv[:, q_size + kv_size:]
+
+
+def rope_append_args(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any,
+                     block_tables: Any, seq_slots: Any, positions: Any, freqs: Any
+                     ) -> tuple[str, int, tuple[int, ...]]:
+    """`rope_append`'s checks; (dtype, rows, (q_heads, kv_heads, head_dim, q_stride,
+    kv_stride, block_size, max_blocks))."""
     block_size, row, dt, cap, stride = _new_rows(k_new, v_new, k_cache, v_cache, block_tables,
                                                  seq_slots, positions)
     if getattr(q, "ndim", 0) != 3 or q.shape[0] != cap or row % q.shape[2]:
@@ -99,10 +116,20 @@ def rope_append(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, bloc
         raise ValueError(f"head_dim must be a multiple of 8, at most 512; got {d}")
     _, q_stride = shapes.rows(q, "q", (q_heads, d), dt)
     check_freqs(freqs, d)
+    return dt, cap, (q_heads, row // d, d, q_stride, stride, block_size, block_tables.shape[1])
+
+
+def rope_append(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
+                seq_slots: Any, positions: Any, freqs: Any, n: Any = None, *,
+                stream: Any = None, symbols: Symbols | None = None) -> None:
+    """RoPE and the cache append of rows [0, n) in one kernel: q (tokens, q_heads, D) is
+    rotated in place, k_new (tokens, kv_heads * D) rotated into k_cache (k_new itself is not
+    changed), v_new copied into v_cache. Same results as `rope` then `kv_append`."""
+    dt, cap, sizes = rope_append_args(q, k_new, v_new, k_cache, v_cache, block_tables,
+                                      seq_slots, positions, freqs)
     n = shapes.count(n, cap, "n", symbols)
     ROPE_APPEND[dt].launch(n, ROPE_BLOCK, (q, k_new, v_new, k_cache, v_cache, block_tables,
-                                           seq_slots, positions, freqs, n, q_heads, row // d, d,
-                                           q_stride, stride, block_size, block_tables.shape[1]),
+                                           seq_slots, positions, freqs, n, *sizes),
                            stream, symbols=symbols)
 
 

@@ -5,8 +5,8 @@ to 16 rows (8 for wide weights), the skinny GEMM (both operands staged in shared
 to 64; larger ones (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere),
 tiled BM x BN with the tile chosen so the grid fills the GPU.
 Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one), the
-residual add in the epilogue, and for the MLP's gate+up SiLU(gate) * up in the GEMV's
-epilogue (`gate_up_silu`).
+residual add in the epilogue, and in the GEMV's epilogue the MLP's SiLU(gate) * up
+(`gate_up_silu`) and the attention's RoPE + cache append (`qkv_rope`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
+from rawgraph.ops.kv import qkv_views, rope_append, rope_append_args
 from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
@@ -32,6 +33,13 @@ GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else
 GEMV_SILU = {key: Kernel("gemv", k.name + "_silu",
                          "const {t}* x, const {t}* w, {t}* y, int m, int n, int k".format(
                              t=KERNEL_TYPES[key[0]][1]))
+             for key, k in GEMV.items()}
+# ... and the QKV projection's with RoPE and the cache append in the epilogue
+_SIG_ROPE = ("const {t}* x, const {t}* w, {t}* y, int m, int n, int k, {t}* k_cache, "
+             "{t}* v_cache, const int* block_tables, const int* seq_slots, "
+             "const int* positions, const float* inv_freq, int q_size, int kv_size, "
+             "int head_dim, int block_size, int max_blocks")
+GEMV_ROPE = {key: Kernel("gemv", k.name + "_rope", _SIG_ROPE.format(t=KERNEL_TYPES[key[0]][1]))
              for key, k in GEMV.items()}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for c in (1, 2, 4)}
@@ -175,10 +183,46 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
                              smem=SKINNY_SMEM, symbols=symbols)
     else:
-        tile = next(t for t in M_TILES if t >= top)
-        c, u = gemv_variant(n, k, tile)
-        GEMV[dt, tile, c, u].launch(-(-n // GEMV_ROWS) * c, 256,
-                                    (x, w, residual, y, m, n, k), stream, symbols=symbols)
+        key, grid = _gemv(dt, top, n, k)
+        GEMV[key].launch(grid, 256, (x, w, residual, y, m, n, k), stream, symbols=symbols)
+
+
+def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple[str, int, int, int], int]:
+    """(GEMV key (dtype, x tile, cluster, chunks in flight), grid) for up to `top` rows."""
+    tile = next(t for t in M_TILES if t >= top)
+    c, u = gemv_variant(n, k, tile)
+    return (dt, tile, c, u), -(-n // GEMV_ROWS) * c
+
+
+def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables: Any,
+             seq_slots: Any, positions: Any, freqs: Any, *, heads: int, head_dim: int,
+             m: Any = None, m_max: int | None = None, stream: Any = None,
+             symbols: Symbols | None = None) -> None:
+    """The attention's input projection with RoPE and the cache append of its m tokens:
+    qkv[:m] = x[:m] @ w.T for the stacked q, k, v weight w ((heads + 2 kv_heads) * head_dim,
+    k), then `rope_append` on qkv's q, k, v (`qkv_views`): q rotated in place, k rotated
+    into k_cache (qkv keeps it as projected), v copied into v_cache.
+
+    On the GEMV path (decode-sized m) one kernel does all of it, the append in its epilogue,
+    with the same bits as the two kernels the other paths run. `m`, `m_max` as for
+    `linear`; seq_slots, positions (tokens,) as for `rope_append`.
+    """
+    dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
+    shapes.tensor(qkv, "qkv", (cap, n), dt, align=2)
+    q, kn, vn = qkv_views(qkv, heads, head_dim)
+    _, _, (_, _, d, _, _, block_size, max_blocks) = rope_append_args(
+        q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs)
+    if shapes.overlap(x, qkv):
+        raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
+    if path(top, n) != "gemv" or d % GEMV_ROWS:
+        linear(x, w, qkv, m=m, m_max=m_max, stream=stream, symbols=symbols)
+        rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs, m,
+                    stream=stream, symbols=symbols)
+        return
+    key, grid = _gemv(dt, top, n, k)
+    GEMV_ROPE[key].launch(grid, 256, (x, w, qkv, m, n, k, k_cache, v_cache, block_tables,
+                                      seq_slots, positions, freqs, heads * d, kn.shape[1], d,
+                                      block_size, max_blocks), stream, symbols=symbols)
 
 
 def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
@@ -201,7 +245,5 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
         linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
         silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
         return
-    tile = next(t for t in M_TILES if t >= top)
-    c, u = gemv_variant(n, k, tile)
-    GEMV_SILU[dt, tile, c, u].launch(-(-n // GEMV_ROWS) * c, 256, (x, w, out, m, n, k), stream,
-                                     symbols=symbols)
+    key, grid = _gemv(dt, top, n, k)
+    GEMV_SILU[key].launch(grid, 256, (x, w, out, m, n, k), stream, symbols=symbols)
