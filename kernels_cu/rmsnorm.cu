@@ -15,39 +15,62 @@
 //   Patchable: rows and grid.x together (grid.x == rows); rows <= the buffers' row count.
 #include "common.cuh"
 
+// Up to 8 * blockDim * kKeep elements of a row (8192 at 256 threads) stay in registers
+// between the two passes; longer rows stream the rest twice.
+constexpr int kKeep = 4;
+
 template <typename T>
 __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict__ w,
                              T* out, T* residual_out, int rows, int dim, float eps) {
-  rg::pdl_start();
   // residual and residual_out may be the same buffer (in-place residual stream); each
   // element is read and then written by the same thread.
-  const int row = blockIdx.x;
+  const int row = blockIdx.x, step = 8 * blockDim.x, j0 = 8 * threadIdx.x;
+  rg::pdl_trigger();
+  rg::Vec<T, 8> g[kKeep];  // the weights are no earlier kernel's output: fetched before
+#pragma unroll              // the wait
+  for (int i = 0; i < kKeep; ++i)
+    if (j0 + i * step < dim) g[i] = rg::load<T, 8>(w + j0 + i * step);
+  rg::pdl_wait();
   if (row >= rows) return;
   const long long base = static_cast<long long>(row) * dim;
-  const T* src = x + base;
-  float ss = 0.f;
-  for (int j = 8 * threadIdx.x; j < dim; j += 8 * blockDim.x) {
-    rg::Vec<T, 8> h = rg::load<T, 8>(src + j);
+  auto load_h = [&](int j) {  // x (+ residual, stored to residual_out)
+    rg::Vec<T, 8> h = rg::load<T, 8>(x + base + j);
     if (residual != nullptr) {
       const rg::Vec<T, 8> r = rg::load<T, 8>(residual + base + j);
 #pragma unroll
       for (int k = 0; k < 8; ++k) h.v[k] = rg::from_float<T>(rg::to_float(h.v[k]) + rg::to_float(r.v[k]));
       rg::store<T, 8>(residual_out + base + j, h);
     }
+    return h;
+  };
+  auto add_squares = [](const rg::Vec<T, 8>& h, float& ss) {
 #pragma unroll
     for (int k = 0; k < 8; ++k) ss += rg::to_float(h.v[k]) * rg::to_float(h.v[k]);
-  }
-  const float inv = rsqrtf(rg::block_sum(ss) / dim + eps);
-  // The second pass reads h back: from residual_out (this thread wrote it) or from x.
-  const T* hsrc = residual != nullptr ? residual_out + base : src;
-  for (int j = 8 * threadIdx.x; j < dim; j += 8 * blockDim.x) {
-    const rg::Vec<T, 8> h = rg::load<T, 8>(hsrc + j), g = rg::load<T, 8>(w + j);
+  };
+  auto store_out = [&](int j, const rg::Vec<T, 8>& h, const rg::Vec<T, 8>& gw, float inv) {
     rg::Vec<T, 8> y;
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      y.v[k] = rg::from_float<T>(rg::to_float(g.v[k]) * rg::round_to<T>(rg::to_float(h.v[k]) * inv));
+      y.v[k] = rg::from_float<T>(rg::to_float(gw.v[k]) * rg::round_to<T>(rg::to_float(h.v[k]) * inv));
     rg::store<T, 8>(out + base + j, y);
-  }
+  };
+  float ss = 0.f;
+  rg::Vec<T, 8> keep[kKeep];
+#pragma unroll
+  for (int i = 0; i < kKeep; ++i)
+    if (j0 + i * step < dim) {
+      keep[i] = load_h(j0 + i * step);
+      add_squares(keep[i], ss);
+    }
+  for (int j = j0 + kKeep * step; j < dim; j += step) add_squares(load_h(j), ss);
+  const float inv = rsqrtf(rg::block_sum(ss) / dim + eps);
+#pragma unroll
+  for (int i = 0; i < kKeep; ++i)
+    if (j0 + i * step < dim) store_out(j0 + i * step, keep[i], g[i], inv);
+  // the streamed rest: h again from residual_out (this thread wrote it) or from x
+  const T* hsrc = (residual != nullptr ? residual_out : x) + base;
+  for (int j = j0 + kKeep * step; j < dim; j += step)
+    store_out(j, rg::load<T, 8>(hsrc + j), rg::load<T, 8>(w + j), inv);
 }
 
 extern "C" __global__ void rmsnorm_f16(const __half* x, const __half* residual, const __half* w,
