@@ -67,9 +67,6 @@ template <typename V, typename Op> __device__ V block_reduce(V v, V* slots, Op o
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
-struct MinOp {
-  __device__ int operator()(int a, int b) const { return min(a, b); }
-};
 
 // exclusive prefix sum over the block; every thread also gets the total
 __device__ u64 block_scan(u64 v, u64& total, Shared& sh) {
@@ -101,7 +98,7 @@ template <typename T> struct Row {
   float m, scale2;  // max logit; log2(e) / temperature
   // tokens i0 .. i0 + 7 (one 16-byte load when the row allows it); past the end: NaN
   __device__ void load8(int i0, float (&v)[8]) const {
-    if (vocab % 8 == 0 && i0 + 8 <= vocab) {
+    if (i0 + 8 <= vocab && (reinterpret_cast<unsigned long long>(x + i0) & 15) == 0) {
       const rg::Vec<T, 8> p = rg::load<T, 8>(x + i0);
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = rg::to_float(p.v[e]);
@@ -116,6 +113,60 @@ template <typename T> struct Row {
     return static_cast<u64>(exp2f((v - m) * scale2) * 4294967296.0f);
   }
 };
+
+// (v, j) <- (v2, j2) when v2 is larger, or equal at a smaller index
+__device__ __forceinline__ void better(float& v, int& j, float v2, int j2) {
+  if (v2 > v || (v2 == v && j2 < j)) {
+    v = v2;
+    j = j2;
+  }
+}
+
+// Greedy: the smallest index of the row's largest logit (NaNs skipped; vocab when every
+// logit is NaN), in one pass of 16-byte loads; thread 0 gets it.
+template <typename T> __device__ int row_argmax(const Row<T>& row, Shared& sh) {
+  float v = rg::neg_inf();
+  int j = 0x7fffffff;
+  constexpr int kAhead = 4;  // chunks in flight per thread: the row is a latency chain
+  for (int c0 = threadIdx.x; c0 < row.chunks(); c0 += kAhead * kThreads) {
+    float x[kAhead][8];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) row.load8(8 * (c0 + u * kThreads), x[u]);
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      float cm = rg::neg_inf();
+#pragma unroll
+      for (int e = 0; e < 8; ++e) cm = fmaxf(cm, x[u][e]);  // fmaxf skips NaN
+      // a thread's chunks come in index order: only a larger value (or the first) moves j
+      if (cm > v || (j == 0x7fffffff && cm == v)) {
+#pragma unroll
+        for (int e = 7; e >= 0; --e)
+          if (x[u][e] == cm) {
+            v = cm;
+            j = 8 * (c0 + u * kThreads) + e;
+          }
+      }
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    better(v, j, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, j, o));
+  __syncthreads();  // the slots may still be read by an earlier reduction
+  if (lane == 0) {
+    sh.fval[warp] = v;
+    sh.ival[warp] = j;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    v = sh.fval[lane];
+    j = sh.ival[lane];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      better(v, j, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, j, o));
+  }
+  return j < row.vocab ? j : row.vocab;
+}
 
 // The largest key threshold t such that the weight of keys >= t (among keys >= floor)
 // reaches `need`. Four passes of 8 bits, most significant first.
@@ -207,25 +258,19 @@ __device__ void sample_impl(const T* logits, const float* temperature,
   if (r >= rows) return;
   Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
   const int tid = threadIdx.x, chunks = row.chunks();
-  float m = rg::neg_inf();
-  for (int j = tid; j < chunks; j += kThreads) {
-    float v[8];
-    row.load8(8 * j, v);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
-  }
-  m = block_reduce(m, sh.fval, MaxOp());
   const float temp = temperature[r];
-  if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
-    int best = vocab;
-    for (int j = tid; j < chunks && best == vocab; j += kThreads) {
+  float m = rg::neg_inf();
+  if (temp > 1e-6f) {
+    for (int j = tid; j < chunks; j += kThreads) {
       float v[8];
       row.load8(8 * j, v);
 #pragma unroll
-      for (int e = 7; e >= 0; --e)
-        if (v[e] == m) best = 8 * j + e;
+      for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
     }
-    best = block_reduce(best, sh.ival, MinOp());
+    m = block_reduce(m, sh.fval, MaxOp());
+  }
+  if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
+    const int best = row_argmax(row, sh);
     if (tid == 0) out[r] = best < vocab ? best : 0;
     return;
   }

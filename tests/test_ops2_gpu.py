@@ -45,6 +45,8 @@ def test_argmax(stream, rng, dtype):
     logits, lh = randn(rng, (5, 128256), dtype, 3.0)
     lh = lh.copy()
     lh[1, 7] = lh[1, 9] = lh[1].max() + 10   # tie: smallest index wins
+    lh[0, 17] = lh[0, 19] = lh[0].max() + 10  # ... within one 8-token piece
+    lh[3, 3 + 8192] = lh[3, 3] = lh[3].max() + 10  # ... across one thread's pieces
     lh[2, :] = np.nan
     lh[2, 1234] = 1.0
     from rawgraph.dtypes import to_storage
@@ -55,7 +57,7 @@ def test_argmax(stream, rng, dtype):
     stream.synchronize()
     got = out.get()
     np.testing.assert_array_equal(got[:4], ref.argmax(lh[:4]))
-    assert got[1] == 7 and got[2] == 1234 and got[4] == -7
+    assert got[0] == 17 and got[1] == 7 and got[2] == 1234 and got[3] == 3 and got[4] == -7
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

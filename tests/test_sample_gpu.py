@@ -36,8 +36,11 @@ def test_greedy_rows_are_argmax(stream, rng, dtype):
     x[1, 77] = x[1, 78] = 40  # a tie: the smaller index
     x[2, :] = np.nan
     x[2, 5] = 1.0
+    x[3, 9 + 8192] = x[3, 9] = 40  # a tie across one thread's 8-token pieces
+    x[4, :] = -np.inf  # all -inf: the first
+    x[4, :3] = np.nan
     got, xs = _draw(stream, x, dtype, 0.0, 0, 1.0, 0, 0)
-    assert got[1] == 77 and got[2] == 5
+    assert got[1] == 77 and got[2] == 5 and got[3] == 9 and got[4] == 3
     np.testing.assert_array_equal(got, ref.argmax(xs))
 
 

@@ -80,8 +80,12 @@ def rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, dtype: str)
 
 
 def argmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise argmax, smallest index on ties, NaNs skipped."""
-    return np.nanargmax(np.where(np.isnan(logits), -np.inf, logits), axis=1).astype(np.int32)
+    """Row-wise argmax, smallest index on ties, NaNs skipped (0 for a row of NaNs)."""
+    real = ~np.isnan(logits)
+    filled = np.where(real, logits, -np.inf)
+    # a row whose largest value is -inf (or NaN only): its first real entry (0 if none)
+    low = filled.max(axis=1) == -np.inf
+    return np.where(low, real.argmax(axis=1), filled.argmax(axis=1)).astype(np.int32)
 
 
 def decode_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray,
