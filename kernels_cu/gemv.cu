@@ -277,7 +277,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         const T a = rg::from_float<T>(sum((4 * j + e) * 32 + ln));
         const T b = rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln));
         rope_store(rope, y + static_cast<long long>(col) * n, r, gap, pairs, a, b,
-                   freq[ln >> 2], cache_row[col], token_pos[col]);
+                   pairs ? freq[ln >> 2] : 0.f, cache_row[col], token_pos[col]);
       }
     } else {  // W rows g and g + 8 are gate and up of output tile * 8 + g: silu_mul.cu's math
       for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
