@@ -162,3 +162,64 @@ def test_an_iteration_is_all_or_nothing():
     _, nxt, _ = runner.run([short], [0], [first[0]])
     assert len(nxt) == 1 and t.lens[0] == 4 and t.lens[1] == 9
     runner.close()
+
+
+def test_overlapped_steps_give_the_same_tokens():
+    # each decode step launched before the last one's tokens are read: the same tokens and
+    # finish reasons, with rows stopping early at stop ids (one step past them discarded)
+    def run(overlap, stops):
+        model = _model()
+        engine = Engine(model, overlap=overlap, progress=False)
+        reqs = _stream(seed=5)
+        for r in reqs:
+            r.stop = stops.get(r.name, frozenset())
+        engine.run(reqs)
+        assert model.kv.tables.active == set()
+        assert model.kv.tables.alloc.num_free == model.kv.tables.alloc.num_blocks
+        out = {r.name: (r.output, r.finish) for r in reqs}
+        steps = engine.stats.summary()["decode steps"]
+        engine.close()
+        model.close()
+        return out, steps
+
+    plain, _ = run(False, {})
+    stops = {name: frozenset([out[len(out) // 2]]) for name, (out, _) in plain.items()
+             if len(out) > 4}
+    assert stops
+    for s in ({}, stops):
+        want, _ = run(False, s)
+        got, steps = run(True, s)
+        assert got == want and steps > 0
+    assert any(f == "stop" for _, f in want.values())
+
+
+def test_follow_launches_need_the_last_steps_rows():
+    from rawgraph.engine.runner import Runner
+
+    model = _model()
+    model.kv.k.fill(0)
+    model.kv.v.fill(0)
+    runner = Runner(model, buckets=[1, 2, 4], chunks=[64])
+    with pytest.raises(ValueError, match="not the last decode step"):
+        runner.launch([], [0], None, follow=True)
+    with pytest.raises(ValueError, match="tokens are needed"):
+        runner.launch([], [0], None)
+
+    def fresh():  # two sequences of 3 cached tokens, in the same blocks each time
+        model.kv.tables.reset()
+        for s in (0, 1):
+            model.kv.tables.add(s)
+            model.kv.tables.append(s, 3)
+
+    fresh()
+    first = runner.launch([], [0, 1], [5, 6])
+    with pytest.raises(ValueError, match="not the last decode step"):
+        runner.launch([], [1, 0], None, follow=True)
+    nxt = runner.launch([], [0, 1], None, follow=True)  # fed `first`'s tokens on the device
+    a, b = runner.collect(first)[1], runner.collect(nxt)[1]
+    fresh()
+    a2 = runner.run([], [0, 1], [5, 6])[1]
+    b2 = runner.run([], [0, 1], a2)[1]  # fed from the host
+    assert (a, b) == (a2, b2)
+    runner.close()
+    model.close()

@@ -2,8 +2,9 @@
 
 llama-1b and llama-8b shapes (random weights), batch in {1, 8, 32, 64}, context in {1024,
 4096}, plus B=64 at 2048 (the PyTorch + CUDA graph reference point). Per case: wall time of
-a whole step (host metadata copy, patch, launch, tokens back), the GPU time of the replay,
-host overhead (prepare + patch + launch), nodes patched; the floor is (weights + KV bytes) /
+a whole step (host metadata copy, patch, launch, tokens back), the same with each step
+launched before the last one's tokens are read (the engine's overlap), the GPU time of the
+replay, host overhead (prepare + patch + launch), nodes patched; the floor is (weights + KV bytes) /
 the copy bandwidth measured in the same run. Also: capture time of every decode bucket, and
 one prefill chunk beside a decode step on one stream vs two. JSON rows + a PNG plot.
 """
@@ -109,7 +110,7 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
             runner.pool.acquire(("decode", batch))
             loop = DecodeLoop(model, batch, LOOP_STEPS, runner.decode_stream, pdl=pdl,
                               max_len=1024 + LOOP_STEPS)
-            for kind in ("host loop", "WHILE loop"):
+            for kind in ("host loop", "overlapped loop", "WHILE loop"):
                 best = []
                 for _ in range(3):
                     slots = _fill(model, batch, 1024)
@@ -118,6 +119,8 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
                     t0 = time.perf_counter()
                     if kind == "WHILE loop":
                         got = loop.run(slots, [1] * batch, [LOOP_STEPS] * batch)
+                    elif kind == "overlapped loop":
+                        got = _overlapped_tokens(runner, slots)
                     else:
                         got, last = [[] for _ in slots], [1] * batch
                         for _ in range(LOOP_STEPS):
@@ -130,10 +133,23 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
             loop.close()
             runner.close()
         row["WHILE = host tokens"] = tokens["WHILE loop"] == tokens["host loop"]
+        row["overlapped = host tokens"] = tokens["overlapped loop"] == tokens["host loop"]
         row["PDL = host tokens"] = all(v == tokens["host loop"] for k, v in tokens.items()
                                        if "PDL" in k)
         out.append(row)
     return out
+
+
+def _overlapped_tokens(runner: Runner, slots: list[int]) -> list[list[int]]:
+    """LOOP_STEPS tokens per row, each step launched before the last one's tokens are read."""
+    got: list[list[int]] = [[] for _ in slots]
+    pending = runner.launch([], slots, [1] * len(slots))
+    for i in range(LOOP_STEPS):
+        nxt = runner.launch([], slots, None, follow=True) if i + 1 < LOOP_STEPS else None
+        for g, tok in zip(got, runner.collect(pending)[1]):
+            g.append(tok)
+        pending = nxt
+    return got
 
 
 def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
@@ -162,6 +178,7 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
         model.launch_decode(batch, model.prepare_decode(slots, tokens, s), s, pdl=runner.pdl)
 
     graph_ms, host_ms = _median_step(graph_step, s)
+    overlapped = _overlapped_ms(runner, slots)
     gpu_ms = device_us(lambda: ex.launch(s), s, reps=10) / 1e3
     eager_ms, _ = _median_step(eager_step, s)
     kv_bytes = batch * ctx * cfg.layers * 2 * cfg.kv_size * 2
@@ -169,7 +186,8 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     key = (name, batch, ctx)
     pl = statistics.median(patch_launch_us)
     row = {"preset": name, "B": batch, "context": ctx, "eager ms": eager_ms,
-           "graph ms": graph_ms, "graph GPU ms": gpu_ms, "floor ms": floor,
+           "graph ms": graph_ms, "overlapped ms": overlapped, "graph GPU ms": gpu_ms,
+           "floor ms": floor,
            "graph/floor": graph_ms / floor, "eager/graph": eager_ms / graph_ms,
            "host us": host_ms * 1e3, "prepare us": statistics.median(prepare_us),
            "patch+launch us": pl, "patch+launch <= 30 us": pl <= HOST_TARGET_US,
@@ -178,6 +196,21 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     if key in TARGET_MS:
         row.update({"target ms": TARGET_MS[key], "ok": graph_ms <= TARGET_MS[key]})
     return row
+
+
+def _overlapped_ms(runner: Runner, slots: list[int]) -> float:
+    """Wall ms per step of the engine's overlapped decode: each step launched (its ids the
+    last step's tokens, on the device) before the last step's tokens are read."""
+    pending = runner.launch([], slots, [1] * len(slots))
+    times = []
+    for _ in range(STEPS + 1):
+        t0 = time.perf_counter()
+        nxt = runner.launch([], slots, None, follow=True)
+        runner.collect(pending)
+        pending = nxt
+        times.append((time.perf_counter() - t0) * 1e3)
+    runner.collect(pending)
+    return statistics.median(times[1:])
 
 
 def _streams(name: str, model: Model) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rawgraph.engine.request import Request
-from rawgraph.engine.runner import IterStats, Runner
+from rawgraph.engine.runner import IterStats, Pending, Runner
 from rawgraph.engine.scheduler import Scheduler
 from rawgraph.model.program import Model
 from rawgraph.ops.sampling import SamplingParams
@@ -45,13 +45,17 @@ class Engine:
 
     `graphs=False` runs the same launches eagerly (the comparison baseline); `capture`
     ('upfront' or 'lazy') says when the graphs are made; `pdl`: decode kernels with
-    programmatic dependent launch (see Runner).
+    programmatic dependent launch (see Runner). `overlap`: while the same requests keep
+    decoding, each step is launched before the previous step's tokens are read (they feed
+    it on the device), so the host's work per step hides behind the GPU's; a request that
+    stops at a stop id has one step computed past it, which is discarded. Tokens are the
+    same either way.
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, capture: str = "upfront",
                  buckets: Sequence[int] | None = None, chunks: Sequence[int] | None = None,
                  streams: int = 2, progress: bool = True, max_graphs: int = 64,
-                 max_graph_bytes: int = 1 << 30, pdl: bool = True):
+                 max_graph_bytes: int = 1 << 30, pdl: bool = True, overlap: bool = True):
         if capture not in ("upfront", "lazy"):
             raise ValueError(f"capture = {capture!r}: 'upfront' or 'lazy'")
         self.model = model
@@ -66,6 +70,8 @@ class Engine:
                                    block_size=kv.block_size, max_context=model.max_context)
         self.stats = EngineStats()
         self.steps = 0
+        self.overlap = overlap
+        self._ahead: tuple[list[Request], Pending] | None = None  # launched, tokens unread
         if graphs and capture == "upfront":
             self.stats.capture = self.runner.capture_all(progress)
 
@@ -79,26 +85,70 @@ class Engine:
 
     def step(self) -> list[Request]:
         """One iteration: admit, run a prefill chunk and a decode step, retire finished
-        requests (returned)."""
-        sch = self.scheduler
+        requests (returned). With `overlap`, a decode step of the same rows as the last one
+        is launched first and the last one's tokens are read after it."""
+        t0 = time.perf_counter()
+        sch, done = self.scheduler, []
         sch.admit(self.steps)
         plan = sch.plan()
-        done: list[Request] = []
-        if plan.prefill or plan.decode:
-            t0 = time.perf_counter()
-            first, nxt, st = self.runner.run(
-                [p for _, p in plan.prefill], [r.slot for r in plan.decode],
-                [r.output[-1] for r in plan.decode])
-            self.stats.wall_s += time.perf_counter() - t0
-            self.stats.iters.append(st)
-            for (r, piece), tok in zip(plan.prefill, first):
-                r.prefilled += len(piece.tokens)
-                if r.prefilled == len(r.prompt):  # the prompt's last logits: a real token
-                    self.stats.first_tokens += 1
+        st = None
+        if self._ahead is not None:
+            rows, pending = self._ahead
+            self._ahead = None
+            if self._follows(plan, rows):
+                nxt = self.runner.launch([], [r.slot for r in rows], None, follow=True)
+                self._ahead, st = (rows, nxt), nxt.st
+                plan = None  # this iteration is launched
+            self._read(rows, pending, done)
+            if plan is not None:  # the rows changed: plan again with the tokens read
+                plan = sch.plan()
+        if plan is not None and (plan.prefill or plan.decode):
+            pending = self.runner.launch([p for _, p in plan.prefill],
+                                         [r.slot for r in plan.decode],
+                                         [r.output[-1] for r in plan.decode])
+            st = pending.st
+            if self.overlap and not plan.prefill:
+                self._ahead = (plan.decode, pending)
+            else:
+                first, nxt, _ = self.runner.collect(pending)
+                for (r, piece), tok in zip(plan.prefill, first):
+                    r.prefilled += len(piece.tokens)
+                    if r.prefilled == len(r.prompt):  # the prompt's last logits: a real token
+                        self.stats.first_tokens += 1
+                        self._emit(r, tok, done)
+                for r, tok in zip(plan.decode, nxt):
                     self._emit(r, tok, done)
-            for r, tok in zip(plan.decode, nxt):
-                self._emit(r, tok, done)
+        wall = time.perf_counter() - t0
+        if st is not None:  # an iteration was launched: it is timed by this call
+            st.wall_ms = wall * 1e3
+            self.stats.iters.append(st)
+        self.stats.wall_s += wall
         self.steps += 1
+        return done
+
+    def _follows(self, plan: Any, rows: list[Request]) -> bool:
+        """Whether this iteration is a decode step of exactly `rows` (in order), each with
+        room for the token after the one still on its way."""
+        return (not plan.prefill and len(plan.decode) == len(rows)
+                and all(a is b for a, b in zip(plan.decode, rows))
+                and all(len(r.output) + 2 <= r.max_new_tokens for r in rows))
+
+    def _read(self, rows: list[Request], pending: Pending, done: list[Request]) -> None:
+        """Tokens of a launched decode step; rows that finished meanwhile drop theirs."""
+        _, nxt, _ = self.runner.collect(pending)
+        for r, tok in zip(rows, nxt):
+            if not r.finish:
+                self._emit(r, tok, done)
+
+    def drain(self) -> list[Request]:
+        """Read the decode step still on its way, if any; requests it finishes."""
+        done: list[Request] = []
+        if self._ahead is not None:
+            t0 = time.perf_counter()
+            rows, pending = self._ahead
+            self._ahead = None
+            self._read(rows, pending, done)
+            self.stats.wall_s += time.perf_counter() - t0
         return done
 
     def _emit(self, r: Request, tok: int, done: list[Request]) -> None:
@@ -121,6 +171,7 @@ class Engine:
             if self.steps >= max_steps:
                 raise RuntimeError(f"requests still running after {max_steps} steps")
             self.step()
+        self.drain()  # a step launched past the last tokens: its rows have all finished
         return list(requests)
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32,
@@ -133,4 +184,5 @@ class Engine:
 
     def close(self) -> None:
         """Destroy the graphs (the model stays usable)."""
+        self.drain()
         self.runner.close()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cupy
+import numpy as np
 
 from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.engine.pool import GraphPool
@@ -47,8 +48,20 @@ class IterStats:
     host_us: float = 0.0      # prepare + patch + launch, before waiting for the GPU
     patch_us: float = 0.0     # ex.set calls alone
     patched: int = 0          # kernel nodes patched
-    wall_ms: float = 0.0      # the whole iteration, tokens back on the host
+    wall_ms: float = 0.0      # launch to tokens back on the host (Engine: its step's time)
     eager: list[str] = field(default_factory=list)  # why parts ran eagerly
+
+
+@dataclass
+class Pending:
+    """A launched iteration whose tokens have not been read yet (`Runner.collect`)."""
+
+    pieces: list[PrefillPiece]
+    rows: int                   # decode rows
+    host_next: Any              # pinned int32 buffer the decode tokens are copied into
+    done: Any                   # event recorded after that copy
+    st: IterStats
+    t0: float
 
 
 def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> tuple[int, ...]:
@@ -82,6 +95,13 @@ class Runner:
         self.pool = GraphPool(self._build, self.decode_stream, max_graphs=max_graphs,
                               max_bytes=max_graph_bytes)
         self._warned: set[str] = set()
+        # decode tokens come back through two pinned buffers: one step's may be read while
+        # the next step (launched before it was read) runs
+        self._host_next = [np.frombuffer(cupy.cuda.alloc_pinned_memory(4 * model.max_batch),
+                                         np.int32, model.max_batch) for _ in range(2)]
+        self._next_done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
+        self._turn = 0
+        self._last_slots: list[int] | None = None  # the rows of the last decode launch
 
     # -- graphs -------------------------------------------------------------------------------
 
@@ -150,6 +170,25 @@ class Runner:
         be empty). Decode rows sample with their slots' stored parameters (set by their
         prefill pieces) unless `sampling` is given. Returns (next token per piece, -1 for
         pieces that are not final; next token per slot; stats)."""
+        return self.collect(self.launch(pieces, slots, tokens, sampling))
+
+    def launch(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+               tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
+               *, follow: bool = False) -> Pending:
+        """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
+        tokens. `follow`: a decode step of the same slots, in the same order, as the last
+        decode launch, fed the tokens that step samples on the device (`tokens` None): the
+        host can prepare and launch it before it has read them, so its work hides behind
+        the GPU's. At most two launches may wait for `collect`."""
+        if follow:
+            if pieces or tokens is not None:
+                raise ValueError("follow: a decode step alone, its tokens from the device")
+            if self._last_slots is None or list(slots) != self._last_slots:
+                raise ValueError(f"follow: slots {list(slots)} are not the last decode step's "
+                                 f"{self._last_slots}")
+            tokens = [0] * len(slots)  # placeholders, replaced on the device below
+        elif tokens is None:
+            raise ValueError("tokens are needed unless the step follows the last one")
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
         st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
         b = self.bucket(len(slots)) if slots else None
@@ -168,6 +207,10 @@ class Runner:
             n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
         if slots:
             longest = m.prepare_decode(slots, tokens, ds, sampling, sync=False)
+            if follow:  # after the metadata copy, before the step: the last step's tokens
+                n = len(slots)
+                m.dec_meta.dev["ids"][:n].data.copy_from_device_async(
+                    m.dec["next"].data, 4 * n, cupy_stream(ds))
         m.kv.sync(ds)  # one copy of the tables for both
         if pieces and ps is not ds:
             self._tables_copied.record(cupy_stream(ds))
@@ -188,12 +231,29 @@ class Runner:
                 pre_ex.launch(ps)
             else:
                 m.launch_prefill(n, seqs, longest_piece, ps, chunk=c)
+        host_next, done = self._host_next[self._turn], self._next_done[self._turn]
+        if slots:
+            n = len(slots)
+            m.dec["next"][:n].data.copy_to_host_async(host_next.ctypes.data, 4 * n,
+                                                      cupy_stream(ds))
+            done.record(cupy_stream(ds))
+            self._turn ^= 1
+            self._last_slots = list(slots)
         st.host_us = (time.perf_counter() - t0) * 1e6
-        first = final_tokens(m.pre["next"][:len(pieces)].get(stream=cupy_stream(ps)).tolist(),
-                             pieces) if pieces else []
-        nxt = m.dec["next"][:len(slots)].get(stream=cupy_stream(ds)).tolist() if slots else []
-        st.wall_ms = (time.perf_counter() - t0) * 1e3
-        return first, nxt, st
+        return Pending(list(pieces), len(slots), host_next, done, st, t0)
+
+    def collect(self, p: Pending) -> tuple[list[int], list[int], IterStats]:
+        """Wait for a launched iteration; (next token per piece, -1 for pieces that are not
+        final; next token per decode row; stats)."""
+        m = self.model
+        first = final_tokens(m.pre["next"][:len(p.pieces)].get(
+            stream=cupy_stream(self.prefill_stream)).tolist(), p.pieces) if p.pieces else []
+        nxt = []
+        if p.rows:
+            p.done.synchronize()
+            nxt = p.host_next[:p.rows].tolist()
+        p.st.wall_ms = (time.perf_counter() - p.t0) * 1e3
+        return first, nxt, p.st
 
     def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                     tokens: Sequence[int]) -> None:
