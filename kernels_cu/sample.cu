@@ -18,13 +18,18 @@
 //   float atomics reorder anything. The draw is
 //   r = hash(seed, position) * total mass; thread t owns a contiguous slice of the vocabulary,
 //   a block scan of slice masses finds the slice holding r, and that thread walks it.
-//   grid (rows), block (1024), dynamic shared memory 32 * 512 * 4 bytes. Patchable: rows with grid.x; everything per row is read from
-//   device memory, so requests with their own parameters share one graph node.
-#include "common.cuh"
+//   Greedy rows (temperature <= 1e-6) are argmax.cu's: the row's cluster of kParts blocks
+//   splits it (argmax.cuh's cluster_argmax); for the others block 0 does everything (a row
+//   without a finite logit falls back to its argmax) and the rest leave at once.
+//   grid (rows, kParts), clusters (1, kParts, 1), block (1024), dynamic shared memory
+//   32 * 512 * 4 bytes. Patchable: rows with grid.x; everything per row is read from device
+//   memory, so requests with their own parameters share one graph node.
+#include "argmax.cuh"
 
 namespace {
 
 constexpr int kThreads = 1024, kWarps = kThreads / 32;
+constexpr int kParts = 8;  // blocks per row: greedy rows are split over them (argmax.cu's)
 using u64 = unsigned long long;
 
 // order-preserving key: larger float -> larger key; NaN -> 0 (below every number)
@@ -45,7 +50,6 @@ struct Shared {
   u64 hist[256];
   u64 scan[kWarps];
   float fval[kWarps];
-  int ival[kWarps];
   unsigned prefix;
   u64 need;
 };
@@ -97,76 +101,12 @@ template <typename T> struct Row {
   int vocab;
   float m, scale2;  // max logit; log2(e) / temperature
   // tokens i0 .. i0 + 7 (one 16-byte load when the row allows it); past the end: NaN
-  __device__ void load8(int i0, float (&v)[8]) const {
-    if (i0 + 8 <= vocab && (reinterpret_cast<unsigned long long>(x + i0) & 15) == 0) {
-      const rg::Vec<T, 8> p = rg::load<T, 8>(x + i0);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = rg::to_float(p.v[e]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        v[e] = i0 + e < vocab ? rg::to_float(x[i0 + e]) : __int_as_float(0x7fffffff);
-    }
-  }
+  __device__ void load8(int i0, float (&v)[8]) const { rg::load8(x, i0, vocab, v); }
   __device__ int chunks() const { return (vocab + 7) / 8; }
   __device__ u64 mass(float v) const {  // exp(x - max) in [0, 1] as 32-bit fixed point
     return static_cast<u64>(exp2f((v - m) * scale2) * 4294967296.0f);
   }
 };
-
-// (v, j) <- (v2, j2) when v2 is larger, or equal at a smaller index
-__device__ __forceinline__ void better(float& v, int& j, float v2, int j2) {
-  if (v2 > v || (v2 == v && j2 < j)) {
-    v = v2;
-    j = j2;
-  }
-}
-
-// Greedy: the smallest index of the row's largest logit (NaNs skipped; vocab when every
-// logit is NaN), in one pass of 16-byte loads; thread 0 gets it.
-template <typename T> __device__ int row_argmax(const Row<T>& row, Shared& sh) {
-  float v = rg::neg_inf();
-  int j = 0x7fffffff;
-  constexpr int kAhead = 4;  // chunks in flight per thread: the row is a latency chain
-  for (int c0 = threadIdx.x; c0 < row.chunks(); c0 += kAhead * kThreads) {
-    float x[kAhead][8];
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) row.load8(8 * (c0 + u * kThreads), x[u]);
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      float cm = rg::neg_inf();
-#pragma unroll
-      for (int e = 0; e < 8; ++e) cm = fmaxf(cm, x[u][e]);  // fmaxf skips NaN
-      // a thread's chunks come in index order: only a larger value (or the first) moves j
-      if (cm > v || (j == 0x7fffffff && cm == v)) {
-#pragma unroll
-        for (int e = 7; e >= 0; --e)
-          if (x[u][e] == cm) {
-            v = cm;
-            j = 8 * (c0 + u * kThreads) + e;
-          }
-      }
-    }
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    better(v, j, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, j, o));
-  __syncthreads();  // the slots may still be read by an earlier reduction
-  if (lane == 0) {
-    sh.fval[warp] = v;
-    sh.ival[warp] = j;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    v = sh.fval[lane];
-    j = sh.ival[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      better(v, j, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, j, o));
-  }
-  return j < row.vocab ? j : row.vocab;
-}
 
 // The largest key threshold t such that the weight of keys >= t (among keys >= floor)
 // reaches `need`. Four passes of 8 bits, most significant first.
@@ -254,24 +194,30 @@ __device__ void sample_impl(const T* logits, const float* temperature,
   rg::pdl_start();
   __shared__ Shared sh;
   extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms
-  const int r = blockIdx.x;
+  const int r = blockIdx.x;  // the whole cluster's row
   if (r >= rows) return;
   Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
   const int tid = threadIdx.x, chunks = row.chunks();
   const float temp = temperature[r];
-  float m = rg::neg_inf();
-  if (temp > 1e-6f) {
-    for (int j = tid; j < chunks; j += kThreads) {
-      float v[8];
-      row.load8(8 * j, v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
-    }
-    m = block_reduce(m, sh.fval, MaxOp());
+  if (!(temp > 1e-6f)) {  // greedy: the smallest index of the maximum, over the cluster
+    const int best = rg::cluster_argmax(row.x, vocab);
+    if (blockIdx.y == 0 && tid == 0) out[r] = best == rg::kNone ? 0 : best;
+    return;
   }
-  if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
-    const int best = row_argmax(row, sh);
-    if (tid == 0) out[r] = best < vocab ? best : 0;
+  if (blockIdx.y != 0) return;  // the rest is block 0's
+  float m = rg::neg_inf();
+  for (int j = tid; j < chunks; j += kThreads) {
+    float v[8];
+    row.load8(8 * j, v);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
+  }
+  m = block_reduce(m, sh.fval, MaxOp());
+  if (m == rg::neg_inf()) {  // no finite logit: greedy, over this block alone
+    float v;
+    int best;
+    rg::block_argmax(row.x, 0, vocab, v, best);
+    if (tid == 0) out[r] = best == rg::kNone ? 0 : best;
     return;
   }
   row.m = m;
@@ -328,13 +274,13 @@ __device__ void sample_impl(const T* logits, const float* temperature,
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __cluster_dims__(1, kParts, 1) __launch_bounds__(kThreads, 1)
 sample_f16(const __half* logits, const float* temperature, const int* top_k, const float* top_p,
            const unsigned long long* seeds, const int* positions, int* out, int rows, int vocab) {
   sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __cluster_dims__(1, kParts, 1) __launch_bounds__(kThreads, 1)
 sample_bf16(const __nv_bfloat16* logits, const float* temperature, const int* top_k,
             const float* top_p, const unsigned long long* seeds, const int* positions, int* out,
             int rows, int vocab) {

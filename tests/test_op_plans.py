@@ -3,7 +3,7 @@ splits."""
 
 import pytest
 
-from rawgraph.ops.attention import SPLIT_WAVES, decode_splits
+from rawgraph.ops.attention import SPLIT_CAP, SPLIT_WAVES, decode_splits
 from rawgraph.ops.linear import (
     M_TILES,
     SKINNY_ROWS,
@@ -57,8 +57,10 @@ def test_decode_attention_splits_fill_whole_waves():
     # 8 kv heads; the H200 holds 396 blocks of the d=64 kernel (3 per SM), 264 of d=128 (2):
     # the counts the sweep in benchmarks/NOTES.md found best, blocks just under one wave (or
     # four at B=32, 64 of d=64)
-    assert [decode_splits(8 * b, 396) for b in (1, 4, 8, 16, 32, 64)] == [48, 12, 6, 3, 3, 3]
-    assert [decode_splits(8 * b, 264) for b in (1, 4, 8, 16, 32, 64)] == [32, 8, 4, 2, 1, 1]
+    assert [decode_splits(8 * b, 396, 99) for b in (1, 4, 8, 16, 32, 64)] == [48, 12, 6, 3, 3, 3]
+    assert [decode_splits(8 * b, 264, 99) for b in (1, 4, 8, 16, 32, 64)] == [32, 8, 4, 2, 1, 1]
+    # ... at most SPLIT_CAP: one row's step is latency-bound (16 beat 48 in the decode graph)
+    assert [decode_splits(8 * b, 396) for b in (1, 2, 4)] == [SPLIT_CAP, SPLIT_CAP, 12]
     for units in range(1, 2000, 7):  # never more than SPLIT_WAVES waves, at least one split
         s = decode_splits(units, 396)
         assert s == 1 or units * s <= SPLIT_WAVES * 396

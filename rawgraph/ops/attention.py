@@ -67,9 +67,13 @@ def decode_smem(head_dim: int) -> int:
 
 SPLIT_ALIGN = DECODE_WARPS * DECODE_CHUNK  # tokens: splits are cut at whole warp steps
 SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
+# Splits a row takes at most: in the decode graph of one row more never paid (LLaMA-1B /
+# 8B shapes on the H200, graph ms at ctx 1024 / 4096: 48 splits 0.901 / 0.967 and 4.494 /
+# 4.724, 16 splits 0.897 / 0.942 and 4.485 / 4.655; benchmarks/NOTES.md, session 8)
+SPLIT_CAP = 16
 
 
-def decode_splits(units: int, resident: int) -> int:
+def decode_splits(units: int, resident: int, most: int = SPLIT_CAP) -> int:
     """Splits per (row, kv head) of decode attention once contexts are long: a block per
     (row, kv head, split), `units` = rows x kv heads, `resident` = blocks the GPU runs at
     once (one wave).
@@ -81,12 +85,13 @@ def decode_splits(units: int, resident: int) -> int:
     lengths on the H200 found the best one per shape to be the one whose blocks filled whole
     waves; with this rule (LLaMA-1B / 8B heads, % of copy bandwidth, fixed 128 / 512-token
     splits before): B=8 ctx 16384 55 / 57 -> 90 / 86, B=32 ctx 4096 72 / 77 -> 86 / 83.
+    At most `most` (SPLIT_CAP): a lone row's step is latency-bound, not throughput-bound.
     """
     if units < 1 or resident < 1:
         raise ValueError(f"units = {units}, resident = {resident}: both must be positive")
     counts = range(1, max(1, SPLIT_WAVES * resident // units) + 1)
     fill = {s: units * s / (-(-units * s // resident) * resident) for s in counts}
-    return min(s for s in counts if fill[s] >= max(fill.values()) - 0.05)
+    return min(most, min(s for s in counts if fill[s] >= max(fill.values()) - 0.05))
 
 
 @functools.cache
