@@ -2,11 +2,8 @@
 //   - load8: tokens i0 .. i0 + 7 of a row as floats (one 16-byte load where the row allows)
 //   - better: the (value, index) order of argmax: larger value, then smaller index
 //   - block_argmax: the block's (max, smallest index of it) over a slice of a row
-//   - cluster_argmax: a row's over the blocks of a cluster (1, C, 1), slice r to block r,
-//     combined by rank 0 through distributed shared memory
-// NaNs are skipped; a slice (or row) of NaNs alone gives index kNone.
+// NaNs are skipped; a slice of NaNs alone gives index kNone.
 #pragma once
-#include "cluster.cuh"
 #include "common.cuh"
 
 namespace rg {
@@ -80,28 +77,6 @@ __device__ void block_argmax(const T* row, int lo, int hi, float& v, int& j) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
     better(v, j, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, j, o));
-}
-
-// A row's argmax over the cluster (1, gridDim.y, 1): block r scans the r-th of gridDim.y
-// slices (whole pieces of 8), rank 0 combines the blocks' results in rank order. Every
-// block of the cluster must call it; thread 0 of rank 0 gets the index (kNone: all NaN).
-template <typename T> __device__ int cluster_argmax(const T* row, int vocab) {
-  __shared__ float cv;
-  __shared__ int cj;
-  const int parts = gridDim.y, r = blockIdx.y;
-  const int slice = ((vocab + 7) / 8 + parts - 1) / parts * 8;
-  float v;
-  int j;
-  block_argmax(row, min(vocab, r * slice), min(vocab, (r + 1) * slice), v, j);
-  if (threadIdx.x == 0) {
-    cv = v;
-    cj = j;
-  }
-  cluster_sync();  // every block's result is ready
-  if (r == 0 && threadIdx.x == 0)
-    for (int p = 1; p < parts; ++p) better(v, j, load_remote(&cv, p), load_remote(&cj, p));
-  cluster_sync();  // cv, cj stay alive until rank 0 has read them
-  return j;
 }
 
 }  // namespace rg

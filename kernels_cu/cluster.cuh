@@ -3,8 +3,7 @@
 //   - cluster_sync: every thread of every block of the cluster arrives, then waits (release /
 //     acquire: shared-memory writes before it are visible to the cluster after it)
 //   - cluster_rank: this block's index in its cluster
-//   - load_remote: a float or int of another block's shared memory (distributed shared
-//     memory)
+//   - load_remote: a float of another block's shared memory (distributed shared memory)
 #pragma once
 
 namespace rg {
@@ -28,10 +27,6 @@ __device__ __forceinline__ float load_remote(const float* p, unsigned rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
   return v;
-}
-
-__device__ __forceinline__ int load_remote(const int* p, unsigned rank) {
-  return __float_as_int(load_remote(reinterpret_cast<const float*>(p), rank));
 }
 
 }  // namespace rg

@@ -18,18 +18,16 @@
 //   float atomics reorder anything. The draw is
 //   r = hash(seed, position) * total mass; thread t owns a contiguous slice of the vocabulary,
 //   a block scan of slice masses finds the slice holding r, and that thread walks it.
-//   Greedy rows (temperature <= 1e-6) are argmax.cu's: the row's cluster of kParts blocks
-//   splits it (argmax.cuh's cluster_argmax); for the others block 0 does everything (a row
-//   without a finite logit falls back to its argmax) and the rest leave at once.
-//   grid (rows, kParts), clusters (1, kParts, 1), block (1024), dynamic shared memory
-//   32 * 512 * 4 bytes. Patchable: rows with grid.x; everything per row is read from device
-//   memory, so requests with their own parameters share one graph node.
+//   Greedy rows (temperature <= 1e-6, or no finite logit) take argmax.cu's pass
+//   (argmax.cuh's block_argmax).
+//   grid (rows), block (1024), dynamic shared memory 32 * 512 * 4 bytes. Patchable: rows
+//   with grid.x; everything per row is read from device memory, so requests with their own
+//   parameters share one graph node.
 #include "argmax.cuh"
 
 namespace {
 
 constexpr int kThreads = 1024, kWarps = kThreads / 32;
-constexpr int kParts = 8;  // blocks per row: greedy rows are split over them (argmax.cu's)
 using u64 = unsigned long long;
 
 // order-preserving key: larger float -> larger key; NaN -> 0 (below every number)
@@ -194,26 +192,22 @@ __device__ void sample_impl(const T* logits, const float* temperature,
   rg::pdl_start();
   __shared__ Shared sh;
   extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms
-  const int r = blockIdx.x;  // the whole cluster's row
+  const int r = blockIdx.x;
   if (r >= rows) return;
   Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
   const int tid = threadIdx.x, chunks = row.chunks();
   const float temp = temperature[r];
-  if (!(temp > 1e-6f)) {  // greedy: the smallest index of the maximum, over the cluster
-    const int best = rg::cluster_argmax(row.x, vocab);
-    if (blockIdx.y == 0 && tid == 0) out[r] = best == rg::kNone ? 0 : best;
-    return;
-  }
-  if (blockIdx.y != 0) return;  // the rest is block 0's
   float m = rg::neg_inf();
-  for (int j = tid; j < chunks; j += kThreads) {
-    float v[8];
-    row.load8(8 * j, v);
+  if (temp > 1e-6f) {
+    for (int j = tid; j < chunks; j += kThreads) {
+      float v[8];
+      row.load8(8 * j, v);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
+      for (int e = 0; e < 8; ++e) m = fmaxf(m, v[e]);  // fmaxf skips NaN
+    }
+    m = block_reduce(m, sh.fval, MaxOp());
   }
-  m = block_reduce(m, sh.fval, MaxOp());
-  if (m == rg::neg_inf()) {  // no finite logit: greedy, over this block alone
+  if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
     float v;
     int best;
     rg::block_argmax(row.x, 0, vocab, v, best);
@@ -274,13 +268,13 @@ __device__ void sample_impl(const T* logits, const float* temperature,
 
 }  // namespace
 
-extern "C" __global__ void __cluster_dims__(1, kParts, 1) __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_f16(const __half* logits, const float* temperature, const int* top_k, const float* top_p,
            const unsigned long long* seeds, const int* positions, int* out, int rows, int vocab) {
   sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab);
 }
 
-extern "C" __global__ void __cluster_dims__(1, kParts, 1) __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_bf16(const __nv_bfloat16* logits, const float* temperature, const int* top_k,
             const float* top_p, const unsigned long long* seeds, const int* positions, int* out,
             int rows, int vocab) {

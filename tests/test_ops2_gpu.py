@@ -42,13 +42,12 @@ def test_rope(stream, rng, dtype, q_heads, kv_heads, head_dim):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_argmax(stream, rng, dtype):
-    # a row is split over a cluster of blocks (slices of 16032 tokens here)
     logits, lh = randn(rng, (7, 128256), dtype, 3.0)
     lh = lh.copy()
     lh[1, 7] = lh[1, 9] = lh[1].max() + 10   # tie: smallest index wins
     lh[0, 17] = lh[0, 19] = lh[0].max() + 10  # ... within one 8-token piece
     lh[3, 3 + 8192] = lh[3, 3] = lh[3].max() + 10  # ... across one thread's pieces
-    lh[4, 128255] = lh[4, 20000] = lh[4].max() + 10  # ... across slices, the last token
+    lh[4, 128255] = lh[4, 20000] = lh[4].max() + 10  # ... far apart, the last token
     lh[2, :] = np.nan
     lh[2, 1234] = 1.0
     lh[5, :] = np.nan  # nothing: 0
@@ -61,7 +60,7 @@ def test_argmax(stream, rng, dtype):
     got = out.get()
     np.testing.assert_array_equal(got[:5], ref.argmax(lh[:5]))
     assert got.tolist() == [17, 7, 1234, 3, 20000, 0, -7]
-    # vocabularies that end inside a piece and leave slices short or empty
+    # vocabularies that end inside a piece, rows not 16-byte aligned
     for vocab in (1001, 9, 64):
         x, xh = randn(rng, (3, vocab), dtype)
         o = cupy.full(3, -7, np.int32)

@@ -16,7 +16,6 @@ ARGMAX = {"float16": Kernel("argmax", "argmax_f16",
                             "const __half* logits, int* out, int rows, int vocab"),
           "bfloat16": Kernel("argmax", "argmax_bf16",
                              "const __nv_bfloat16* logits, int* out, int rows, int vocab")}
-ROW_PARTS = 8  # blocks (a cluster) per row of argmax and sample: kParts in kernels_cu
 
 
 def argmax(logits: Any, out: Any, rows: Any = None, *, stream: Any = None,
@@ -29,7 +28,7 @@ def argmax(logits: Any, out: Any, rows: Any = None, *, stream: Any = None,
             or out.shape != logits.shape[:1]:
         raise ValueError(f"out must be int32 of shape {logits.shape[:1]}")
     rows = shapes.count(rows, logits.shape[0], "rows", symbols)
-    ARGMAX[dt].launch((rows, ROW_PARTS), 1024, (logits, out, rows, logits.shape[1]), stream,
+    ARGMAX[dt].launch(rows, 1024, (logits, out, rows, logits.shape[1]), stream,
                       symbols=symbols)
 
 
@@ -69,7 +68,7 @@ def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seed
                          (positions, "positions", np.int32)):
         _row_array(arr, name, t, n)
     rows = shapes.count(rows, n, "rows", symbols)
-    SAMPLE[dt].launch((rows, ROW_PARTS), 1024, (logits, temperature, top_k, top_p, seeds,
+    SAMPLE[dt].launch(rows, 1024, (logits, temperature, top_k, top_p, seeds,
                                                 positions, out, rows, logits.shape[1]), stream,
                       smem=SAMPLE_SMEM, symbols=symbols)
 
