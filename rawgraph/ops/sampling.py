@@ -68,9 +68,9 @@ def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seed
                          (positions, "positions", np.int32)):
         _row_array(arr, name, t, n)
     rows = shapes.count(rows, n, "rows", symbols)
-    SAMPLE[dt].launch(rows, 1024, (logits, temperature, top_k, top_p, seeds,
-                                                positions, out, rows, logits.shape[1]), stream,
-                      smem=SAMPLE_SMEM, symbols=symbols)
+    SAMPLE[dt].launch(rows, 1024, (logits, temperature, top_k, top_p, seeds, positions, out,
+                                   rows, logits.shape[1]), stream, smem=SAMPLE_SMEM,
+                      symbols=symbols)
 
 
 @dataclass(frozen=True)
