@@ -1,27 +1,34 @@
 // gemm_sm90.cu: y = x W^T (+ residual) for prefill-sized M on Hopper's warpgroup tensor cores
-// (wgmma; compiled for sm_90a, the architecture-specific target that has them).
+// (wgmma) fed by the tensor memory accelerator (TMA); compiled for sm_90a, the
+// architecture-specific target that has both.
 //
 //   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}(
-//       const T* x,          // (m, k) row-major
-//       const T* w,          // (n, k): the checkpoint's [out, in] layout
+//       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
+//       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
+//                                                // layout, box (BN, 64); both 128-byte swizzle
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
-//       int m, int n, int k) // k % 8 == 0, n % 2 == 0, rows 16-byte aligned
+//       int m, int n, int k) // k % 8 == 0, n % 2 == 0
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
-//   A block of WG warpgroups (128 threads each) computes a (64 WG) x (128 NB) tile of y:
-//   warpgroup g owns rows 64 g .. 64 g + 63 and issues wgmma.m64n128k16 for each 128 columns,
-//   both operands read by the tensor cores straight from shared memory through matrix
-//   descriptors. k goes by in tiles of 64 through a 4-slot cp.async ring (two tiles loading,
-//   one being multiplied while the previous one's wgmma may still run); a tile row is
-//   64 elements = 128 bytes, stored in the 128-byte swizzle the descriptors name (16-byte
-//   chunk c of row r at chunk c ^ (r % 8): what ldmatrix-free wgmma reads without bank
-//   conflicts). Loads past m, n or k are zero-filled; stores are masked.
-//   grid (cdiv(n, 128 NB), cdiv(m, 64 WG)), block (128 WG), dynamic shared memory
-//   4 * (64 WG + 128 NB) * 128 B.
-//   Patchable: m with grid.y (grid.y == cdiv(m, 64 WG), m <= rows of x and y) and the
-//   pointers; n and k are fixed by the weight.
-#include "mma.cuh"
+//   A block computes a BM x BN = (64 WG) x (128 NB) tile of y: WG consumer warpgroups (128
+//   threads each; warpgroup g owns rows 64 g .. 64 g + 63 and issues wgmma.m64n128k16 for
+//   each 128 columns, both operands read by the tensor cores straight from shared memory
+//   through matrix descriptors), then one producer warp. The producer's lane 0 issues each k
+//   tile's two TMA boxes (x rows, W rows; 64 elements = 128 bytes wide, in the 128-byte
+//   swizzle the descriptors name: 16-byte chunk c of row r at chunk c ^ (r % 8)) into a ring
+//   of S slots; each slot has a `full` barrier (the boxes' bytes landed) and an `empty` one
+//   (every consumer warp has finished reading it). Consumers never load and never meet at a
+//   block barrier: wait for a slot, issue its wgmma, and free the previous tile's slot once
+//   its products are done (wait_group 1 keeps one tile's wgmma in flight). Boxes past m, n or
+//   k are zero-filled by the TMA; stores are masked.
+//   grid (cdiv(m, BM) * cdiv(n, BN)), block (128 WG + 32), dynamic shared memory
+//   S * (BM + BN) * 128 + 16 S B. Blocks go through the tiles in groups of kGroup row tiles,
+//   column by column: a wave's blocks share a few row tiles of x and column tiles of W, so W
+//   comes from DRAM about cdiv(m, BM) / kGroup times, not cdiv(m, BM) times.
+//   Patchable: m with the grid (cdiv(m, BM) * cdiv(n, BN) blocks, m <= rows of x); the
+//   descriptors fix x's and w's addresses, n and k.
+#include "tma.cuh"
 
 namespace {
 
@@ -84,43 +91,59 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {  // at most N gr
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-template <typename T, int WG, int NB>
-__device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residual, T* y,
+constexpr int kGroup = 8;  // row tiles a group of blocks shares (the grid's order)
+
+template <typename T, int WG, int NB, int S>
+__device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual, T* y,
                             int m, int n, int k) {
-  constexpr int BM = 64 * WG, BN = 128 * NB, kThreads = 128 * WG;
-  constexpr int kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
-  extern __shared__ __align__(1024) char ring[];  // stage s: A (x) tile, then B (W) tile
-  rg::pdl_start();
-  const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
-  if (row0 >= m) return;
+  constexpr int BM = 64 * WG, BN = 128 * NB, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
+  extern __shared__ __align__(1024) char ring[];  // S slots, then S full and S empty barriers
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + S * kStage);
+  unsigned long long* empty = full + S;
+  // this block's tile: groups of kGroup row tiles, column-major inside a group
+  const int rows = (m + BM - 1) / BM, cols = (n + BN - 1) / BN;
+  const int group = blockIdx.x / (kGroup * cols), first = group * kGroup;
+  const int height = min(rows - first, kGroup), in_group = blockIdx.x % (kGroup * cols);
+  const int row0 = (first + in_group % height) * BM, col0 = in_group / height * BN;
   const int wg = threadIdx.x >> 7;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      rg::mbar_init(&full[s], 1);
+      rg::mbar_init(&empty[s], 4 * WG);  // one arrival per consumer warp
+    }
+    rg::mbar_fence_init();
+  } else if (threadIdx.x == 128 * WG) {
+    rg::tma_prefetch(xmap);
+    rg::tma_prefetch(wmap);
+  }
+  __syncthreads();
+  rg::pdl_start();
   const int tiles = (k + kBK - 1) / kBK;
+
+  if (wg == WG) {  // the producer warp; one lane issues
+    if ((threadIdx.x & 31) == 0) {
+      for (int t = 0; t < tiles; ++t) {
+        const int s = t % S;
+        if (t >= S) rg::mbar_wait(&empty[s], (t / S - 1) & 1);
+        rg::mbar_expect_tx(&full[s], kStage);
+        rg::tma_load_2d(ring + s * kStage, xmap, t * kBK, row0, &full[s]);
+        rg::tma_load_2d(ring + s * kStage + kA, wmap, t * kBK, col0, &full[s]);
+      }
+    }
+    return;
+  }
+
   float acc[NB][64];
 #pragma unroll
   for (int h = 0; h < NB; ++h)
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
-
-  auto load = [&](int t) {
-    char* s = ring + (t % kStages) * kStage;
-    rg::load_tile128<T, BM, kThreads>(s, x, m, k, row0, t * kBK);
-    rg::load_tile128<T, BN, kThreads>(s + kA, w, n, k, col0, t * kBK);
-  };
-#pragma unroll
-  for (int t = 0; t < kStages - 2; ++t) {
-    if (t < tiles) load(t);
-    rg::cp_async_commit();
-  }
+  const bool signals = (threadIdx.x & 31) == 0;
   for (int t = 0; t < tiles; ++t) {
-    rg::cp_async_wait<kStages - 3>();
-    // this thread's copies (generic proxy) become visible to the tensor cores' reads (async
-    // proxy); the barrier then publishes everyone's
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();  // tile t landed; tile t - 2's products are done: refill its slot
-    if (t + kStages - 2 < tiles) load(t + kStages - 2);
-    rg::cp_async_commit();
-    const char* a = ring + (t % kStages) * kStage + wg * 64 * kBK * 2;
-    const char* b = ring + (t % kStages) * kStage + kA;
+    const int s = t % S;
+    rg::mbar_wait(&full[s], (t / S) & 1);
+    const char* a = ring + s * kStage + wg * 64 * kBK * 2;
+    const char* b = ring + s * kStage + kA;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk)
@@ -129,13 +152,11 @@ __device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residu
         Wgmma<T>::run(acc[h], descriptor(a + kk * 32),
                       descriptor(b + h * 128 * kBK * 2 + kk * 32));
     wgmma_commit();
-    wgmma_wait<1>();  // this tile's products may still run; tile t - 1's are done
+    wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
+    if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % S]);
   }
   wgmma_wait<0>();
-  rg::cp_async_wait<0>();
 
-  // accumulator (h, 4 j + e) of lane (g, t) in warp q of the warpgroup: row 16 q + g (+8 for
-  // e >= 2), columns 128 h + 8 j + 2 t, + 1
   const int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int h = 0; h < NB; ++h)
@@ -152,27 +173,33 @@ __device__ void gemm90_impl(const T* x, const T* __restrict__ w, const T* residu
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(128, 1) gemm90_f16_64x128(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 1, 1>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(160, 2) gemm90_f16_64x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 1, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) gemm90_f16_128x128(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 1>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(288, 1) gemm90_f16_128x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) gemm90_f16_128x256(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(288, 1) gemm90_f16_128x256(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gemm90_bf16_64x128(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 1>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(160, 2) gemm90_bf16_64x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 1, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) gemm90_bf16_128x128(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(288, 1) gemm90_bf16_128x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) gemm90_bf16_128x256(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2>(x, w, residual, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(288, 1) gemm90_bf16_128x256(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, 4>(&xmap, &wmap, residual, y, m, n, k);
 }

@@ -41,3 +41,15 @@ def test_symbolic_launch_needs_symbols_and_resolves():
     c = L.clone()
     c.write(c.resolve({"n": 64}))
     assert (L.grid, L.args[3]) == ((4, 1, 1), 33) and (c.grid, c.args[3]) == ((8, 1, 1), 64)
+
+
+def test_a_descriptor_argument_cannot_follow_a_symbol():
+    from rawgraph.ops.linear import GEMM90
+
+    k = GEMM90["float16", (128, 256)]
+    S = Symbols(m=Range(1, 512))
+    S.set(m=100)
+    with pytest.raises(ValueError, match="cannot follow a symbol"):
+        Launch(k, 1, 288, (S.m, b"\0" * 128, None, 0x1000, S.m, 256, 64), symbols=S)
+    L = Launch(k, S.m, 288, (b"\1" * 128, b"\2" * 128, None, 0x1000, S.m, 256, 64), symbols=S)
+    assert L.args[0] == b"\1" * 128 and L.args[4] == 100 and L.grid == (100, 1, 1)

@@ -5,6 +5,7 @@ import pytest
 
 from rawgraph.ops.attention import SPLIT_CAP, SPLIT_WAVES, decode_splits
 from rawgraph.ops.linear import (
+    GEMM_TILES,
     M_TILES,
     SKINNY_ROWS,
     VARIANTS,
@@ -47,10 +48,14 @@ def test_skinny_cluster_fills_the_sms():
         assert skinny_cluster(n, 4096) in (1, 2, 4)
 
 
-def test_gemm_tile_gives_every_sm_a_block():
+def test_gemm_tile_weighs_tile_speed_against_the_last_wave():
     assert gemm_tile(4096, 4096) == (128, 256)
     assert gemm_tile(512, 2048) == (64, 128)  # 32 blocks of 128 x 256 would leave SMs idle
-    assert gemm_smem(gemm_tile(4096, 4096)) <= 227 * 1024
+    assert gemm_tile(2048, 3072) == (128, 128)  # 1.45 waves of 128 x 256, 2.9 of 128 x 128
+    assert gemm_tile(2048, 2048) == (128, 256)  # 128 blocks: one wave
+    assert gemm_tile(128, 2048) == (64, 128)  # a chunk of 128 tokens: 32 blocks, not 16
+    for tile in GEMM_TILES:
+        assert gemm_smem(tile, True) <= 227 * 1024 and gemm_smem(tile) <= 227 * 1024
 
 
 def test_decode_attention_splits_fill_whole_waves():

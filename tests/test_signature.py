@@ -89,3 +89,29 @@ def test_argpack_layout_and_decode_roundtrip():
     assert decode(sig, pack.address) == vals
     pack.write(sig.convert([1, 2, 3.0, 4, 5.0]))
     assert decode(sig, pack.address) == (1, 2, 3.0, 4, 5.0)
+
+
+def test_descriptor_parameters_are_128_bytes_by_value():
+    sig = Signature.parse("const __grid_constant__ TensorMap xmap, const __half* r, int m, "
+                          "const __grid_constant__ TensorMap wmap, float s")
+    assert [(p.ctype, p.size, p.is_blob) for p in sig.params[:2]] == [
+        ("const TensorMap", 128, True), ("const __half*", 8, False)]
+    pack = ArgPack(sig)
+    a, b = bytes(range(128)), bytes(range(128, 256))
+    vals = sig.convert([a, 0xABC0, -3, b, 0.5])
+    pack.write(vals)
+    ptrs = (ctypes.c_void_p * 5).from_address(pack.address)
+    assert ctypes.string_at(ptrs[0], 128) == a and ctypes.string_at(ptrs[3], 128) == b
+    assert struct.unpack("i", ctypes.string_at(ptrs[2], 4))[0] == -3
+    assert pack.values == vals
+    assert [pack.offset(i) for i in range(5)] == [40, 168, 176, 184, 312]  # after 5 pointers
+    pack.write_slots((2,), (9,))
+    assert pack.values[2] == 9 and pack.values[3] == b
+
+
+@pytest.mark.parametrize("value, match", [(b"\0" * 64, "needs 128 bytes"), (7, "needs 128"),
+                                          (None, "needs 128")])
+def test_descriptor_values_are_checked(value, match):
+    sig = Signature.parse("const __grid_constant__ TensorMap xmap")
+    with pytest.raises(TypeError, match=match):
+        sig.convert([value], "k")

@@ -147,6 +147,10 @@ class Launch:
         exprs = [t for t in (*self.grid_t, *self.args_t) if isinstance(t, Expr)]
         self.reads = frozenset().union(*(t.symbols() for t in exprs))
         self._dyn = tuple(i for i, t in enumerate(self.args_t) if isinstance(t, Expr))
+        for i in self._dyn:
+            if params[i].is_blob:
+                raise ValueError(f"{name}: argument {params[i].name!r} ({params[i].ctype}) is "
+                                 f"bytes fixed at launch; it cannot follow a symbol")
         if self._dyn:
             base = tuple(0 if isinstance(t, Expr) else convert_value(p, t, name)
                          for p, t in zip(params, self.args_t))

@@ -3,6 +3,9 @@
 A signature is declared once in Python as the kernel's C parameter list, e.g.
 `"const __half* x, __half* y, int n, float eps"`, and cross-checked against the
 `extern "C"` line of the .cu file (here, on the CPU) and cuFuncGetParamInfo (on the GPU).
+Besides pointers and scalars, a parameter may be a TMA descriptor passed by value
+(`const __grid_constant__ TensorMap map`, kernels_cu/tma.cuh): 128 opaque bytes
+(rawgraph.cuda.tensormap makes them).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ _POINTEE_DTYPES: dict[str, str] = {
     "unsigned long long": "uint64", "uint8_t": "uint8", "unsigned char": "uint8",
     "int8_t": "int8", "char": "int8",
 }
-_SLOT = 8  # every argument gets an 8-byte, 8-aligned slot in rawgraph's storage
+_BLOBS: dict[str, int] = {"const TensorMap": 128}  # by-value structs -> size (bytes)
+_SLOT = 8  # every argument gets an 8-byte, 8-aligned slot in rawgraph's storage (blobs: more)
 _NDARRAY = cupy.ndarray
 
 
@@ -57,13 +61,18 @@ class Param:
         return self.is_pointer and not self.ctype.startswith("const ")
 
     @property
+    def is_blob(self) -> bool:
+        """True for by-value structs (a TMA descriptor): bytes, never a symbol."""
+        return self.fmt.endswith("s")
+
+    @property
     def pointee(self) -> str:
         """`T` of a `T*` parameter (without const)."""
         return self.ctype.removeprefix("const ").removesuffix("*").strip()
 
 
 def _normalise_type(t: str) -> str:
-    t = re.sub(r"\b(__restrict__|__restrict|restrict)\b", "", t)
+    t = re.sub(r"\b(__restrict__|__restrict|restrict|__grid_constant__)\b", "", t)
     t = re.sub(r"\s*\*\s*", "*", t)
     t = re.sub(r"\s+", " ", t).strip()
     return t.replace(" *", "*")
@@ -76,9 +85,11 @@ def _parse_param(text: str) -> Param:
     ctype, name = _normalise_type(m.group(1)), m.group(2)
     if ctype.endswith("*"):
         return Param(name, ctype, "Q", 8)
+    if ctype in _BLOBS:
+        return Param(name, ctype, f"{_BLOBS[ctype]}s", _BLOBS[ctype])
     if ctype not in _SCALARS:
         raise ValueError(f"parameter {name!r}: unsupported C type {ctype!r} "
-                         f"(supported: pointers, {', '.join(sorted(_SCALARS))})")
+                         f"(supported: pointers, {', '.join(sorted([*_SCALARS, *_BLOBS]))})")
     fmt, size = _SCALARS[ctype]
     return Param(name, ctype, fmt, size)
 
@@ -96,6 +107,8 @@ class Signature:
             if p.is_pointer:
                 want = _POINTEE_DTYPES.get(p.pointee)
                 fast.append(("p", 0, 0, None if want is None else np.dtype(want)))
+            elif p.is_blob:
+                fast.append(("b", 0, 0, None))
             elif p.fmt in "fd":
                 fast.append(("f", 0, 0, None))
             else:
@@ -165,12 +178,18 @@ def int_bounds(p: Param) -> tuple[int, int]:
     return (0, 2**bits - 1) if p.fmt.isupper() else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
-def convert_value(p: Param, v: Any, kernel: str) -> int | float:
+def convert_value(p: Param, v: Any, kernel: str) -> int | float | bytes:
     """One argument value, checked against its parameter (messages name both)."""
     if hasattr(v, "symbols") and hasattr(v, "render"):  # a symbol expression
         raise ValueError(f"{_where(p, kernel)} is the expression {v!r}: pass symbols=")
     if p.is_pointer:
         return _address(p, v, kernel)
+    if p.is_blob:
+        if not isinstance(v, bytes) or len(v) != p.size:
+            raise TypeError(f"{_where(p, kernel)} needs {p.size} bytes (a descriptor), got "
+                            f"{type(v).__name__}" + (f" of {len(v)}" if isinstance(v, bytes)
+                                                     else ""))
+        return v
     if isinstance(v, (bool, np.bool_)):
         raise TypeError(f"{_where(p, kernel)} got a bool")
     if p.fmt in "fd":
@@ -208,7 +227,8 @@ def _address(p: Param, v: Any, kernel: str) -> int:
 
 
 class ArgPack:
-    """rawgraph-owned argument storage: one 8-byte slot per parameter and a `void**` to them.
+    """rawgraph-owned argument storage: one slot per parameter (8 bytes; a blob its size) and
+    a `void**` to them.
 
     `address` is what `kernelParams` takes. The storage lives as long as this object, so
     the driver never sees memory it handed out itself (we never write into GetParams memory).
@@ -217,19 +237,22 @@ class ArgPack:
     def __init__(self, sig: Signature):
         self.sig = sig
         n = max(len(sig), 1)
-        # one allocation: n pointers (the void**), then n 8-byte value slots they point at
-        self.buffer = ctypes.create_string_buffer(2 * _SLOT * n)
+        sizes = [max(_SLOT, -(-p.size // _SLOT) * _SLOT) for p in sig.params]
+        self._offsets = [_SLOT * n + sum(sizes[:i]) for i in range(len(sizes))]
+        # one allocation: n pointers (the void**), then the value slots they point at
+        self.buffer = ctypes.create_string_buffer(_SLOT * n + max(sum(sizes), _SLOT))
         self.address = ctypes.addressof(self.buffer)
         self._base = _SLOT * n
-        struct.pack_into(f"{n}Q", self.buffer, 0,
-                         *range(self.address + self._base, self.address + 2 * self._base, _SLOT))
+        struct.pack_into(f"{len(sizes)}Q", self.buffer, 0,
+                         *(self.address + o for o in self._offsets))
         self.fmts = tuple(p.fmt for p in sig.params)
-        self._pack = struct.Struct("<" + "".join(p.fmt if p.size == 8 else p.fmt + "4x"
-                                           for p in sig.params)).pack_into
+        self._pack = struct.Struct("<" + "".join(
+            p.fmt + (f"{size - p.size}x" if size > p.size else "")
+            for p, size in zip(sig.params, sizes))).pack_into
 
     def offset(self, i: int) -> int:
         """Byte offset of parameter i's slot in `buffer`."""
-        return self._base + _SLOT * i
+        return self._offsets[i]
 
     def write(self, values: tuple) -> None:
         """Store already-converted values (see Signature.convert); cannot fail."""
@@ -237,9 +260,9 @@ class ArgPack:
 
     def write_slots(self, slots: tuple[int, ...], values: tuple) -> None:
         """Store converted values of the parameters at `slots` only."""
-        fmts, buf, base = self.fmts, self.buffer, self._base
+        fmts, buf, offs = self.fmts, self.buffer, self._offsets
         for i, v in zip(slots, values):
-            struct.pack_into(fmts[i], buf, base + _SLOT * i, v)
+            struct.pack_into(fmts[i], buf, offs[i], v)
 
     @property
     def values(self) -> tuple:

@@ -45,6 +45,8 @@ class Node:
 
 
 def _fmt(v: Any) -> str:
+    if isinstance(v, bytes):  # a by-value descriptor (TMA)
+        return f"<{len(v)} B>"
     return f"{v:#x}" if isinstance(v, int) and v > 1 << 32 else f"{v:g}" if isinstance(
         v, float) else str(v)
 

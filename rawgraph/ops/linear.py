@@ -16,6 +16,7 @@ from typing import Any
 
 from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
+from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
@@ -47,10 +48,17 @@ SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
-# The same tiles on Hopper's warpgroup tensor cores (wgmma: 2.3-2.7x the mma.sync GEMM)
-GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
+# The same tiles on Hopper's warpgroup tensor cores fed by TMA (x and W as descriptors,
+# rawgraph.cuda.tensormap): 2.3-2.7x the mma.sync GEMM with cp.async loads, 1.0-1.4x more
+# with TMA and a producer warp (benchmarks/NOTES.md, sessions 4 and 9)
+_SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap, "
+          "const {t}* residual, {t}* y, int m, int n, int k")
+GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG90.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
+# relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
+# fill whole waves): the wider tile reads less shared memory per product
+TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
@@ -97,18 +105,22 @@ def skinny_cluster(n: int, k: int) -> int:
 
 
 def gemm_tile(m: int, n: int) -> tuple[int, int]:
-    """(BM, BN) for an (m, n) output: the largest tile that still gives every SM a block
-    (a prefill chunk of 512 rows through a 2048-wide weight is only 32 blocks of 128 x 256)."""
-    for bm, bn in GEMM_TILES:
-        if -(-m // bm) * -(-n // bn) >= SMS:
-            return bm, bn
-    return GEMM_TILES[-1]
+    """(BM, BN) for an (m, n) output: the tile whose speed (TILE_SPEED) times the share of its
+    last wave's SMs that have a block is highest, one block per SM counted. A 2048 x 3072
+    output is 192 tiles of 128 x 256 (1.45 waves: 0.68x cuBLAS on the H200) but 384 of 128 x
+    128 (2.9 waves: 0.81x); a 512 x 2048 one only 32 of 128 x 256."""
+    def score(tile: tuple[int, int]) -> float:
+        tiles = -(-m // tile[0]) * -(-n // tile[1])
+        return TILE_SPEED[tile] * tiles / (-(-tiles // SMS) * SMS)
+    return max(GEMM_TILES, key=score)  # the first (largest) of equals
 
 
 def gemm_smem(tile: tuple[int, int], wgmma: bool = False) -> int:
     """Dynamic shared memory of a GEMM tile: the pipeline's stages of A and B tiles (k tiles
-    of 32, or of 64 for the wgmma GEMM)."""
-    return GEMM_STAGES * (tile[0] + tile[1]) * (128 if wgmma else GEMM_BK * 2)
+    of 32, or of 64 for the wgmma GEMM, whose stages also have two 8-byte barriers each)."""
+    if wgmma:
+        return GEMM_STAGES * ((tile[0] + tile[1]) * 128 + 16)
+    return GEMM_STAGES * (tile[0] + tile[1]) * GEMM_BK * 2
 
 
 @functools.cache
@@ -119,9 +131,9 @@ def hopper() -> bool:
 
 def gemm_launch(dt: str, tile: tuple[int, int], wgmma: bool) -> tuple[Kernel, int, int]:
     """(kernel, threads, shared memory) of the GEMM for a (BM, BN) tile: on Hopper one
-    warpgroup per 64 rows of the tile, else 8 warps."""
+    warpgroup per 64 rows of the tile and a producer warp (TMA), else 8 warps."""
     if wgmma:
-        return GEMM90[dt, tile], 2 * tile[0], gemm_smem(tile, True)
+        return GEMM90[dt, tile], 2 * tile[0] + 32, gemm_smem(tile, True)
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
@@ -175,9 +187,15 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     if kind == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         bm, bn = gemm_tile(top, n)
-        kernel, threads, smem = gemm_launch(dt, (bm, bn), hopper())
-        kernel.launch((-(-n // bn), cdiv(m, bm)), threads, (x, w, residual, y, m, n, k), stream,
-                      smem=smem, symbols=symbols)
+        wgmma = hopper()
+        kernel, threads, smem = gemm_launch(dt, (bm, bn), wgmma)
+        if wgmma:  # one dimension: the kernel orders its tiles itself
+            grid = (cdiv(m, bm) * -(-n // bn),)
+            a, b = tile_map(x.data.ptr, cap, k, dt, bm), tile_map(w.data.ptr, n, k, dt, bn)
+        else:
+            grid, a, b = (-(-n // bn), cdiv(m, bm)), x, w
+        kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
+                      symbols=symbols)
     elif kind == "skinny":
         c = skinny_cluster(n, k)
         SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
