@@ -37,7 +37,10 @@ def gemm_path(request, monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "n", "k"), [(65, 64, 64), (128, 128, 32), (300, 2048, 2048),
                                            (512, 3072, 2048), (129, 130, 200), (1000, 258, 72),
-                                           (700, 3000, 1000), (1024, 384, 4096)])
+                                           (700, 3000, 1000), (1024, 384, 4096),
+                                           # the Hopper GEMM's tile groups of 8 row tiles:
+                                           # 14 row tiles of 128 x 128, 33 of 128 x 256
+                                           (1669, 1000, 64), (4100, 520, 136)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_gemm(stream, rng, gemm_path, dtype, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
