@@ -8,6 +8,8 @@ TFLOP/s with wgmma; mma.sync kernels top out well below that, cuBLAS uses wgmma.
 
 from __future__ import annotations
 
+import functools
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,6 @@ import numpy as np
 
 from rawgraph import ops
 from rawgraph.bench.kernels import SHAPES
-from rawgraph.bench.timing import device_us
 
 Row = Callable[..., None]
 F16 = np.float16
@@ -26,10 +27,34 @@ def _rand(shape: tuple, scale: float = 1.0) -> cupy.ndarray:
     return (cupy.random.standard_normal(shape, np.float32) * scale).astype(F16)
 
 
-def _us(fn: Callable[[], None], s: Any, reps: int = 10) -> float:
-    """Median device time of one call (calls queued back to back; launch cost hidden)."""
+@functools.cache
+def _busy() -> tuple[cupy.ndarray, cupy.ndarray]:
+    """Two 1 GiB buffers: copying one to the other keeps the GPU busy for ~0.5 ms."""
+    a = cupy.zeros(1 << 29, F16)
+    return a, cupy.empty_like(a)
+
+
+def _us(fn: Callable[[], None], s: Any, reps: int = 10, trials: int = 7) -> float:
+    """Median device time of one call: `reps` calls queued back to back behind two 1 GiB
+    copies, so the GPU has not reached the first call before the host has queued the last
+    and the events time kernels, not the host's launch rate (a 20 us kernel called eagerly
+    would otherwise measure Python)."""
+    a, b = _busy()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    out = []
     with s:
-        return device_us(lambda: [fn() for _ in range(reps)], s, reps=7) / reps
+        for _ in range(3):  # warm-up
+            fn()
+        for _ in range(trials):
+            b[...] = a
+            b[...] = a
+            start.record(s)
+            for _ in range(reps):
+                fn()
+            end.record(s)
+            end.synchronize()
+            out.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / reps)
+    return statistics.median(out)
 
 
 def gemm(row: Row, s: Any) -> None:
