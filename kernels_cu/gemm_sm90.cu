@@ -32,7 +32,9 @@
 
 namespace {
 
-constexpr int kBK = 64, kStages = 4;  // a tile row: 64 elements = 128 bytes (rg::swz128)
+// k per tile: a TMA box row of 64 elements = 128 bytes, the 128-byte swizzle's width; ring
+// slots (rawgraph.ops.linear: GEMM_STAGES)
+constexpr int kBK = 64, kStages = 4;
 
 // Matrix descriptor of a K-major operand tile in shared memory with the 128-byte swizzle:
 // start address, leading byte offset (unused for this layout: 1), stride byte offset (8 rows
@@ -176,30 +178,30 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
 extern "C" __global__ void __launch_bounds__(160, 2) gemm90_f16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 1, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__half, 1, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1) gemm90_f16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1) gemm90_f16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, 4>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 2, kStages>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2) gemm90_bf16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 1, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1) gemm90_bf16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, 4>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1) gemm90_bf16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, 4>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages>(&xmap, &wmap, residual, y, m, n, k);
 }

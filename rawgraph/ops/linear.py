@@ -55,7 +55,7 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
           "const {t}* residual, {t}* y, int m, int n, int k")
 GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG90.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
-GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32
+GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gemm_sm90.cu's
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product
 TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
