@@ -9,7 +9,6 @@ TFLOP/s with wgmma; mma.sync kernels top out well below that, cuBLAS uses wgmma.
 from __future__ import annotations
 
 import functools
-import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from rawgraph import ops
 from rawgraph.bench.kernels import SHAPES
+from rawgraph.bench.timing import device_us
 
 Row = Callable[..., None]
 F16 = np.float16
@@ -34,27 +34,19 @@ def _busy() -> tuple[cupy.ndarray, cupy.ndarray]:
     return a, cupy.empty_like(a)
 
 
-def _us(fn: Callable[[], None], s: Any, reps: int = 10, trials: int = 7) -> float:
+def _us(fn: Callable[[], None], s: Any, reps: int = 10) -> float:
     """Median device time of one call: `reps` calls queued back to back behind two 1 GiB
     copies, so the GPU has not reached the first call before the host has queued the last
     and the events time kernels, not the host's launch rate (a 20 us kernel called eagerly
     would otherwise measure Python)."""
     a, b = _busy()
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    out = []
+
+    def busy() -> None:
+        b[...] = a
+        b[...] = a
+
     with s:
-        for _ in range(3):  # warm-up
-            fn()
-        for _ in range(trials):
-            b[...] = a
-            b[...] = a
-            start.record(s)
-            for _ in range(reps):
-                fn()
-            end.record(s)
-            end.synchronize()
-            out.append(cupy.cuda.get_elapsed_time(start, end) * 1e3 / reps)
-    return statistics.median(out)
+        return device_us(lambda: [fn() for _ in range(reps)], s, reps=7, before=busy) / reps
 
 
 def gemm(row: Row, s: Any) -> None:

@@ -33,13 +33,17 @@ def host_us(fn: Callable[[], Any], calls: int = 200, batches: int = 7, warmup: i
 
 
 def device_us(fn: Callable[[], Any], stream: cupy.cuda.Stream, reps: int = 20,
-              warmup: int = 3) -> float:
-    """Median device time of `fn`'s work on `stream` (CUDA events), in microseconds."""
+              warmup: int = 3, before: Callable[[], Any] | None = None) -> float:
+    """Median device time of `fn`'s work on `stream` (CUDA events), in microseconds.
+    `before` (untimed) runs ahead of each repetition: work that keeps the GPU busy while
+    `fn` queues host-heavy calls, say."""
     for _ in range(warmup):
         fn()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     out = []
     for _ in range(reps):
+        if before is not None:
+            before()
         start.record(stream)
         fn()
         end.record(stream)
