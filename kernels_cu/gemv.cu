@@ -191,14 +191,10 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       a_lo[u] = load_w16(wlo + c * 32, in && lo);
       a_hi[u] = load_w16(whi + c * 32, in && hi);
     }
-    if (!waited) {  // the first weights are on their way; x comes from the previous kernel
+    const bool first = !waited;
+    if (first) {  // the first weights are on their way; x comes from the previous kernel
       rg::pdl_wait();
       waited = true;
-      if constexpr (E == Epi::kRope) {
-        if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
-        if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
-          freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
-      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -208,6 +204,13 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       for (int j = 0; j < NT; ++j) {
         const int row = 8 * j + g;
         b[j][u] = load_x16(x + static_cast<long long>(row) * k + c * 32 + 8 * t, in && row < m);
+      }
+    }
+    if constexpr (E == Epi::kRope) {  // the cache rows' lookups behind x's loads, not before
+      if (first) {
+        if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
+        if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
+          freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
       }
     }
 #pragma unroll

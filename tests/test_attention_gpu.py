@@ -59,6 +59,24 @@ def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits)
     np.testing.assert_allclose(host(out, "bfloat16"), want, rtol=TOL["bfloat16"],
                                atol=TOL["bfloat16"])
 
+def test_decode_attention_combines_more_splits_than_it_requests_at_once(stream, rng):
+    # the combine requests 16 splits' values at a time and one split's max per thread (64
+    # threads at D = 64): 71 splits of a 4500-token row take both loops' later rounds
+    lens = {0: 4500, 1: 1300, 2: 1}
+    kv, kh, vh = paged_cache(rng, "float16", 8, 64, lens, num_blocks=400, max_blocks=300)
+    q, qh = randn(rng, (3, 32, 64), "float16")
+    cupy.cuda.Device().synchronize()
+    slots = cupy.asarray(np.array([0, 1, 2], np.int32))
+    out = poisoned(q.shape, "float16")
+    ws = cupy.empty(ops.workspace_floats(3, 32, 64, 80), np.float32)
+    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws,
+                         4500, splits=80, stream=stream)
+    stream.synchronize()
+    want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
+                                np.array([0, 1, 2]), 64**-0.5)
+    np.testing.assert_allclose(host(out, "float16"), want, rtol=2e-3, atol=2e-3)
+
+
 def test_split_count_is_patched_as_contexts_grow(stream, rng):
     lens = {0: 40, 1: 200}
     kv, kh, vh, q, qh, slots = _setup(rng, "float16", 32, 8, 64, lens, [0, 1])
