@@ -330,7 +330,8 @@ class Model:
                kw: dict) -> None:
         """One decoder layer on rows [:n] of buffers `a` (residual stream in a["r"]; the
         tokens' slots and positions in meta); kernels chosen for up to m_max rows.
-        `attend(i)` runs attention over the cache the projection has appended to."""
+        `attend(k_cache, v_cache)` runs attention over layer i's cache, which the projection
+        has appended to."""
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
         lin = {"m": n, "m_max": m_max, **kw}
         ops.rmsnorm(a["r"], w[p + "input_layernorm"], a["h"], rows=n, eps=cfg.rms_eps, **kw)
@@ -338,7 +339,7 @@ class Model:
         ops.qkv_rope(a["h"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
                      meta["slots"], meta["pos"], self.freqs, heads=cfg.heads,
                      head_dim=cfg.head_dim, **lin)
-        attend(i)
+        attend(kc, vc)
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
         ops.rmsnorm(a["r"], w[p + "post_attention_layernorm"], a["h"], rows=n,
                     eps=cfg.rms_eps, **kw)
@@ -372,8 +373,7 @@ class Model:
         m = {k: v[:batch] for k, v in meta.items()}
         q3 = a["q"]
 
-        def attend(i: int) -> None:
-            kc, vc = self.kv.layer(i)
+        def attend(kc: Any, vc: Any) -> None:
             # Attention launches as an ordinary kernel, ending the programmatic chain once a
             # layer: an unbroken chain of PDL launches ran the small-batch step up to 26%
             # slower (benchmarks/NOTES.md, session 7); breaking it at any one kernel from
@@ -403,8 +403,7 @@ class Model:
         kw = {"stream": stream, "symbols": symbols}
         q3 = a["q"]
 
-        def attend(i: int) -> None:
-            kc, vc = self.kv.layer(i)
+        def attend(kc: Any, vc: Any) -> None:
             ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
                                   m["seqs"], a["attn"].reshape(q3.shape), max_q_len, num_seqs,
                                   rows=ops.attention.prefill_rows(chunk), **kw)
