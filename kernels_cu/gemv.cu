@@ -19,7 +19,9 @@
 //   all of x, which at 32 rows costs more than W.)
 //   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane,
 //   and meet in a fixed-order shared-memory sum: deterministic, no atomics. Variants: 8 rows
-//   of x _u8 (124 registers: 2 blocks per SM), _u4 (3 per SM), _c2_u2; 16 rows _u4, _c4_u4.
+//   of x _u8 (at most 128 registers: 2 blocks per SM), _u4 (3 per SM: 80 registers, which
+//   the _rope form's launch bounds ask for), _c2_u2; 16 rows _u4, _c4_u4 (the _silu _u4's
+//   launch bounds keep ptxas from spilling for a third block).
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c2, _c4: for long rows, or too few blocks to fill the GPU, a cluster of 2 or 4 blocks
@@ -29,7 +31,7 @@
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 //
 //   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU_silu(const T* x, const T* w, T* y, int m,
-//                                                   int n, int k)
+//                                                   int n, int k, float norm_eps)
 //   The MLP's gate_up projection with SiLU(gate) * up in the epilogue: w's rows interleaved
 //   in groups of 8 (gate rows 8i..8i+7, then the matching up rows; ops.elementwise
 //   GATE_UP_GROUP), so a block's W rows g and g + 8 are the gate and up of one output and
@@ -39,7 +41,7 @@
 //   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU_rope(const T* x, const T* w, T* y, int m,
 //       int n, int k, T* k_cache, T* v_cache, const int* block_tables, const int* seq_slots,
 //       const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-//       int block_size, int max_blocks)
+//       int block_size, int max_blocks, float norm_eps)
 //   The attention's QKV projection (w: q, k then v rows) with rope_append.cu in the epilogue:
 //   q rotated in y, k rotated into the cache (y keeps it unrotated), v copied to the cache,
 //   the same bits as the GEMV then rope_append (both rotate the T-rounded projection with
@@ -47,6 +49,12 @@
 //   and their partners i + D/2, so lane group g holds both sums of its pair. x row c is token
 //   c: its slot and position pick the cache row as kv_append.cu does (slot < 0 or an
 //   unmapped block: nothing cached). head_dim % 16 == 0.
+//
+//   norm_eps (the _silu and _rope forms): >= 0: x's rows are RMS-normalized first, the
+//   projection being of x / sqrt(mean(x^2) + norm_eps) (RMSNorm without its weight, which
+//   belongs folded into w's columns: rmsnorm.cu's fold_norm). The norm is one scale per row,
+//   so it multiplies the finished sums: each lane sums the squares of the x it loads, the
+//   sums meet in the block's reduction, and no pass over x comes first. < 0: x as it is (the scale is exactly 1).
 #include "cluster.cuh"
 #include "common.cuh"
 
@@ -81,6 +89,27 @@ __device__ __forceinline__ uint4 load_w16(const void* p, bool ok) {
 }
 __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
   return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+}
+
+// The two values in a 4-byte word, as floats (bf16 to float is a shift)
+template <typename T> __device__ __forceinline__ float2 unpack2(unsigned word);
+template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned word) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&word));
+}
+template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned word) {
+  return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+template <typename T> __device__ __forceinline__ void add_squares(unsigned word, float& s) {
+  const float2 f = unpack2<T>(word);
+  s = fmaf(f.x, f.x, s);
+  s = fmaf(f.y, f.y, s);
+}
+// s += the squares of the 8 values in 16 bytes
+template <typename T> __device__ __forceinline__ void add_squares(const uint4& v, float& s) {
+  add_squares<T>(v.x, s);
+  add_squares<T>(v.y, s);
+  add_squares<T>(v.z, s);
+  add_squares<T>(v.w, s);
 }
 
 // The rope epilogue's arguments (see the header)
@@ -154,7 +183,8 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
 // (m, n / 2); kRope: QKV's; both without residual)
 template <typename T, int NT, int CS, int U, Epi E = Epi::kPlain>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
-                          int n, int k, Rope<T> rope = {}) {
+                          int n, int k, float norm_eps = -1.f, Rope<T> rope = {}) {
+  constexpr bool kNorm = E != Epi::kPlain;  // x's sums of squares kept (see the header)
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
@@ -177,9 +207,21 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   __shared__ int token_pos[8 * NT];
   __shared__ float freq[8];
   float acc[NT][4];
+  float sq[NT];  // kNorm: this lane's share of the sum of squares of x row 8 j + g
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = sq[j] = 0.f;
 
+  // The wait for the previous kernel (x is its output). kRope first looks up each token's
+  // cache row and position and the block's frequencies: the step's metadata, written before
+  // that kernel was launched (a host copy), so these round trips overlap the wait.
+  auto wait = [&] {
+    if constexpr (E == Epi::kRope) {
+      if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
+      if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
+        freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
+    }
+    rg::pdl_wait();
+  };
   rg::pdl_trigger();
   bool waited = false;
   for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * U) {
@@ -191,9 +233,8 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       a_lo[u] = load_w16(wlo + c * 32, in && lo);
       a_hi[u] = load_w16(whi + c * 32, in && hi);
     }
-    const bool first = !waited;
-    if (first) {  // the first weights are on their way; x comes from the previous kernel
-      rg::pdl_wait();
+    if (!waited) {  // the first weights are on their way; x comes from the previous kernel
+      wait();
       waited = true;
     }
 #pragma unroll
@@ -206,46 +247,48 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         b[j][u] = load_x16(x + static_cast<long long>(row) * k + c * 32 + 8 * t, in && row < m);
       }
     }
-    if constexpr (E == Epi::kRope) {  // the cache rows' lookups behind x's loads, not before
-      if (first) {
-        if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
-        if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
-          freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
-      }
-    }
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         Mma<T>::run(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
         Mma<T>::run(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
+        if constexpr (kNorm) add_squares<T>(b[j][u], sq[j]);
       }
   }
 
-  if (!waited) {  // a warp with no chunks still reads the residual below
-    rg::pdl_wait();
-    if constexpr (E == Epi::kRope) {
-      if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
-      if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
-        freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
-    }
-  }
+  if (!waited) wait();  // a warp with no chunks still reads the residual below
   // The warps' sums meet in shared memory, then (with a cluster) the blocks' through
   // distributed shared memory; fixed orders, so the result is deterministic.
   constexpr int kVals = NT * 4 * 32;  // the block's outputs: fragment slot i, lane
   __shared__ float red[kWarps][kVals];
   __shared__ float part[kVals];  // this block's sum over its warps
   const int w8 = threadIdx.x >> 5;
+  __shared__ float sq_red[kWarps][8 * NT], sq_part[8 * NT];  // x row's sum of squares
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) red[w8][(4 * j + e) * 32 + lane] = acc[j][e];
+  if constexpr (kNorm) {  // x row 8 j + g's, over the lanes t of group g
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float v = sq[j] + __shfl_xor_sync(0xffffffffu, sq[j], 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t == 0) sq_red[w8][8 * j + g] = v;
+    }
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
     float v = 0.f;
 #pragma unroll
     for (int p = 0; p < kWarps; ++p) v += red[p][i];
     part[i] = v;
+  }
+  if (kNorm && threadIdx.x < 8 * NT) {
+    float v = 0.f;
+#pragma unroll
+    for (int p = 0; p < kWarps; ++p) v += sq_red[p][threadIdx.x];
+    sq_part[threadIdx.x] = v;
   }
   if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
   else __syncthreads();
@@ -257,6 +300,15 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         for (int p = 1; p < CS; ++p) v += rg::load_remote(&part[i], p);
       }
       return v;
+    };
+    auto scale = [&](int col) {  // x row col's 1 / rms (norm_eps >= 0), else 1
+      if (!kNorm || norm_eps < 0.f) return 1.f;
+      float v = sq_part[col];
+      if constexpr (CS > 1) {
+#pragma unroll
+        for (int p = 1; p < CS; ++p) v += rg::load_remote(&sq_part[col], p);
+      }
+      return rsqrtf(v / k + norm_eps);
     };
     // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
     // e = 2, 3: W row g + 8, the same x rows
@@ -277,8 +329,9 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
         const int r = row_of(ln >> 2), col = 8 * j + 2 * (ln & 3) + e;
         if (r + gap >= n || col >= m) continue;
-        const T a = rg::from_float<T>(sum((4 * j + e) * 32 + ln));
-        const T b = rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln));
+        const float sc = scale(col);
+        const T a = rg::from_float<T>(sum((4 * j + e) * 32 + ln) * sc);
+        const T b = rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln) * sc);
         rope_store(rope, y + static_cast<long long>(col) * n, r, gap, pairs, a, b,
                    pairs ? freq[ln >> 2] : 0.f, cache_row[col], token_pos[col]);
       }
@@ -288,8 +341,9 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
         const int out = tile * 8 + (ln >> 2), half = n / 2;
         const int col = 8 * j + 2 * (ln & 3) + e;
         if (out < half && col < m) {
-          const float a = rg::to_float(rg::from_float<T>(sum((4 * j + e) * 32 + ln)));
-          const float up = rg::to_float(rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln)));
+          const float sc = scale(col);
+          const float a = rg::to_float(rg::from_float<T>(sum((4 * j + e) * 32 + ln) * sc));
+          const float up = rg::to_float(rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln) * sc));
           const float act = rg::round_to<T>(a / (1.f + expf(-a)));
           y[static_cast<long long>(col) * half + out] = rg::from_float<T>(act * up);
         }
@@ -342,122 +396,122 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
   gemv_impl<__nv_bfloat16, 2, 4, 4>(x, w, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_silu(
-    const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4_silu(
-    const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_silu(
-    const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4_silu(
-    const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n16_u4_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4_silu(
-    const __half* x, const __half* w, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_silu(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4_silu(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_silu(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4_silu(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n16_u4_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_silu(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__half, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4_rope(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__half, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__half, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__half, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__half, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4_rope(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, {k_cache, v_cache,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }

@@ -116,6 +116,33 @@ def test_gate_up_silu(stream, rng, dtype, m, inter, k):
     np.testing.assert_allclose(host(out, dtype)[:m], want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "inter", "k"), [(1, 1024, 2048), (8, 8, 72), (16, 8192, 264),
+                                               (5, 512, 8192), (40, 1000, 520)])
+def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
+    # norm_eps: silu(gate) * up of rmsnorm(x) (its weight folded into w); the GEMV scales its
+    # sums per row, 40 rows normalize into `normed` first (rounded there: 6 ulp, not 4)
+    rows, eps = m + 1, 1e-5
+    x, xh = randn(rng, (rows, k), dtype, 3.0)
+    g, gh = randn(rng, (inter, k), dtype, k**-0.5)
+    u, uh = randn(rng, (inter, k), dtype, k**-0.5)
+    w = cupy.asarray(ops.stack_gate_up(cupy.asnumpy(g), cupy.asnumpy(u)))
+    gu, out = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
+    normed = poisoned((rows, k), dtype)
+    cupy.cuda.Device().synchronize()
+    ops.gate_up_silu(x, w, gu, out, m=m, norm_eps=eps, normed=normed, stream=stream)
+    stream.synchronize()
+    gate = ref.linear(xh[:m], gh, dtype, norm_eps=eps)
+    up = ref.linear(xh[:m], uh, dtype, norm_eps=eps)
+    want = ref.silu_mul(np.stack([gate.reshape(m, -1, 8), up.reshape(m, -1, 8)], 2)
+                        .reshape(m, 2 * inter), dtype)
+    tol = 6 * ULP[dtype]
+    np.testing.assert_allclose(host(out, dtype)[:m], want, rtol=tol, atol=tol)
+    assert (cupy.asnumpy(out.view(np.uint16))[m:] == POISON[dtype]).all()
+    gemv = linear_path(m, 2 * inter) == "gemv"
+    assert (cupy.asnumpy(normed.view(np.uint16)) == POISON[dtype]).all() == gemv
+
+
 def test_linear_in_place_residual_and_symbolic_rows(stream, rng):
     x, xh = randn(rng, (8, 256), "float16")
     w, wh = randn(rng, (512, 256), "float16", 1 / 16)

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from rawgraph import ops
+from rawgraph.dtypes import to_float32, to_storage
 from rawgraph.ops import reference as ref
 from rawgraph.ops.elementwise import ADD, SILU_MUL
-from rawgraph.ops.norm import RMSNORM
+from rawgraph.ops.norm import FOLD, RMSNORM
 from rawgraph.symbols import Range, Symbols
 from tests.helpers import POISON, host, poisoned, randn
 
@@ -22,7 +23,8 @@ def _unwritten(arr, dtype) -> np.ndarray:
     return cupy.asnumpy(arr.view(np.uint16)) == POISON[dtype]
 
 
-@pytest.mark.parametrize("kernel", [*ADD.values(), *SILU_MUL.values(), *RMSNORM.values()])
+@pytest.mark.parametrize("kernel", [*ADD.values(), *SILU_MUL.values(), *RMSNORM.values(),
+                                    *FOLD.values()])
 def test_compiled_parameters_match_declared_signature(kernel):
     info = kernel.param_info()  # loading already cross-checked the sizes; check layout too
     assert [s for _, s in info] == [p.size for p in kernel.sig.params]
@@ -49,9 +51,12 @@ def test_add(stream, rng, dtype, size, n, offset):
 @pytest.mark.parametrize(("rows", "dim", "active"), [
     (1, 8, None), (3, 2048, None), (7, 4096, 5), (2, 8192, None), (33, 264, 17)])
 @pytest.mark.parametrize("fused", [False, True])
-def test_rmsnorm(stream, rng, dtype, rows, dim, active, fused):
+@pytest.mark.parametrize("weighted", [True, False])  # False: the weight folded elsewhere
+def test_rmsnorm(stream, rng, dtype, rows, dim, active, fused, weighted):
     x, xh = randn(rng, (rows, dim), dtype, 3.0)
     w, wh = randn(rng, (dim,), dtype)
+    if not weighted:
+        w = wh = None
     out = poisoned((rows, dim), dtype)
     kw, rh = {}, None
     if fused:
@@ -68,6 +73,30 @@ def test_rmsnorm(stream, rng, dtype, rows, dim, active, fused):
     if fused:
         np.testing.assert_array_equal(host(kw["residual_out"], dtype)[:k], h)
         assert _unwritten(kw["residual_out"], dtype)[k:].all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "dim"), [(1, 8), (3072, 2048), (5, 264), (1000, 8200)])
+def test_fold_norm(stream, rng, dtype, n, dim):
+    # one rounding of an exact product: the reference's bits, in place
+    w, wh = randn(rng, (n, dim), dtype, dim**-0.5)
+    stored = to_storage((1.0 + 0.3 * rng.standard_normal(dim)).astype(np.float32), dtype)
+    g, gh = cupy.asarray(stored), to_float32(stored, dtype)  # norm weights: 1 + N(0, 0.3)
+    cupy.cuda.Device().synchronize()
+    ops.fold_norm(w, g, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(host(w, dtype), ref.fold_norm(wh, gh, dtype))
+
+
+def test_fold_norm_rejects_bad_input():
+    w, g = cupy.zeros((4, 16), np.float16), cupy.ones(16, np.float16)
+    with pytest.raises(ValueError, match="g has shape"):
+        ops.fold_norm(w, g[:8])
+    with pytest.raises(ValueError, match="dim = 12"):
+        ops.fold_norm(cupy.zeros((4, 12), np.float16), g[:12])
+    with pytest.raises(ValueError, match="w must be"):
+        ops.fold_norm(g, g)
+    assert (w == 0).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -6,7 +6,9 @@ import pytest
 from cupy.lib.stride_tricks import as_strided
 
 from rawgraph import ops
-from tests.helpers import POISON, paged_cache, poisoned, randn
+from rawgraph.ops import reference as ref
+from rawgraph.ops.linear import path as linear_path
+from tests.helpers import POISON, ULP, host, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 DTYPES = ["float16", "bfloat16"]
@@ -101,6 +103,43 @@ def test_qkv_rope_equals_linear_then_rope_append(stream, rng, dtype, m, q_heads,
     assert (_bits(cache[0]) != POISON[dtype]).any()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "q_heads", "kv_heads", "d", "k"),
+                         [(1, 32, 8, 64, 2048), (6, 8, 2, 128, 512), (16, 4, 4, 16, 264),
+                          (3, 32, 8, 128, 4096), (24, 4, 2, 64, 128)])
+def test_qkv_rope_of_normalized_x(stream, rng, dtype, m, q_heads, kv_heads, d, k):
+    # norm_eps: the projection of rmsnorm(x) (its weight folded into w). The GEMV (up to 16
+    # rows) scales its sums by each row's 1 / rms and leaves `normed` alone; 24 rows write
+    # rmsnorm(x) to `normed` (rounded: hence 4 ulp, not 2) and project that. Against the
+    # float64 reference: k, v as projected, q rotated; the cache row of each token as well.
+    bs, rows, eps = 4, m + 1, 1e-5
+    width, kv = (q_heads + 2 * kv_heads) * d, kv_heads * d
+    x, xh = randn(rng, (rows, k), dtype, 3.0)
+    w, wh = randn(rng, (width, k), dtype, k**-0.5)
+    qkv, normed = poisoned((rows, width), dtype), poisoned((rows, k), dtype)
+    cache = [poisoned((rows, bs, kv), dtype) for _ in range(2)]
+    tables = cupy.asarray(np.arange(rows, dtype=np.int32)[:, None])  # token c: block c
+    pos = rng.integers(0, bs, rows).astype(np.int32)
+    f = ops.inv_freq(d, 500000.0, ops.Llama3Scaling())
+    slots, positions = cupy.arange(rows, dtype=cupy.int32), cupy.asarray(pos)
+    cupy.cuda.Device().synchronize()
+    ops.qkv_rope(x, w, qkv, cache[0], cache[1], tables, slots, positions, cupy.asarray(f),
+                 heads=q_heads, head_dim=d, m=m, norm_eps=eps, normed=normed, stream=stream)
+    stream.synchronize()
+    proj = ref.linear(xh[:m], wh, dtype, norm_eps=eps)
+    q = ref.rope(proj[:, :q_heads * d].reshape(m, q_heads, d), pos[:m], f, dtype)
+    kr = ref.rope(proj[:, q_heads * d:-kv].reshape(m, kv_heads, d), pos[:m], f, dtype)
+    got, tol = host(qkv, dtype), 4 * ULP[dtype]
+    np.testing.assert_allclose(got[:m, :q_heads * d], q.reshape(m, -1), rtol=tol, atol=tol)
+    np.testing.assert_allclose(got[:m, q_heads * d:], proj[:, q_heads * d:], rtol=tol, atol=tol)
+    assert (_bits(qkv)[m:] == POISON[dtype]).all()
+    kc, vc = host(cache[0], dtype), host(cache[1], dtype)
+    np.testing.assert_allclose(kc[np.arange(m), pos[:m]], kr.reshape(m, -1), rtol=tol, atol=tol)
+    np.testing.assert_allclose(vc[np.arange(m), pos[:m]], proj[:, -kv:], rtol=tol, atol=tol)
+    gemv = linear_path(m, width) == "gemv"
+    assert (_bits(normed) == POISON[dtype]).all() == gemv
+
+
 def test_qkv_views_and_qkv_rope_reject_bad_input(rng):
     qkv = cupy.zeros((4, 12 * 64), np.float16)
     q, k, v = ops.qkv_views(qkv, 8, 64)
@@ -117,3 +156,10 @@ def test_qkv_views_and_qkv_rope_reject_bad_input(rng):
     with pytest.raises(ValueError, match="qkv has shape"):
         ops.qkv_rope(x, w, qkv[:, :64], kv.k[0], kv.v[0], kv.block_tables, idx, idx, f,
                      heads=8, head_dim=64)
+    with pytest.raises(ValueError, match="epsilon must be >= 0"):
+        ops.qkv_rope(x, w, qkv, kv.k[0], kv.v[0], kv.block_tables, idx, idx, f, heads=8,
+                     head_dim=64, norm_eps=-1.0)
+    with pytest.raises(ValueError, match="pass `normed`"):  # 40 rows: not the GEMV
+        ops.qkv_rope(cupy.zeros((40, 64), np.float16), w, cupy.zeros((40, 12 * 64), np.float16),
+                     kv.k[0], kv.v[0], kv.block_tables, cupy.zeros(40, np.int32),
+                     cupy.zeros(40, np.int32), f, heads=8, head_dim=64, norm_eps=1e-5)

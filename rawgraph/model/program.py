@@ -35,12 +35,18 @@ from rawgraph.ops.linear import SKINNY_ROWS
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
 
+# (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
+# norm's output (`ops.fold_norm`, at load), so a decode step's norm is the GEMV's scale per
+# row and no kernel of its own; the final norm stays (its LM head may be the embedding)
+NORM_FOLDS = (("input_layernorm", "qkv"), ("post_attention_layernorm", "gate_up"))
+
 
 def layout(cfg: LlamaConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
     """Device tensors: name -> (shape, the checkpoint tensors stacked into it). Q, K and V
     are one matrix (one GEMV; rope, the cache append and attention read strided views of
     its output), gate and up another, their rows interleaved in groups of 8 (`stack_gate_up`:
-    one GEMV whose epilogue applies SiLU(gate) * up)."""
+    one GEMV whose epilogue applies SiLU(gate) * up). Both hold their norm's weight once
+    loaded (NORM_FOLDS); the norm weights stay as loaded, for inspection."""
     out: dict[str, tuple[tuple, tuple[str, ...]]] = {
         "embed": ((cfg.vocab, cfg.hidden), ("model.embed_tokens.weight",))}
     for i in range(cfg.layers):
@@ -172,6 +178,11 @@ class Model:
                 a = np.ascontiguousarray(tensors[src], st)
                 view[row:row + a.shape[0]].set(a)
                 row += a.shape[0]
+        for i in range(cfg.layers):
+            for norm, proj in NORM_FOLDS:
+                p = f"model.layers.{i}."
+                ops.fold_norm(self.w[p + proj], self.w[p + norm])
+        cupy.cuda.get_current_stream().synchronize()
         if cfg.tie_embeddings:
             self.w["lm_head"] = self.w["embed"]
 
@@ -334,16 +345,16 @@ class Model:
         has appended to."""
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
         lin = {"m": n, "m_max": m_max, **kw}
-        ops.rmsnorm(a["r"], w[p + "input_layernorm"], a["h"], rows=n, eps=cfg.rms_eps, **kw)
+        # each norm: its weight folded into the projection after it, its scale per row
+        # applied by the decode GEMV (or, on the other paths, a weightless rmsnorm into h)
+        norm = {"norm_eps": cfg.rms_eps, "normed": a["h"]}
         kc, vc = self.kv.layer(i)  # QKV, RoPE and the cache append (one kernel for decode)
-        ops.qkv_rope(a["h"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
+        ops.qkv_rope(a["r"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
                      meta["slots"], meta["pos"], self.freqs, heads=cfg.heads,
-                     head_dim=cfg.head_dim, **lin)
+                     head_dim=cfg.head_dim, **norm, **lin)
         attend(kc, vc)
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
-        ops.rmsnorm(a["r"], w[p + "post_attention_layernorm"], a["h"], rows=n,
-                    eps=cfg.rms_eps, **kw)
-        ops.gate_up_silu(a["h"], w[p + "gate_up"], a["gu"], a["act"], **lin)
+        ops.gate_up_silu(a["r"], w[p + "gate_up"], a["gu"], a["act"], **norm, **lin)
         ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
 
     def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict) -> None:

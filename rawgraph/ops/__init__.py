@@ -1,16 +1,16 @@
-"""Operations: input checks at the boundary, then one kernel launch each (gate_up_silu: two
-when it cannot take the GEMV)."""
+"""Operations: input checks at the boundary, then one kernel launch each (qkv_rope and
+gate_up_silu: up to three when they cannot take the GEMV)."""
 
 from rawgraph.ops.attention import decode_attention, prefill_attention, workspace_floats
 from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
 from rawgraph.ops.embedding import embedding
 from rawgraph.ops.kv import kv_append, kv_gather, qkv_views, rope_append
 from rawgraph.ops.linear import gate_up_silu, linear, qkv_rope
-from rawgraph.ops.norm import rmsnorm
+from rawgraph.ops.norm import fold_norm, rmsnorm
 from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
 from rawgraph.ops.sampling import SamplingParams, argmax, sample
 
 __all__ = ["Llama3Scaling", "SamplingParams", "add", "argmax", "decode_attention", "embedding",
-           "gate_up_silu", "inv_freq", "kv_append", "kv_gather", "linear", "prefill_attention",
-           "qkv_rope", "qkv_views", "rmsnorm", "rope", "rope_append", "sample", "silu_mul",
-           "stack_gate_up", "workspace_floats"]
+           "fold_norm", "gate_up_silu", "inv_freq", "kv_append", "kv_gather", "linear",
+           "prefill_attention", "qkv_rope", "qkv_views", "rmsnorm", "rope", "rope_append",
+           "sample", "silu_mul", "stack_gate_up", "workspace_floats"]

@@ -21,6 +21,7 @@ from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
 from rawgraph.ops.kv import qkv_views, rope_append, rope_append_args
+from rawgraph.ops.norm import rmsnorm
 from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
@@ -32,14 +33,15 @@ GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else
         for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
 # the same GEMVs with SiLU(gate) * up in the epilogue (the interleaved gate_up weight)
 GEMV_SILU = {key: Kernel("gemv", k.name + "_silu",
-                         "const {t}* x, const {t}* w, {t}* y, int m, int n, int k".format(
+                         "const {t}* x, const {t}* w, {t}* y, int m, int n, int k, "
+                         "float norm_eps".format(
                              t=KERNEL_TYPES[key[0]][1]))
              for key, k in GEMV.items()}
 # ... and the QKV projection's with RoPE and the cache append in the epilogue
 _SIG_ROPE = ("const {t}* x, const {t}* w, {t}* y, int m, int n, int k, {t}* k_cache, "
              "{t}* v_cache, const int* block_tables, const int* seq_slots, "
              "const int* positions, const float* inv_freq, int q_size, int kv_size, "
-             "int head_dim, int block_size, int max_blocks")
+             "int head_dim, int block_size, int max_blocks, float norm_eps")
 GEMV_ROPE = {key: Kernel("gemv", k.name + "_rope", _SIG_ROPE.format(t=KERNEL_TYPES[key[0]][1]))
              for key, k in GEMV.items()}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
@@ -212,10 +214,32 @@ def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple[str, int, int, int],
     return (dt, tile, c, u), -(-n // GEMV_ROWS) * c
 
 
+def _normed(x: Any, dt: str, norm_eps: float | None, normed: Any, m: Any, kind: str,
+            stream: Any, symbols: Symbols | None) -> tuple[Any, float]:
+    """(the x a projection reads, the GEMV's norm_eps argument) for a projection of
+    rmsnorm(x) without its weight (norm_eps given; the weight is folded into w). The GEMV
+    scales its sums by each row's 1 / rms (one kernel); the other paths normalize into
+    `normed` (x's shape) first."""
+    if norm_eps is None:
+        return x, -1.0
+    if not norm_eps >= 0:
+        raise ValueError(f"norm_eps = {norm_eps}: RMSNorm's epsilon must be >= 0")
+    if kind == "gemv":
+        return x, float(norm_eps)
+    if normed is None:
+        raise ValueError("pass `normed` (x's shape): this path normalizes x ahead of the "
+                         "projection")
+    shapes.tensor(normed, "normed", x.shape, dt)
+    if shapes.overlap(x, normed):
+        raise ValueError("normed must not overlap x")
+    rmsnorm(x, None, normed, rows=m, eps=norm_eps, stream=stream, symbols=symbols)
+    return normed, -1.0
+
+
 def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables: Any,
              seq_slots: Any, positions: Any, freqs: Any, *, heads: int, head_dim: int,
-             m: Any = None, m_max: int | None = None, stream: Any = None,
-             symbols: Symbols | None = None) -> None:
+             m: Any = None, m_max: int | None = None, norm_eps: float | None = None,
+             normed: Any = None, stream: Any = None, symbols: Symbols | None = None) -> None:
     """The attention's input projection with RoPE and the cache append of its m tokens:
     qkv[:m] = x[:m] @ w.T for the stacked q, k, v weight w ((heads + 2 kv_heads) * head_dim,
     k), then `rope_append` on qkv's q, k, v (`qkv_views`): q rotated in place, k rotated
@@ -223,7 +247,13 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
 
     On the GEMV path (decode-sized m) one kernel does all of it, the append in its epilogue,
     with the same bits as the two kernels the other paths run. `m`, `m_max` as for
-    `linear`; seq_slots, positions (tokens,) as for `rope_append`.
+    `linear`; seq_slots, positions (tokens,) as for `rope_append`, and like `freqs` and
+    block_tables ready before the previous kernel on the stream starts (the GEMV reads them
+    while it waits for that kernel, under programmatic dependent launch).
+
+    `norm_eps`: project rmsnorm(x) without its weight instead of x (the input norm's weight
+    folded into w, `fold_norm`): the GEMV multiplies its sums by each row's 1 / rms, in the
+    same kernel; the other paths first write rmsnorm(x) into `normed` (x's shape).
     """
     dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
     shapes.tensor(qkv, "qkv", (cap, n), dt, align=2)
@@ -232,7 +262,9 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
         q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs)
     if shapes.overlap(x, qkv):
         raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
-    if path(top, n) != "gemv" or d % GEMV_ROWS:
+    kind = "gemv" if path(top, n) == "gemv" and d % GEMV_ROWS == 0 else "other"
+    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
+    if kind != "gemv":
         linear(x, w, qkv, m=m, m_max=m_max, stream=stream, symbols=symbols)
         rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs, m,
                     stream=stream, symbols=symbols)
@@ -240,18 +272,20 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
     key, grid = _gemv(dt, top, n, k)
     GEMV_ROPE[key].launch(grid, 256, (x, w, qkv, m, n, k, k_cache, v_cache, block_tables,
                                       seq_slots, positions, freqs, heads * d, kn.shape[1], d,
-                                      block_size, max_blocks), stream, symbols=symbols)
+                                      block_size, max_blocks, eps), stream, symbols=symbols)
 
 
 def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
-                 stream: Any = None, symbols: Symbols | None = None) -> None:
+                 norm_eps: float | None = None, normed: Any = None, stream: Any = None,
+                 symbols: Symbols | None = None) -> None:
     """out[:m] = silu(x W_gate^T) * (x W_up^T) for the MLP's fused gate_up weight w
     (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
 
     Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue: one kernel, and
     `gu` is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and
     silu_mul follows. Either way the same bits (both round the projection to the storage
-    type first). `m`, `m_max` as for `linear`.
+    type first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for `qkv_rope` (the
+    post-attention norm's weight folded into w).
     """
     dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
     shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")
@@ -259,9 +293,11 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     shapes.tensor(out, "out", (cap, n // 2), dt)
     if shapes.overlap(x, out):
         raise ValueError("out must not overlap x (other blocks still read x while it is written)")
-    if path(top, n) != "gemv":
+    kind = path(top, n)
+    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
+    if kind != "gemv":
         linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
         silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
         return
     key, grid = _gemv(dt, top, n, k)
-    GEMV_SILU[key].launch(grid, 256, (x, w, out, m, n, k), stream, symbols=symbols)
+    GEMV_SILU[key].launch(grid, 256, (x, w, out, m, n, k, eps), stream, symbols=symbols)

@@ -1,4 +1,5 @@
-"""RMSNorm, optionally fused with the residual add before it."""
+"""RMSNorm, optionally fused with the residual add before it; its weight folded into the
+projection that reads its output (`fold_norm`), leaving the norm a scale per row."""
 
 from __future__ import annotations
 
@@ -14,13 +15,20 @@ RMSNORM = {
     "float16": Kernel("rmsnorm", "rmsnorm_f16", _SIG.format(t="__half")),
     "bfloat16": Kernel("rmsnorm", "rmsnorm_bf16", _SIG.format(t="__nv_bfloat16")),
 }
+_SIG_FOLD = "{t}* w, const {t}* g, long long count, int dim"
+FOLD = {
+    "float16": Kernel("rmsnorm", "fold_norm_f16", _SIG_FOLD.format(t="__half")),
+    "bfloat16": Kernel("rmsnorm", "fold_norm_bf16", _SIG_FOLD.format(t="__nv_bfloat16")),
+}
 BLOCK = 256
+FOLD_GRID = 1024  # blocks of fold_norm's grid-stride loop
 
 
 def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any = None,
             rows: Any = None, eps: float = 1e-5, stream: Any = None,
             symbols: Symbols | None = None) -> None:
-    """out = rmsnorm(x [+ residual]) * w over the first `rows` rows (rows may be symbolic).
+    """out = rmsnorm(x [+ residual]) * w over the first `rows` rows (rows may be symbolic);
+    w None: no weight (it was folded into the next projection, `fold_norm`).
 
     With `residual`, also writes residual_out = x + residual (it may be `residual` itself).
     """
@@ -29,7 +37,8 @@ def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any
     cap, dim = x.shape
     shapes.multiple(dim, 8, "dim")
     dt = shapes.tensor(x, "x")
-    shapes.tensor(w, "w", (dim,), dt)
+    if w is not None:
+        shapes.tensor(w, "w", (dim,), dt)
     shapes.tensor(out, "out", x.shape, dt)
     if out is x:
         raise ValueError("out must not be x (the kernel reads x after writing out)")
@@ -41,3 +50,18 @@ def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any
     rows = shapes.count(rows, cap, "rows", symbols)
     RMSNORM[dt].launch(rows, BLOCK, (x, residual, w, out, residual_out, rows, dim, eps),
                        stream, symbols=symbols)
+
+
+def fold_norm(w: Any, g: Any, *, stream: Any = None) -> None:
+    """w = w * g column by column, in place, rounded once to the storage type: w (n, dim)
+    reads the output of an RMSNorm whose weight is g (dim,). Afterwards the projection takes
+    rmsnorm(x) without the weight (`rmsnorm(x, None, ...)`, or the GEMV's `norm_eps`)."""
+    if getattr(w, "ndim", 0) != 2:
+        raise ValueError(f"w must be (n, dim), got shape {getattr(w, 'shape', '?')}")
+    dim = w.shape[1]
+    shapes.multiple(dim, 8, "dim")
+    dt = shapes.tensor(w, "w")
+    shapes.tensor(g, "g", (dim,), dt)
+    count = w.size
+    FOLD[dt].launch(max(1, min(FOLD_GRID, -(-count // (8 * BLOCK)))), BLOCK,
+                    (w, g, count, dim), stream)

@@ -23,12 +23,23 @@ def silu_mul(gate_up: np.ndarray, dtype: str) -> np.ndarray:
     return round_to(s * u.astype(np.float32), dtype)
 
 
-def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, dtype: str,
+def rmsnorm(x: np.ndarray, w: np.ndarray | None, eps: float, dtype: str,
             residual: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(out, h) with h = T(x + residual) (or x) and out = T(w * T(h / rms(h)))."""
+    """(out, h) with h = T(x + residual) (or x) and out = T(w * T(h / rms(h))) (w None:
+    T(h / rms(h)))."""
     h = x if residual is None else round_to(x + residual, dtype)
-    inv = 1.0 / np.sqrt((h.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + eps)
-    return round_to(w * round_to((h * inv).astype(np.float32), dtype), dtype), h
+    normed = round_to((h * inv_rms(h, eps)).astype(np.float32), dtype)
+    return (normed if w is None else round_to(w * normed, dtype)), h
+
+
+def inv_rms(x: np.ndarray, eps: float) -> np.ndarray:
+    """1 / sqrt(mean(x^2) + eps) per row (float64), shaped to broadcast over the row."""
+    return 1.0 / np.sqrt((x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True) + eps)
+
+
+def fold_norm(w: np.ndarray, g: np.ndarray, dtype: str) -> np.ndarray:
+    """T(w * g), g broadcast over w's rows (the product is exact in float32)."""
+    return round_to((w.astype(np.float32) * g.astype(np.float32)), dtype)
 
 
 def kv_append(k_cache: np.ndarray, k_new: np.ndarray, table: np.ndarray, slots: np.ndarray,
@@ -50,9 +61,12 @@ def kv_gather(cache: np.ndarray, table: np.ndarray, length: int) -> np.ndarray:
 
 
 def linear(x: np.ndarray, w: np.ndarray, dtype: str,
-           residual: np.ndarray | None = None) -> np.ndarray:
-    """T(x @ w.T (+ residual)) with float64 accumulation."""
+           residual: np.ndarray | None = None, norm_eps: float | None = None) -> np.ndarray:
+    """T(x @ w.T (+ residual)) with float64 accumulation; with norm_eps, of x's rows
+    RMS-normalized (unrounded: the scale multiplies the sums, as the GEMV applies it)."""
     y = x.astype(np.float64) @ w.astype(np.float64).T
+    if norm_eps is not None:
+        y = y * inv_rms(x, norm_eps)
     if residual is not None:
         y = y + residual
     return round_to(y.astype(np.float32), dtype)
