@@ -2,6 +2,9 @@
 //   - load8: tokens i0 .. i0 + 7 of a row as floats (one 16-byte load where the row allows)
 //   - better: the (value, index) order of argmax: larger value, then smaller index
 //   - block_argmax: the block's (max, smallest index of it) over a slice of a row
+//   - key_of: a float's order-preserving 32-bit key (NaN: 0, below every number)
+//   - greedy_key / greedy_token: (value, index) as one 64-bit key whose largest is argmax's
+//     pick, so partial results merge with atomicMax in any order (gemv.cu's row_max)
 // NaNs are skipped; a slice of NaNs alone gives index kNone.
 #pragma once
 #include "common.cuh"
@@ -9,6 +12,24 @@
 namespace rg {
 
 constexpr int kNone = 0x7fffffff;  // no token: every value NaN
+
+// order-preserving key: larger float -> larger key; NaN -> 0 (below every number)
+__device__ __forceinline__ unsigned key_of(float x) {
+  if (x != x) return 0u;
+  const unsigned b = __float_as_uint(x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// value's key above, the complement of the index below: larger value first, then smaller
+// index. 0 (no candidate) for NaN.
+__device__ __forceinline__ unsigned long long greedy_key(float v, int j) {
+  const unsigned k = key_of(v);
+  return k == 0u ? 0ull : (static_cast<unsigned long long>(k) << 32) | (0xffffffffu - j);
+}
+// the index of a merged key; 0 when every value was NaN (argmax.cu's rule)
+__device__ __forceinline__ int greedy_token(unsigned long long key) {
+  return key == 0ull ? 0 : static_cast<int>(0xffffffffu - static_cast<unsigned>(key));
+}
 
 // tokens i0 .. i0 + 7 of `row` (one 16-byte load when the row allows it); past `end`: NaN
 template <typename T>

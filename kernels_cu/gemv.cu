@@ -6,8 +6,13 @@
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
-//       int m, int n, int k) // m <= 8, 16 (_nM); k % 8 == 0; 16-byte aligned rows
+//       int m, int n, int k, // m <= 8, 16 (_nM); k % 8 == 0; 16-byte aligned rows
+//       unsigned long long* row_max)  // (m,) or NULL: see below
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
+//   row_max (the LM head's): each block merges, per row i, the greedy key (argmax.cuh) of its
+//   largest stored y[i][r] into row_max[i] with atomicMax: once the grid is done it holds
+//   argmax's pick of the row (largest value, smallest index, NaN skipped), in any block order.
+//   It must start at 0 or a key of the same row; sample.cu reads it and sets it back to 0.
 //
 //   Layout: the roles are swapped (D = W x^T): a block owns 16 rows of W, the M side of
 //   mma.m16n8k16, and the rows of x are its N side, so the tensor core does in one
@@ -55,6 +60,7 @@
 //   belongs folded into w's columns: rmsnorm.cu's fold_norm). The norm is one scale per row,
 //   so it multiplies the finished sums: each lane sums the squares of the x it loads, the
 //   sums meet in the block's reduction, and no pass over x comes first. < 0: x as it is (the scale is exactly 1).
+#include "argmax.cuh"
 #include "cluster.cuh"
 #include "common.cuh"
 
@@ -183,7 +189,8 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
 // (m, n / 2); kRope: QKV's; both without residual)
 template <typename T, int NT, int CS, int U, Epi E = Epi::kPlain>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
-                          int n, int k, float norm_eps = -1.f, Rope<T> rope = {}) {
+                          int n, int k, float norm_eps = -1.f,
+                          unsigned long long* row_max = nullptr, Rope<T> rope = {}) {
   constexpr bool kNorm = E != Epi::kPlain;  // x's sums of squares kept (see the header)
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
@@ -313,15 +320,23 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
     // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
     // e = 2, 3: W row g + 8, the same x rows
     if constexpr (E == Epi::kPlain) {
-      for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
+      for (int i = threadIdx.x; i < kVals; i += blockDim.x) {  // whole warps: see row_max
         const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
         const int row = row_of(ln >> 2) + (e >= 2 ? 8 : 0);
         const int col = 8 * j + 2 * (ln & 3) + (e & 1);
+        unsigned long long key = 0;
         if (row < n && col < m) {
           const long long o = static_cast<long long>(col) * n + row;
           float v = sum(i);
           if (residual != nullptr) v += rg::to_float(residual[o]);
-          y[o] = rg::from_float<T>(v);
+          const T out = rg::from_float<T>(v);
+          y[o] = out;
+          key = rg::greedy_key(rg::to_float(out), row);
+        }
+        if (row_max != nullptr) {  // x row col's 8 values in this warp: lanes ln % 4 alike
+#pragma unroll
+          for (int s = 4; s < 32; s <<= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, s));
+          if (ln < 4 && key != 0) atomicMax(&row_max[col], key);
         }
       }
     } else if constexpr (E == Epi::kRope) {  // lane group g's two rows: a pair or two rows
@@ -356,44 +371,54 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 8>(x, w, residual, y, m, n, k);
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 1, 1, 8>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 1, 4>(x, w, residual, y, m, n, k);
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 1, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 1, 2, 2>(x, w, residual, y, m, n, k);
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 1, 2, 2>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 1, 4>(x, w, residual, y, m, n, k);
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 2, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k) {
-  gemv_impl<__half, 2, 4, 4>(x, w, residual, y, m, n, k);
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 2, 4, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8>(x, w, residual, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4>(x, w, residual, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2>(x, w, residual, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 2, 2>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4>(x, w, residual, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4>(x, w, residual, y, m, n, k);
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 4, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
@@ -439,7 +464,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__half, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -447,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__half, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -455,7 +480,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__half, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -463,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__half, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -471,7 +496,7 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__half, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -479,7 +504,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -487,7 +512,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -495,7 +520,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -503,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }
@@ -511,7 +536,7 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, {k_cache, v_cache,
+  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
       block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
       max_blocks});
 }

@@ -7,7 +7,9 @@
 //       const float* top_p,              // (rows,) >= 1: no top-p cut
 //       const unsigned long long* seeds, // (rows,) the request's seed
 //       const int* positions,            // (rows,) the token's position: mixed into the seed
-//       int* out, int rows, int vocab)
+//       int* out, int rows, int vocab,
+//       unsigned long long* row_max)     // (rows,) or NULL: each row's greedy key, merged by
+//                                        //   the LM head's GEMV (gemv.cu); reset to 0 here
 //   Semantics (as Hugging Face's warpers): x = logits / temperature; top-k keeps tokens whose
 //   logit is >= the k-th largest (ties kept); top-p then keeps the fewest largest tokens whose
 //   probability mass reaches top_p (ties at the cut kept); one token is drawn from what is left
@@ -19,7 +21,8 @@
 //   r = hash(seed, position) * total mass; thread t owns a contiguous slice of the vocabulary,
 //   a block scan of slice masses finds the slice holding r, and that thread walks it.
 //   Greedy rows (temperature <= 1e-6, or no finite logit) take argmax.cu's pass
-//   (argmax.cuh's block_argmax).
+//   (argmax.cuh's block_argmax), or with row_max the token its key holds: no pass at all.
+//   Every row's key is set back to 0 (read and reset by one thread), ready for the next head.
 //   grid (rows), block (1024), dynamic shared memory 32 * 512 * 4 bytes. Patchable: rows
 //   with grid.x; everything per row is read from device memory, so requests with their own
 //   parameters share one graph node.
@@ -30,12 +33,7 @@ namespace {
 constexpr int kThreads = 1024, kWarps = kThreads / 32;
 using u64 = unsigned long long;
 
-// order-preserving key: larger float -> larger key; NaN -> 0 (below every number)
-__device__ __forceinline__ unsigned key_of(float x) {
-  if (x != x) return 0u;
-  const unsigned b = __float_as_uint(x);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
+using rg::key_of;
 
 __device__ __forceinline__ u64 mix64(u64 z) {  // splitmix64's finalizer
   z += 0x9E3779B97F4A7C15ull;
@@ -188,12 +186,17 @@ template <typename T>
 __device__ void sample_impl(const T* logits, const float* temperature,
                             const int* top_k, const float* top_p,
                             const u64* seeds, const int* positions,
-                            int* out, int rows, int vocab) {
+                            int* out, int rows, int vocab, u64* row_max) {
   rg::pdl_start();
   __shared__ Shared sh;
   extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms
   const int r = blockIdx.x;
   if (r >= rows) return;
+  u64 key = 0;  // thread 0's: the row's merged greedy key
+  if (row_max != nullptr && threadIdx.x == 0) {
+    key = row_max[r];
+    row_max[r] = 0;
+  }
   Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
   const int tid = threadIdx.x, chunks = row.chunks();
   const float temp = temperature[r];
@@ -208,6 +211,10 @@ __device__ void sample_impl(const T* logits, const float* temperature,
     m = block_reduce(m, sh.fval, MaxOp());
   }
   if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
+    if (row_max != nullptr) {
+      if (tid == 0) out[r] = rg::greedy_token(key);
+      return;
+    }
     float v;
     int best;
     rg::block_argmax(row.x, 0, vocab, v, best);
@@ -270,13 +277,14 @@ __device__ void sample_impl(const T* logits, const float* temperature,
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_f16(const __half* logits, const float* temperature, const int* top_k, const float* top_p,
-           const unsigned long long* seeds, const int* positions, int* out, int rows, int vocab) {
-  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab);
+           const unsigned long long* seeds, const int* positions, int* out, int rows, int vocab,
+           unsigned long long* row_max) {
+  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab, row_max);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_bf16(const __nv_bfloat16* logits, const float* temperature, const int* top_k,
             const float* top_p, const unsigned long long* seeds, const int* positions, int* out,
-            int rows, int vocab) {
-  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab);
+            int rows, int vocab, unsigned long long* row_max) {
+  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab, row_max);
 }

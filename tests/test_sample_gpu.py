@@ -44,6 +44,46 @@ def test_greedy_rows_are_argmax(stream, rng, dtype):
     np.testing.assert_array_equal(got, ref.argmax(xs))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 5, 8])  # 9 to 16 rows of a wide weight: the skinny GEMM
+def test_lm_head_row_max_gives_greedy_tokens_without_a_pass(stream, rng, dtype, m):
+    # linear(..., row_max=) merges each row's greedy key as its blocks end; sample's greedy
+    # rows take the token from it (ties: the smaller index; NaN logits skipped), a sampled
+    # row draws what it draws without it, and every key is back to 0 for the next head
+    n, k, rows = 50000, 256, m + 1
+    xh = rng.standard_normal((rows, k)).astype(np.float32)
+    xh[::2] = np.abs(xh[::2])  # even rows: logits 5 and 9 (a tie) are the largest
+    wh = (rng.standard_normal((n, k)) * k**-0.5).astype(np.float32)
+    wh[5] = wh[9] = 0.5
+    wh[2, 0::2], wh[2, 1::2] = np.inf, -np.inf  # logit 2: inf - inf, NaN
+    x, w = (cupy.asarray(to_storage(a, dtype)) for a in (xh, wh))
+    logits = cupy.zeros((rows, n), x.dtype)
+    best = cupy.zeros(rows, np.uint64)
+    temp = np.zeros(rows, np.float32)
+    temp[0] = 1.0  # row 0 samples
+    args = [cupy.asarray(a) for a in (temp, np.zeros(rows, np.int32), np.ones(rows, np.float32),
+                                      np.arange(rows, dtype=np.uint64),
+                                      np.zeros(rows, np.int32))]
+    got, plain = cupy.full(rows, -1, np.int32), cupy.full(rows, -1, np.int32)
+    cupy.cuda.Device().synchronize()
+    for _ in range(2):  # the keys reset by the first round serve the second
+        ops.linear(x, w, logits, m=m, row_max=best, stream=stream)
+        ops.sample(logits, got, *args, rows=m, row_max=best, stream=stream)
+    ops.sample(logits, plain, *args, rows=m, stream=stream)
+    stream.synchronize()
+    want = ref.argmax(to_float32(cupy.asnumpy(logits), dtype)[:m])
+    greedy = temp[:m] == 0
+    np.testing.assert_array_equal(got.get()[:m][greedy], want[greedy])
+    assert (got.get()[:m:2][greedy[::2]] == 5).all()
+    np.testing.assert_array_equal(got.get()[:m], plain.get()[:m])
+    assert (best.get() == 0).all()
+    with pytest.raises(ValueError, match="row_max: only the GEMV"):
+        ops.linear(cupy.zeros((40, k), x.dtype), w, cupy.zeros((40, n), x.dtype),
+                   row_max=cupy.zeros(40, np.uint64))
+    with pytest.raises(ValueError, match="row_max must be a contiguous uint64"):
+        ops.linear(x, w, logits, m=m, row_max=cupy.zeros(rows, np.int64))
+
+
 @pytest.mark.parametrize(("temperature", "top_k", "top_p"),
                          [(1.0, 0, 1.0), (0.7, 20, 1.0), (1.3, 0, 0.8), (1.0, 50, 0.9),
                           (2.0, 1, 1.0)])

@@ -32,6 +32,7 @@ from rawgraph.memory.staging import Staging
 from rawgraph.model.config import LlamaConfig
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import SKINNY_ROWS
+from rawgraph.ops.linear import path as linear_path
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
 
@@ -197,6 +198,7 @@ class Model:
         out["last"] = cupy.zeros((seqs, cfg.hidden), st)
         out["logits"] = cupy.zeros((seqs, cfg.vocab), st)
         out["next"] = cupy.zeros(seqs, np.int32)
+        out["best"] = cupy.zeros(seqs, np.uint64)  # greedy keys: LM head -> sample (zeroed)
         return out
 
     # -- host side: grow the cache, write the step's metadata, one copy ---------------------
@@ -361,10 +363,13 @@ class Model:
         """Final norm, LM head and sampling of `rows` rows of x."""
         cfg, w = self.cfg, self.w
         ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, **kw)
+        # on the GEMV path the LM head also merges each row's greedy pick as its blocks end,
+        # and sample's greedy rows read that instead of passing over the vocabulary
+        best = a["best"] if linear_path(a["last"].shape[0], cfg.vocab) == "gemv" else None
         ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
-                   **kw)
+                   row_max=best, **kw)
         ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"], meta["top_p"],
-                   meta["seeds"], pos, rows, **kw)
+                   meta["seeds"], pos, rows, row_max=best, **kw)
 
     def launch_decode(self, batch: int, max_len: Any, stream: Any,
                       symbols: Symbols | None = None, *, pdl: bool = False) -> None:

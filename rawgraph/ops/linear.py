@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
@@ -29,7 +31,7 @@ _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, i
 # (cluster, k chunks in flight per lane) of the GEMV variants, by x tile (gemv.cu)
 VARIANTS = {8: ((1, 8), (1, 4), (2, 2)), 16: ((1, 4), (4, 4))}
 GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else "") + f"_u{u}",
-                              _SIG.format(t=t))
+                              _SIG.format(t=t) + ", unsigned long long* row_max")
         for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
 # the same GEMVs with SiLU(gate) * up in the epilogue (the interleaved gate_up weight)
 GEMV_SILU = {key: Kernel("gemv", k.name + "_silu",
@@ -170,7 +172,7 @@ def path(rows: int, n: int) -> str:
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
-           m_max: int | None = None, stream: Any = None,
+           m_max: int | None = None, row_max: Any = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
     """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n).
 
@@ -178,6 +180,10 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     row tile are chosen for the largest value m can take, so a patch never needs another
     kernel: it changes m and, for the GEMM, grid.y. `m_max` makes the choice for a larger
     bound than m's own (an eager run that must launch what a graph for m_max rows would).
+
+    `row_max` (uint64 (rows,), zeros or `sample`'s leftovers; GEMV path only): also each
+    row's greedy pick of y, merged by the blocks as they finish (an LM head whose `sample`
+    then needs no pass over the logits for greedy rows; gemv.cu).
     """
     dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
     shapes.tensor(y, "y", (cap, n), dt, align=2)
@@ -186,6 +192,11 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     if shapes.overlap(x, y):
         raise ValueError("y must not overlap x (other blocks still read x while y is written)")
     kind = path(top, n)
+    if row_max is not None:
+        shapes.row_array(row_max, "row_max", np.uint64, cap)
+        if kind != "gemv":
+            raise ValueError(f"row_max: only the GEMV keeps each row's pick (up to "
+                             f"{M_TILES[-1]} rows), not the {kind} path of {top} rows")
     if kind == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         bm, bn = gemm_tile(top, n)
@@ -204,7 +215,8 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
                              smem=SKINNY_SMEM, symbols=symbols)
     else:
         key, grid = _gemv(dt, top, n, k)
-        GEMV[key].launch(grid, 256, (x, w, residual, y, m, n, k), stream, symbols=symbols)
+        GEMV[key].launch(grid, 256, (x, w, residual, y, m, n, k, row_max), stream,
+                         symbols=symbols)
 
 
 def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple[str, int, int, int], int]:

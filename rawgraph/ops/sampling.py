@@ -34,42 +34,38 @@ def argmax(logits: Any, out: Any, rows: Any = None, *, stream: Any = None,
 
 _SAMPLE = ("const {t}* logits, const float* temperature, const int* top_k, const float* top_p, "
            "const unsigned long long* seeds, const int* positions, int* out, int rows, "
-           "int vocab")
+           "int vocab, unsigned long long* row_max")
 SAMPLE = {"float16": Kernel("sample", "sample_f16", _SAMPLE.format(t="__half")),
           "bfloat16": Kernel("sample", "sample_bf16", _SAMPLE.format(t="__nv_bfloat16"))}
 GREEDY_TEMPERATURE = 1e-6  # at or below: argmax (sample.cu tests the same bound)
 SAMPLE_SMEM = 32 * 2 * 256 * 4  # per-warp radix histograms (two 32-bit halves)
 
 
-def _row_array(arr: Any, name: str, dtype: Any, rows: int) -> None:
-    if not hasattr(arr, "data") or np.dtype(arr.dtype) != np.dtype(dtype) \
-            or tuple(arr.shape) != (rows,) or not arr.flags.c_contiguous:
-        raise ValueError(f"{name} must be a contiguous {np.dtype(dtype)} device array of shape "
-                         f"({rows},), got {getattr(arr, 'dtype', '?')} "
-                         f"{tuple(getattr(arr, 'shape', ()))}")
-
-
 def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seeds: Any,
-           positions: Any, rows: Any = None, *, stream: Any = None,
+           positions: Any, rows: Any = None, *, row_max: Any = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
     """out[r] = a token drawn from softmax(logits[r] / temperature[r]) after top-k and top-p.
 
     Per-row device arrays: temperature (float32; <= 1e-6 means greedy), top_k (int32; <= 0
     off), top_p (float32; >= 1 off), seeds (uint64), positions (int32, mixed into the seed so
     each step draws afresh). The same (seed, position, logits) always give the same token.
+    `row_max`: what `linear(..., row_max=)` merged while writing these logits: greedy rows
+    take their token from it (no pass over the row), and every row's entry is reset to 0.
     """
     if getattr(logits, "ndim", 0) != 2:
         raise ValueError(f"logits must be (rows, vocab), got {getattr(logits, 'shape', '?')}")
     dt = shapes.tensor(logits, "logits", align=2)
     n = logits.shape[0]
-    _row_array(out, "out", np.int32, n)
+    shapes.row_array(out, "out", np.int32, n)
     for arr, name, t in ((temperature, "temperature", np.float32), (top_k, "top_k", np.int32),
                          (top_p, "top_p", np.float32), (seeds, "seeds", np.uint64),
                          (positions, "positions", np.int32)):
-        _row_array(arr, name, t, n)
+        shapes.row_array(arr, name, t, n)
+    if row_max is not None:
+        shapes.row_array(row_max, "row_max", np.uint64, n)
     rows = shapes.count(rows, n, "rows", symbols)
     SAMPLE[dt].launch(rows, 1024, (logits, temperature, top_k, top_p, seeds, positions, out,
-                                   rows, logits.shape[1]), stream, smem=SAMPLE_SMEM,
+                                   rows, logits.shape[1], row_max), stream, smem=SAMPLE_SMEM,
                       symbols=symbols)
 
 

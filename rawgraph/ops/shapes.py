@@ -30,6 +30,15 @@ def tensor(arr: Any, name: str, shape: tuple | None = None, dtype: str | None = 
     return kind
 
 
+def row_array(arr: Any, name: str, dtype: Any, rows: int) -> None:
+    """ValueError unless arr is a contiguous device array of `dtype` and shape (rows,)."""
+    if not hasattr(arr, "data") or np.dtype(arr.dtype) != np.dtype(dtype) \
+            or tuple(arr.shape) != (rows,) or not arr.flags.c_contiguous:
+        raise ValueError(f"{name} must be a contiguous {np.dtype(dtype)} device array of shape "
+                         f"({rows},), got {getattr(arr, 'dtype', '?')} "
+                         f"{tuple(getattr(arr, 'shape', ()))}")
+
+
 def multiple(v: int, k: int, what: str) -> None:
     """ValueError unless v % k == 0."""
     if v % k:
