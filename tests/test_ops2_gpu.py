@@ -84,7 +84,7 @@ def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "inter", "k"), [(1, 1024, 2048), (5, 512, 8192), (8, 8, 72),
-                                               (10, 1024, 8192),
+                                               (3, 1096, 8192), (10, 1024, 8192),
                                                (13, 4104, 1024), (16, 8192, 264),
                                                (12, 8200, 264), (40, 1000, 520),
                                                (100, 264, 128)])
@@ -118,10 +118,12 @@ def test_gate_up_silu(stream, rng, dtype, m, inter, k):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "inter", "k"), [(1, 1024, 2048), (8, 8, 72), (16, 8192, 264),
-                                               (5, 512, 8192), (40, 1000, 520)])
+                                               (5, 512, 8192), (3, 1096, 8192),
+                                               (40, 1000, 520)])
 def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
     # norm_eps: silu(gate) * up of rmsnorm(x) (its weight folded into w); the GEMV scales its
-    # sums per row, 40 rows normalize into `normed` first (rounded there: 6 ulp, not 4)
+    # sums per row (3 x 1096 x 8192: clusters of 2, the squares summed across both blocks),
+    # 40 rows normalize into `normed` first (rounded there: 6 ulp, not 4)
     rows, eps = m + 1, 1e-5
     x, xh = randn(rng, (rows, k), dtype, 3.0)
     g, gh = randn(rng, (inter, k), dtype, k**-0.5)

@@ -67,21 +67,31 @@ SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
 LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
+MID_ROWS = 4096  # ... and for rows of 4096 when the grid has one to two blocks per SM
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 
 
 def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
     """(cluster, chunks in flight per lane) of the GEMV for an (n, k) weight and an x tile.
 
-    Up to 8 rows: clusters of 2 blocks for long rows, whose blocks otherwise spend their time
-    on few, far-apart loads (one row on the H200, us: LLaMA-1B down_proj 2048x8192 15.6
-    alone, 13.7 in clusters of 4, 11.8 of 2; LLaMA-8B's 4096x14336 33.6, 36.7, 32.2); else 8
-    chunks in flight (1B qkv/o/gate_up 6.0/5.2/20.0 -> 5.7/4.5/18.9), but 4 when the grid
-    fits one wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 14.8 vs
-    16.0). 16 rows: clusters of 4 when n gives too few blocks and rows are long."""
+    Up to 8 rows, measured where it counts, in the decode graph's programmatic chain (GPU ms
+    of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md session 11):
+    - a grid of at most one block per SM: 8 chunks in flight, whatever the row length. Each
+      block then prefetches 64 KB of W while the kernel before it ends (1B down_proj, 128
+      blocks: 0.842 -> 0.824 ms against clusters of 2, which had won alone: 15.6 us with
+      one block per tile and 4 in flight, 11.8 with clusters of 2);
+    - rows of 8192 and longer, or of 4096 when the grid is one to two blocks per SM:
+      clusters of 2 with 2 chunks in flight (8B down_proj 4.25 vs 4.33 ms with 8 in flight;
+      8B o_proj 4.24 vs 4.25, B=8 5.51 vs 5.55);
+    - else 8 chunks in flight (124 registers, 2 blocks per SM), but 4 when the grid fits one
+      wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 4.25 vs 4.33 ms
+      with 8; alone 14.8 vs 16.0 us).
+    16 rows: clusters of 4 when n gives too few blocks and rows are long."""
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
-        if k >= LONG_ROWS:
+        if blocks <= SMS:
+            return 1, 8
+        if k >= LONG_ROWS or (blocks <= 2 * SMS and k >= MID_ROWS):
             return 2, 2
         return (1, 4) if 2 * SMS < blocks <= 3 * SMS else (1, 8)
     return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4
