@@ -180,8 +180,8 @@ class Model:
                 view[row:row + a.shape[0]].set(a)
                 row += a.shape[0]
         for i in range(cfg.layers):
+            p = f"model.layers.{i}."
             for norm, proj in NORM_FOLDS:
-                p = f"model.layers.{i}."
                 ops.fold_norm(self.w[p + proj], self.w[p + norm])
         cupy.cuda.get_current_stream().synchronize()
         if cfg.tie_embeddings:

@@ -78,13 +78,13 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
     of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md session 11):
     - a grid of at most one block per SM: 8 chunks in flight, whatever the row length. Each
       block then prefetches 64 KB of W while the kernel before it ends (1B down_proj, 128
-      blocks: 0.842 -> 0.824 ms against clusters of 2, which had won alone: 15.6 us with
-      one block per tile and 4 in flight, 11.8 with clusters of 2);
+      blocks: 0.842 -> 0.824 and 0.855 -> 0.820 ms against clusters of 2, which had won
+      alone: 15.6 us with one block per tile and 4 in flight, 11.8 with clusters of 2);
     - rows of 8192 and longer, or of 4096 when the grid is one to two blocks per SM:
-      clusters of 2 with 2 chunks in flight (8B down_proj 4.25 vs 4.33 ms with 8 in flight;
-      8B o_proj 4.24 vs 4.25, B=8 5.51 vs 5.55);
+      clusters of 2 with 2 chunks in flight (8B down_proj 4.26 vs 4.33 ms with 8 in flight;
+      8B o_proj 4.25 vs 4.26, B=8 5.52 vs 5.55);
     - else 8 chunks in flight (124 registers, 2 blocks per SM), but 4 when the grid fits one
-      wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 4.25 vs 4.33 ms
+      wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 4.26 vs 4.33 ms
       with 8; alone 14.8 vs 16.0 us).
     16 rows: clusters of 4 when n gives too few blocks and rows are long."""
     blocks = -(-n // GEMV_ROWS)
