@@ -23,7 +23,8 @@
 //   rows take skinny.cu, which stages both operands in shared memory: every GEMV block reads
 //   all of x, which at 32 rows costs more than W.)
 //   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane,
-//   and meet in a fixed-order shared-memory sum: deterministic, no atomics. Variants: 8 rows
+//   and meet in a fixed-order shared-memory sum: deterministic (row_max's atomicMax is too:
+//   a maximum does not depend on the order it is taken in). Variants: 8 rows
 //   of x _u8 (at most 128 registers: 2 blocks per SM), _u4 (3 per SM: 80 registers, which
 //   the _rope form's launch bounds ask for), _c2_u2; 16 rows _u4, _c4_u4 (the _silu _u4's
 //   launch bounds keep ptxas from spilling for a third block).
@@ -53,13 +54,16 @@
 //   common.cuh's rotate). The blocks of q and k rows take RoPE's pairs: 8 rows i of one head
 //   and their partners i + D/2, so lane group g holds both sums of its pair. x row c is token
 //   c: its slot and position pick the cache row as kv_append.cu does (slot < 0 or an
-//   unmapped block: nothing cached). head_dim % 16 == 0.
+//   unmapped block: nothing cached). head_dim % 16 == 0. The slots, positions, block table
+//   and frequencies are read before the PDL wait (their round trips overlap it): they must
+//   be written before the previous kernel on the stream starts (the step's metadata copy).
 //
 //   norm_eps (the _silu and _rope forms): >= 0: x's rows are RMS-normalized first, the
 //   projection being of x / sqrt(mean(x^2) + norm_eps) (RMSNorm without its weight, which
 //   belongs folded into w's columns: rmsnorm.cu's fold_norm). The norm is one scale per row,
 //   so it multiplies the finished sums: each lane sums the squares of the x it loads, the
-//   sums meet in the block's reduction, and no pass over x comes first. < 0: x as it is (the scale is exactly 1).
+//   sums meet in the block's reduction, and no pass over x comes first. < 0: x as it is
+//   (the scale is exactly 1).
 #include "argmax.cuh"
 #include "cluster.cuh"
 #include "common.cuh"
