@@ -67,6 +67,8 @@ def test_argmax(stream, rng, dtype):
         ops.argmax(x, o, stream=stream)
         stream.synchronize()
         np.testing.assert_array_equal(o.get(), ref.argmax(xh))
+    with pytest.raises(ValueError, match="out must be a contiguous int32"):
+        ops.argmax(logits, cupy.zeros(7, np.int64))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -24,9 +24,7 @@ def argmax(logits: Any, out: Any, rows: Any = None, *, stream: Any = None,
     if getattr(logits, "ndim", 0) != 2:
         raise ValueError(f"logits must be (rows, vocab), got {getattr(logits, 'shape', '?')}")
     dt = shapes.tensor(logits, "logits", align=2)
-    if not hasattr(out, "data") or np.dtype(out.dtype) != np.int32 \
-            or out.shape != logits.shape[:1]:
-        raise ValueError(f"out must be int32 of shape {logits.shape[:1]}")
+    shapes.row_array(out, "out", np.int32, logits.shape[0])
     rows = shapes.count(rows, logits.shape[0], "rows", symbols)
     ARGMAX[dt].launch(rows, 1024, (logits, out, rows, logits.shape[1]), stream,
                       symbols=symbols)
