@@ -6,10 +6,16 @@
 //       const int* top_k,                // (rows,) <= 0 or >= vocab: no top-k cut
 //       const float* top_p,              // (rows,) >= 1: no top-p cut
 //       const unsigned long long* seeds, // (rows,) the request's seed
-//       const int* positions,            // (rows,) the token's position: mixed into the seed
+//       int* positions,                  // (rows,) the token's position: mixed into the seed
 //       int* out, int rows, int vocab,
-//       unsigned long long* row_max)     // (rows,) or NULL: each row's greedy key, merged by
+//       unsigned long long* row_max,     // (rows,) or NULL: each row's greedy key, merged by
 //                                        //   the LM head's GEMV (gemv.cu); reset to 0 here
+//       int* host_out,                   // (rows,) or NULL: the tokens again, in mapped pinned
+//                                        //   host memory (the host reads them, no copy)
+//       int advance,                     // nonzero: hand each token on to the next decode
+//       int* ids,                        //   step: ids[r] = token, positions[r] += 1 and
+//       const int* seq_slots,            //   seq_lens[seq_slots[r]] += 1 for every row with a
+//       int* seq_lens)                   //   sequence (seq_slots[r] >= 0); NULL if advance = 0
 //   Semantics (as Hugging Face's warpers): x = logits / temperature; top-k keeps tokens whose
 //   logit is >= the k-th largest (ties kept); top-p then keeps the fewest largest tokens whose
 //   probability mass reaches top_p (ties at the cut kept); one token is drawn from what is left
@@ -23,6 +29,9 @@
 //   Greedy rows (temperature <= 1e-6, or no finite logit) take argmax.cu's pass
 //   (argmax.cuh's block_argmax), or with row_max the token its key holds: no pass at all.
 //   Every row's key is set back to 0 (read and reset by one thread), ready for the next head.
+//   With `advance`, a decode step leaves the device ready for a step that continues it, with
+//   nothing copied from the host in between (the engine's overlapped decode); the position
+//   each row draws with is read by all its threads before one thread moves it on.
 //   grid (rows), block (1024), dynamic shared memory 32 * 512 * 4 bytes. Patchable: rows
 //   with grid.x; everything per row is read from device memory, so requests with their own
 //   parameters share one graph node.
@@ -48,6 +57,7 @@ struct Shared {
   float fval[kWarps];
   unsigned prefix;
   u64 need;
+  int token;  // the drawn token, for the thread that emits it
 };
 
 // op over the block (one value per thread, 32 warps); every thread gets the result.
@@ -182,11 +192,35 @@ __device__ unsigned radix_select(const Row<T>& row, unsigned floor, bool by_mass
   return prefix;
 }
 
+// Where a row's token goes: `out`, the host's mapped copy, and with `advance` the inputs of
+// the decode step that continues this one. Called by one thread per row, after every thread
+// of the row has read positions[r].
+struct Emit {
+  int* out;
+  int* host_out;
+  int advance;
+  int* ids;
+  int* positions;
+  const int* seq_slots;
+  int* seq_lens;
+
+  __device__ void operator()(int r, int token) const {
+    out[r] = token;
+    if (host_out != nullptr) host_out[r] = token;
+    if (advance == 0) return;
+    const int seq = seq_slots[r];
+    if (seq < 0) return;  // a padding row
+    ids[r] = token;
+    positions[r] += 1;
+    seq_lens[seq] += 1;
+  }
+};
+
 template <typename T>
 __device__ void sample_impl(const T* logits, const float* temperature,
                             const int* top_k, const float* top_p,
                             const u64* seeds, const int* positions,
-                            int* out, int rows, int vocab, u64* row_max) {
+                            int rows, int vocab, u64* row_max, const Emit& emit) {
   rg::pdl_start();
   __shared__ Shared sh;
   extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms
@@ -212,13 +246,13 @@ __device__ void sample_impl(const T* logits, const float* temperature,
   }
   if (!(temp > 1e-6f) || m == rg::neg_inf()) {  // greedy: smallest index of the maximum
     if (row_max != nullptr) {
-      if (tid == 0) out[r] = rg::greedy_token(key);
+      if (tid == 0) emit(r, rg::greedy_token(key));
       return;
     }
     float v;
     int best;
     rg::block_argmax(row.x, 0, vocab, v, best);
-    if (tid == 0) out[r] = best == rg::kNone ? 0 : best;
+    if (tid == 0) emit(r, best == rg::kNone ? 0 : best);
     return;
   }
   row.m = m;
@@ -253,38 +287,42 @@ __device__ void sample_impl(const T* logits, const float* temperature,
     for (int e = 0; e < 8; ++e)
       if (key_of(v[e]) >= cut) mine += row.mass(v[e]);
   }
+  if (tid == 0) sh.token = 0;  // block_scan's barriers order this before the walk's write
   const u64 before = block_scan(mine, total, sh);
   const u64 draw = __umul64hi(mix64(seeds[r] ^ mix64(static_cast<u64>(positions[r]))), total);
-  if (before <= draw && draw < before + mine) {
+  if (before <= draw && draw < before + mine) {  // exactly one thread's slice holds the draw
     u64 acc = before;
-    for (int j = lo; j < hi; ++j) {
+    for (int j = lo; j < hi && acc <= draw; ++j) {
       float v[8];
       row.load8(8 * j, v);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        if (key_of(v[e]) < cut) continue;
+        if (key_of(v[e]) < cut || acc > draw) continue;
         acc += row.mass(v[e]);
-        if (draw < acc) {
-          out[r] = 8 * j + e;
-          return;
-        }
+        if (draw < acc) sh.token = 8 * j + e;
       }
     }
   }
+  __syncthreads();  // every thread has read positions[r] and the token is in
+  if (tid == 0) emit(r, sh.token);
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_f16(const __half* logits, const float* temperature, const int* top_k, const float* top_p,
-           const unsigned long long* seeds, const int* positions, int* out, int rows, int vocab,
-           unsigned long long* row_max) {
-  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab, row_max);
+           const unsigned long long* seeds, int* positions, int* out, int rows, int vocab,
+           unsigned long long* row_max, int* host_out, int advance, int* ids,
+           const int* seq_slots, int* seq_lens) {
+  sample_impl(logits, temperature, top_k, top_p, seeds, positions, rows, vocab, row_max,
+              Emit{out, host_out, advance, ids, positions, seq_slots, seq_lens});
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 sample_bf16(const __nv_bfloat16* logits, const float* temperature, const int* top_k,
-            const float* top_p, const unsigned long long* seeds, const int* positions, int* out,
-            int rows, int vocab, unsigned long long* row_max) {
-  sample_impl(logits, temperature, top_k, top_p, seeds, positions, out, rows, vocab, row_max);
+            const float* top_p, const unsigned long long* seeds, int* positions, int* out,
+            int rows, int vocab, unsigned long long* row_max, int* host_out, int advance,
+            int* ids, const int* seq_slots, int* seq_lens) {
+  sample_impl(logits, temperature, top_k, top_p, seeds, positions, rows, vocab, row_max,
+              Emit{out, host_out, advance, ids, positions, seq_slots, seq_lens});
 }

@@ -8,7 +8,7 @@ import pytest
 
 from rawgraph.engine import Engine, Request
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.program import Model, PrefillPiece
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.weights import random_weights
 from rawgraph.ops import SamplingParams
@@ -124,8 +124,11 @@ def test_split_counts_are_patched_as_contexts_cross_256():
     engine.run([Request([1] * 250, 20)])
     patched = [i.patched for i in engine.stats.iters if i.decode_rows]
     # the first step (captured at max_context) and the step at 257 tokens change the split
-    # count: attention and combine of every layer; the other steps patch nothing
-    assert patched[0] == patched[6] == 2 * CFG.layers and sum(patched) == 4 * CFG.layers
+    # count: attention and combine of every layer; every step after the first also points
+    # the sampler at the other of the two host token buffers, and patches nothing else
+    n = len(patched)
+    assert patched[0] == 2 * CFG.layers and patched[6] == 2 * CFG.layers + 1
+    assert sum(patched) == 4 * CFG.layers + n - 1 and n > 10
     engine.close()
     model.close()
 
@@ -141,11 +144,9 @@ def test_requests_that_cannot_run_are_refused():
     model.close()
 
 
-
 def test_an_iteration_is_all_or_nothing():
     from rawgraph.engine.runner import Runner
     from rawgraph.memory.blocks import OutOfBlocks
-    from rawgraph.model.program import PrefillPiece
 
     # blocks of 16 tokens, 3 in all: the first prompt takes one
     model = _model(max_batch=4, max_context=64, max_chunk=32, max_chunk_seqs=2, num_blocks=3)
@@ -203,7 +204,7 @@ def test_follow_launches_need_the_last_steps_rows():
     model.kv.k.fill(0)
     model.kv.v.fill(0)
     runner = Runner(model, buckets=[1, 2, 4], chunks=[64])
-    with pytest.raises(ValueError, match="not the last decode step"):
+    with pytest.raises(ValueError, match="no decode step to continue"):
         runner.launch([], [0], None, follow=True)
     with pytest.raises(ValueError, match="tokens are needed"):
         runner.launch([], [0], None)
@@ -216,13 +217,63 @@ def test_follow_launches_need_the_last_steps_rows():
 
     fresh()
     first = runner.launch([], [0, 1], [5, 6])
-    with pytest.raises(ValueError, match="not the last decode step"):
+    with pytest.raises(ValueError, match="not the continued step's"):
         runner.launch([], [1, 0], None, follow=True)
+    with pytest.raises(ValueError, match="sampling parameters the slots' own"):
+        runner.launch([], [0, 1], None, [SamplingParams()] * 2, follow=True)
     nxt = runner.launch([], [0, 1], None, follow=True)  # fed `first`'s tokens on the device
     a, b = runner.collect(first)[1], runner.collect(nxt)[1]
     fresh()
     a2 = runner.run([], [0, 1], [5, 6])[1]
     b2 = runner.run([], [0, 1], a2)[1]  # fed from the host
     assert (a, b) == (a2, b2)
+    # a sequence changed on the host since: no continuation
+    runner.run([PrefillPiece(0, [7], 5)], [], [])
+    with pytest.raises(ValueError, match="changed since the step"):
+        runner.launch([], [0, 1], None, follow=True)
+    runner.run([], [0, 1], [5, 6])
+    model.free(1)
+    with pytest.raises(ValueError, match="no decode step to continue"):
+        runner.launch([], [0, 1], None, follow=True)
     runner.close()
     model.close()
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_follow_chains_match_host_fed_steps(graphs):
+    # 40 steps, each continuing the last on the device: two new 16-token cache blocks per
+    # row on the way, new sampling parameters for one row at step 20, and a prefill of
+    # another slot at step 30 (its copy of the lengths lands between two continued steps):
+    # the same tokens as steps fed from the host, and the cache lengths agree after
+    from rawgraph.engine.runner import Runner
+
+    def chain(follow):
+        model = _model()
+        model.kv.k.fill(0)
+        model.kv.v.fill(0)
+        runner = Runner(model, graphs=graphs, buckets=[2], chunks=[64])
+        for s in (0, 1):
+            model.kv.tables.add(s)
+            model.kv.tables.append(s, 3)
+        out, pending = [], runner.launch([], [0, 1], [5, 6])
+        for i in range(40):
+            if i == 20:
+                model.set_sampling(1, SamplingParams(0.9, 50, 0.95, seed=3))
+            if i == 30:
+                runner.run([PrefillPiece(2, [7, 8, 9], 0)], [], [])
+            if follow:
+                nxt = runner.launch([], [0, 1], None, follow=True)
+                out.append(runner.collect(pending)[1])
+            else:
+                out.append(runner.collect(pending)[1])
+                nxt = runner.launch([], [0, 1], out[-1])
+            pending = nxt
+        out.append(runner.collect(pending)[1])
+        assert model.kv.tables.lens[:3].tolist() == [44, 44, 3]
+        assert model.kv.seq_lens.get()[:3].tolist() == [45, 45, 3]  # moved on by the last step
+        runner.close()
+        model.close()
+        return out
+
+    a, b = chain(True), chain(False)
+    assert a == b and len(set(map(tuple, a))) > 5

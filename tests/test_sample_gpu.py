@@ -132,3 +132,46 @@ def test_sample_rejects_bad_input():
         ops.sample(logits, out, cupy.ones(3, np.float32), *ok[1:])
     with pytest.raises(ValueError, match="logits must be"):
         ops.sample(cupy.zeros(10, np.float16), out, *ok)
+
+
+@pytest.mark.parametrize("advance", [0, 1])
+def test_handoff_writes_the_host_copy_and_moves_rows_on(stream, rng, advance):
+    # greedy and drawn rows, one padding row (no sequence): the tokens are the same as
+    # without the hand-on, the mapped host copy holds them, and with advance each row with a
+    # sequence has its token as the next input, its position + 1 and its cache length + 1
+    from rawgraph.memory.mapped import MappedArray
+
+    rows, vocab = 5, 3000
+    x = rng.standard_normal((rows, vocab)).astype(np.float32) * 3
+    logits = cupy.asarray(to_storage(x, "float16"))
+    args = [cupy.asarray(np.array([0, 1.0, 0.8, 0, 1.3], np.float32)),
+            cupy.asarray(np.array([0, 0, 40, 0, 0], np.int32)),
+            cupy.asarray(np.array([1, 0.9, 1, 1, 1], np.float32)),
+            cupy.asarray(np.arange(rows, dtype=np.uint64) + 7)]
+    pos0 = np.array([10, 20, 30, 40, 50], np.int32)
+    slots, lens0 = np.array([3, 0, -1, 2, 1], np.int32), np.arange(100, 106, dtype=np.int32)
+    plain, out = cupy.full(rows, -1, np.int32), cupy.full(rows, -1, np.int32)
+    ids, pos = cupy.full(rows, -7, np.int32), cupy.asarray(pos0)
+    lens, host = cupy.asarray(lens0), MappedArray(rows)
+    cupy.cuda.Device().synchronize()
+    ops.sample(logits, plain, *args, cupy.asarray(pos0), stream=stream)
+    ops.sample(logits, out, *args, pos, stream=stream,
+               handoff=ops.Handoff(ids, cupy.asarray(slots), lens, advance, host.dev))
+    stream.synchronize()
+    want = plain.get()
+    np.testing.assert_array_equal(out.get(), want)
+    np.testing.assert_array_equal(host.host, want)
+    live = slots >= 0
+    moved = live & bool(advance)
+    np.testing.assert_array_equal(ids.get(), np.where(moved, want, -7))
+    np.testing.assert_array_equal(pos.get(), pos0 + moved)
+    want_lens = lens0.copy()
+    want_lens[slots[moved]] += 1
+    np.testing.assert_array_equal(lens.get(), want_lens)
+    with pytest.raises(ValueError, match="advance = 2 must be 0 or 1"):
+        ops.sample(logits, out, *args, pos, handoff=ops.Handoff(ids, cupy.asarray(slots), lens,
+                                                                  2, host.dev))
+    with pytest.raises(ValueError, match="handoff host must be a contiguous int32"):
+        ops.sample(logits, out, *args, pos, handoff=ops.Handoff(ids, cupy.asarray(slots), lens,
+                                                                  1, cupy.zeros(rows, np.int64)))
+    host.close()

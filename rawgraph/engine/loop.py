@@ -1,7 +1,8 @@
 """A whole decode loop in one graph launch (seed 000, section 7): a WHILE conditional node
-whose body is a bucket's decode step plus `decode_advance`, which records the sampled tokens,
-stops rows at their stop id or budget, advances positions and cache lengths on the device, and
-sets the loop condition. Generating N tokens costs one host launch.
+whose body is a bucket's decode step, its sampler handing each token on as the next step's
+input (position and cache length moved on, on the device), plus `decode_advance`, which
+records the sampled tokens, stops rows at their stop id or budget and sets the loop
+condition. Generating N tokens costs one host launch.
 
 Inside the loop the host cannot patch anything, so the body's decode attention is captured
 for the longest context the model allows: each row's split length follows from its own
@@ -24,9 +25,8 @@ from rawgraph.memory.staging import Staging
 from rawgraph.model.program import Model
 
 ADVANCE = Kernel("decode_loop", "decode_advance",
-                 "const int* next, int* ids, int* pos, int* slots, int* seq_lens, "
-                 "const int* stop, int* remaining, int* out, int* count, int* step, int batch, "
-                 "int max_steps, unsigned long long handle")
+                 "const int* next, int* slots, const int* stop, int* remaining, int* out, "
+                 "int* count, int* step, int batch, int max_steps, unsigned long long handle")
 MAX_ROWS = 128  # decode_advance: one thread per row
 
 
@@ -54,11 +54,10 @@ class DecodeLoop:
     def _body(self, stream: Any, handle: int) -> None:
         m, b, st = self.model, self.bucket, self.state.dev
         meta = m.dec_meta.dev
-        m.launch_decode(b, self.max_len, stream, pdl=self.pdl)
-        ADVANCE.launch(1, MAX_ROWS, (m.dec["next"], meta["ids"], meta["pos"], meta["slots"],
-                                     m.kv.seq_lens, st["stop"], st["remaining"], st["out"],
-                                     st["count"], st["step"], b, self.max_steps, handle),
-                       stream)
+        m.launch_decode(b, self.max_len, stream, pdl=self.pdl, advance=1)
+        ADVANCE.launch(1, MAX_ROWS, (m.dec["next"], meta["slots"], st["stop"], st["remaining"],
+                                     st["out"], st["count"], st["step"], b, self.max_steps,
+                                     handle), stream)
 
     def run(self, slots: Sequence[int], tokens: Sequence[int], budgets: Sequence[int],
             stops: Sequence[int] | None = None) -> list[list[int]]:

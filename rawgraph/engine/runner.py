@@ -2,8 +2,11 @@
 
 Decode: one graph per batch bucket, captured once for the longest context; per step the
 sequences' tables, positions and sampling parameters go through one host-to-device copy,
-and only the attention nodes whose split count changes are patched (`max_len`). Batches
-above the largest bucket run eagerly, and the reason is logged.
+and only the attention nodes whose split count changes are patched (`max_len`). The sampler
+writes the tokens into mapped host memory (no copy back) and hands them on as the next
+step's inputs, so a step that continues the last one (`follow`) copies nothing unless a
+sequence needs a new cache block. Batches above the largest bucket run eagerly, and the
+reason is logged.
 Prefill: one graph per chunk size; a chunk of n tokens runs in the smallest graph that
 holds it, with n, the sequence count and the longest piece patched in, so the last partial
 chunk of a prompt costs a patch, not a recapture or a pad to the full chunk.
@@ -23,16 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cupy
-import numpy as np
 
 from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.engine.pool import GraphPool
 from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import Graph
 from rawgraph.memory.blocks import OutOfBlocks
+from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.program import Model, PrefillPiece, final_tokens
 from rawgraph.ops.sampling import SamplingParams
-from rawgraph.symbols import Range, Symbols
+from rawgraph.symbols import Pointer, Range, Symbols
 
 log = logging.getLogger("rawgraph.engine")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -58,8 +61,8 @@ class Pending:
 
     pieces: list[PrefillPiece]
     rows: int                   # decode rows
-    host_next: Any              # pinned int32 buffer the decode tokens are copied into
-    done: Any                   # event recorded after that copy
+    host_next: Any              # mapped host int32 buffer the sampler writes the tokens to
+    done: Any                   # event recorded after the decode step
     st: IterStats
     t0: float
 
@@ -95,13 +98,11 @@ class Runner:
         self.pool = GraphPool(self._build, self.decode_stream, max_graphs=max_graphs,
                               max_bytes=max_graph_bytes)
         self._warned: set[str] = set()
-        # decode tokens come back through two pinned buffers: one step's may be read while
-        # the next step (launched before it was read) runs
-        self._host_next = [np.frombuffer(cupy.cuda.alloc_pinned_memory(4 * model.max_batch),
-                                         np.int32, model.max_batch) for _ in range(2)]
+        # decode tokens come back through two mapped host buffers, written by the sampler:
+        # one step's may be read while the next step (launched before it was read) runs
+        self._host_next = [MappedArray(model.max_batch) for _ in range(2)]
         self._next_done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
         self._turn = 0
-        self._last_slots: list[int] | None = None  # the rows of the last decode launch
 
     # -- graphs -------------------------------------------------------------------------------
 
@@ -109,10 +110,12 @@ class Runner:
         kind, size = key
         m, s = self.model, self.decode_stream
         if kind == "decode":
-            sym = Symbols(max_len=Range(1, m.max_context))
-            sym.set(max_len=m.max_context)
+            sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1),
+                          host_next=Pointer(4 * size, "int32"))
+            sym.set(max_len=m.max_context, advance=1, host_next=self._host_next[0].dev)
             with capture(s, name=f"decode B={size}") as cap:
-                m.launch_decode(size, sym.max_len, s, symbols=sym, pdl=self.pdl)
+                m.launch_decode(size, sym.max_len, s, symbols=sym, pdl=self.pdl,
+                                advance=sym.advance, host_next=sym.host_next)
         else:
             sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs), q=Range(1, size))
             sym.set(n=size, seqs=1, q=size)
@@ -177,16 +180,13 @@ class Runner:
                *, follow: bool = False) -> Pending:
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
         tokens. `follow`: a decode step of the same slots, in the same order, as the last
-        decode launch, fed the tokens that step samples on the device (`tokens` None): the
-        host can prepare and launch it before it has read them, so its work hides behind
-        the GPU's. At most two launches may wait for `collect`."""
+        decode launch, fed the tokens that step samples on the device (`tokens` None;
+        `Model.prepare_follow`): the host can prepare and launch it before it has read them,
+        so its work hides behind the GPU's. At most two launches may wait for `collect`."""
         if follow:
-            if pieces or tokens is not None:
-                raise ValueError("follow: a decode step alone, its tokens from the device")
-            if self._last_slots is None or list(slots) != self._last_slots:
-                raise ValueError(f"follow: slots {list(slots)} are not the last decode step's "
-                                 f"{self._last_slots}")
-            tokens = [0] * len(slots)  # placeholders, replaced on the device below
+            if pieces or tokens is not None or sampling is not None:
+                raise ValueError("follow: a decode step alone, its tokens from the device and "
+                                 "its sampling parameters the slots' own")
         elif tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
@@ -205,24 +205,28 @@ class Runner:
         t0 = time.perf_counter()
         if pieces:
             n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
-        if slots:
-            longest = m.prepare_decode(slots, tokens, ds, sampling, sync=False)
-            if follow:  # after the metadata copy, before the step: the last step's tokens
-                n = len(slots)
-                m.dec_meta.dev["ids"][:n].data.copy_from_device_async(
-                    m.dec["next"].data, 4 * n, cupy_stream(ds))
-        m.kv.sync(ds)  # one copy of the tables for both
+        if follow:
+            longest = m.prepare_follow(slots, ds)
+        elif slots:  # its copy of the tables carries the prefill's too
+            longest = m.prepare_decode(slots, tokens, ds, sampling, advance=True)
+        else:
+            m.kv.sync(ds)
         if pieces and ps is not ds:
             self._tables_copied.record(cupy_stream(ds))
             cupy_stream(ps).wait_event(self._tables_copied)
+        host_next, done = self._host_next[self._turn], self._next_done[self._turn]
         if slots:  # decode first: it is what the waiting users feel
             if dec_ex is not None:
                 tp = time.perf_counter()
-                st.patched += dec_ex.set(max_len=longest)
+                st.patched += dec_ex.set(max_len=longest, advance=1, host_next=host_next.dev)
                 st.patch_us += (time.perf_counter() - tp) * 1e6
                 dec_ex.launch(ds)
-            else:
-                m.launch_decode(b or len(slots), longest, ds, pdl=self.pdl)
+            else:  # the bucket's rows (the graphs' launches), or above them the rows alone
+                rows = b or len(slots)
+                m.launch_decode(rows, longest, ds, pdl=self.pdl, advance=1,
+                                host_next=host_next.dev[:rows])
+            done.record(cupy_stream(ds))
+            self._turn ^= 1
         if pieces:
             if pre_ex is not None:
                 tp = time.perf_counter()
@@ -231,16 +235,8 @@ class Runner:
                 pre_ex.launch(ps)
             else:
                 m.launch_prefill(n, seqs, longest_piece, ps, chunk=c)
-        host_next, done = self._host_next[self._turn], self._next_done[self._turn]
-        if slots:
-            n = len(slots)
-            m.dec["next"][:n].data.copy_to_host_async(host_next.ctypes.data, 4 * n,
-                                                      cupy_stream(ds))
-            done.record(cupy_stream(ds))
-            self._turn ^= 1
-            self._last_slots = list(slots)
         st.host_us = (time.perf_counter() - t0) * 1e6
-        return Pending(list(pieces), len(slots), host_next, done, st, t0)
+        return Pending(list(pieces), len(slots), host_next.host, done, st, t0)
 
     def collect(self, p: Pending) -> tuple[list[int], list[int], IterStats]:
         """Wait for a launched iteration; (next token per piece, -1 for pieces that are not
@@ -271,5 +267,8 @@ class Runner:
             raise OutOfBlocks(f"this iteration needs {need} new KV blocks, {free} free")
 
     def close(self) -> None:
-        """Destroy the graphs."""
+        """Destroy the graphs and free the token buffers (after the decode stream's work)."""
         self.pool.close()
+        cupy_stream(self.decode_stream).synchronize()
+        for h in self._host_next:
+            h.close()

@@ -45,6 +45,7 @@ class PagedKVCache:
         # device views the kernels take: (max_seqs, max_blocks) tables and (max_seqs,) lengths
         self.block_tables = self._meta.dev["tables"].reshape(max_seqs, max_blocks_per_seq)
         self.seq_lens = self._meta.dev["lens"]
+        self.syncs = 0  # sync() calls so far: a changed count means the lengths were rewritten
         self.sync(cupy.cuda.Stream.null)
         self._meta.begin()  # the empty tables are on the device before any stream uses them
 
@@ -70,6 +71,7 @@ class PagedKVCache:
                 self.v[:, dst] = self.v[:, src]
         t.pending_copies.clear()
         h = self._meta.begin()  # the previous step's copy has read the pinned buffer
+        self.syncs += 1
         h["lens"][:] = t.lens
         for slot, length in (lens or {}).items():
             h["lens"][slot] = length

@@ -158,6 +158,10 @@ class Model:
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
         self.sampling["top_p"][:] = 1.0  # greedy until set_sampling says otherwise
+        self._sampling_pushed = False
+        # after a step launched with advance: (its slots, their lengths, kv syncs so far);
+        # what a step continuing it on the device (prepare_follow) checks against
+        self._handoff: tuple[np.ndarray, np.ndarray, int] | None = None
 
     def _load(self, tensors: dict[str, np.ndarray] | None, seed: int) -> None:
         cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
@@ -237,6 +241,7 @@ class Model:
         p = self.sampling
         p["seeds"][slot], p["temperature"][slot] = params.seed, params.temperature
         p["top_k"][slot], p["top_p"][slot] = params.top_k, params.top_p
+        self._sampling_pushed = False  # a continuing step copies them again
 
     def check_decode(self, slots: Sequence[int], tokens: Sequence[int]
                      ) -> tuple[np.ndarray, np.ndarray]:
@@ -258,13 +263,15 @@ class Model:
 
     def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
                        sampling: Sequence[SamplingParams] | None = None, *,
-                       sync: bool = True) -> int:
+                       sync: bool = True, advance: bool = False) -> int:
         """Host side of one decode step: grow each sequence by its token, then copy ids,
         positions, slots, sampling parameters (and with `sync`, tables and lengths) to the
         device. Returns the longest context (the `max_len` of `launch_decode`).
 
         `sampling` (one per row) replaces the slots' stored parameters (`set_sampling`);
-        without it the stored ones apply. Vectorized: this runs before every step.
+        without it the stored ones apply. `advance`: the step will be launched with
+        `advance=1`, so a step may continue it (`prepare_follow`). Vectorized: this runs
+        before every step.
         """
         n = len(slots)
         sl, tok = self.check_decode(slots, tokens)
@@ -289,8 +296,44 @@ class Model:
         for name, arr in self.sampling.items():
             h[name][:n] = arr[sl]
         self.dec_meta.push(stream)
+        self._sampling_pushed = True
         if sync:
             self.kv.sync(stream)
+        self._handoff = (sl, lens.copy(), self.kv.syncs) if advance else None
+        return int(lens.max())
+
+    def prepare_follow(self, slots: Sequence[int], stream: Any) -> int:
+        """Host side of a decode step that continues the last one (prepared with `advance`
+        and launched with `advance=1`) on the same slots in the same order: that step's
+        sampler already made its tokens these rows' inputs and moved their positions and
+        cache lengths on, on the device. Here each sequence grows by the token on its way;
+        a copy runs only for a new cache block or copy-on-write (tables), a sync of the
+        lengths since that step, or sampling parameters set since. Returns the longest
+        context. ValueError if the slots, or their sequences on the host, are not the ones
+        that step left."""
+        if self._handoff is None:
+            raise ValueError("no decode step to continue: prepare one with advance=True")
+        sl, lens, syncs = self._handoff
+        if list(slots) != sl.tolist():
+            raise ValueError(f"slots {list(slots)} are not the continued step's {sl.tolist()}")
+        t = self.kv.tables
+        if not all(s in t.active for s in slots) or (t.lens[sl] != lens).any():
+            raise ValueError(f"slots {list(slots)}: their sequences changed since the step "
+                             f"this one continues")
+        if lens.max() + 1 > self.max_context:
+            raise ValueError(f"context {int(lens.max()) + 1} exceeds max_context = "
+                             f"{self.max_context}")
+        t.append_one(sl)  # all or nothing
+        if not self._sampling_pushed:  # only the sampling fields: ids and positions moved on
+            h = self.dec_meta.begin()
+            for name, arr in self.sampling.items():
+                h[name][:len(sl)] = arr[sl]
+            self.dec_meta.push(stream, self.dec_meta.offset("ids"))
+            self._sampling_pushed = True
+        if t.changed or t.pending_copies or self.kv.syncs != syncs:
+            self.kv.sync(stream)  # host lengths now equal what the device moved on to
+        lens = t.lens[sl]
+        self._handoff = (sl, lens.copy(), self.kv.syncs)
         return int(lens.max())
 
     def prepare_prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
@@ -359,7 +402,8 @@ class Model:
         ops.gate_up_silu(a["r"], w[p + "gate_up"], a["gu"], a["act"], **norm, **lin)
         ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
 
-    def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict) -> None:
+    def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict,
+              handoff: ops.Handoff | None = None) -> None:
         """Final norm, LM head and sampling of `rows` rows of x."""
         cfg, w = self.cfg, self.w
         ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, **kw)
@@ -369,21 +413,27 @@ class Model:
         ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
                    row_max=best, **kw)
         ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"], meta["top_p"],
-                   meta["seeds"], pos, rows, row_max=best, **kw)
+                   meta["seeds"], pos, rows, row_max=best, handoff=handoff, **kw)
 
     def launch_decode(self, batch: int, max_len: Any, stream: Any,
-                      symbols: Symbols | None = None, *, pdl: bool = False) -> None:
+                      symbols: Symbols | None = None, *, pdl: bool = False, advance: Any = 0,
+                      host_next: Any = None) -> None:
         """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
         sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
         row's context (int, or a symbol when captured). `pdl`: programmatic dependent
         launches (each GEMV fetches its first weights while the previous kernel ends), for
-        every kernel but attention's; the results are the same bits either way."""
+        every kernel but attention's; the results are the same bits either way.
+        `advance` (0/1 or a symbol): the sampler hands each token on to a step that
+        continues this one (ops.Handoff; then a replay is not idempotent: each moves the
+        rows on a token). `host_next`: (batch,) int32 mapped host memory (or a pointer
+        symbol) the tokens are also written to."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
         with programmatic(pdl):
-            self._decode(batch, max_len, stream, symbols)
+            self._decode(batch, max_len, stream, symbols, advance, host_next)
 
-    def _decode(self, batch: int, max_len: Any, stream: Any, symbols: Symbols | None) -> None:
+    def _decode(self, batch: int, max_len: Any, stream: Any, symbols: Symbols | None,
+                advance: Any, host_next: Any) -> None:
         cfg, a, meta = self.cfg, {k: v[:batch] for k, v in self.dec.items()}, self.dec_meta.dev
         kw = {"stream": stream, "symbols": symbols}
         m = {k: v[:batch] for k, v in meta.items()}
@@ -402,7 +452,8 @@ class Model:
         ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
         for i in range(cfg.layers):
             self._layer(i, a, m, batch, batch, attend, kw)
-        self._head(a["r"], a, m, m["pos"], batch, kw)
+        handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
+        self._head(a["r"], a, m, m["pos"], batch, kw, handoff)
 
     def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, stream: Any,
                        symbols: Symbols | None = None, *, chunk: int | None = None) -> None:
@@ -466,6 +517,8 @@ class Model:
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""
         self.kv.tables.free(slot)
+        if self._handoff is not None and slot in self._handoff[0]:
+            self._handoff = None  # a new sequence in the slot is no continuation
 
     def close(self) -> None:
         """Release the weights arena (freed once no view remains)."""

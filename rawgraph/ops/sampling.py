@@ -10,7 +10,7 @@ import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.symbols import Symbols
+from rawgraph.symbols import Expr, Pointer, Range, Sym, Symbols
 
 ARGMAX = {"float16": Kernel("argmax", "argmax_f16",
                             "const __half* logits, int* out, int rows, int vocab"),
@@ -31,16 +31,37 @@ def argmax(logits: Any, out: Any, rows: Any = None, *, stream: Any = None,
 
 
 _SAMPLE = ("const {t}* logits, const float* temperature, const int* top_k, const float* top_p, "
-           "const unsigned long long* seeds, const int* positions, int* out, int rows, "
-           "int vocab, unsigned long long* row_max")
+           "const unsigned long long* seeds, int* positions, int* out, int rows, "
+           "int vocab, unsigned long long* row_max, int* host_out, int advance, int* ids, "
+           "const int* seq_slots, int* seq_lens")
 SAMPLE = {"float16": Kernel("sample", "sample_f16", _SAMPLE.format(t="__half")),
           "bfloat16": Kernel("sample", "sample_bf16", _SAMPLE.format(t="__nv_bfloat16"))}
 GREEDY_TEMPERATURE = 1e-6  # at or below: argmax (sample.cu tests the same bound)
 SAMPLE_SMEM = 32 * 2 * 256 * 4  # per-warp radix histograms (two 32-bit halves)
 
 
+@dataclass(frozen=True)
+class Handoff:
+    """Where a decode step's tokens go besides `out` (sample.cu's last arguments).
+
+    `host`: (rows,) int32 in mapped pinned memory (`MappedArray.dev`), so the host reads
+    the tokens once the step is done, with no copy. `advance` (0 or 1, a symbol in graphs):
+    each row with a sequence (`seq_slots` >= 0) takes its token as the next step's input
+    (`ids`), its position (sample's `positions`) + 1 and its sequence's cache length
+    (`seq_lens`) + 1, so a step continuing this one needs nothing from the host.
+    `host` may be a pointer symbol; `advance` an expression over a symbol in [0, 1].
+    """
+
+    ids: Any
+    seq_slots: Any
+    seq_lens: Any
+    advance: Any = 1
+    host: Any = None
+
+
 def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seeds: Any,
-           positions: Any, rows: Any = None, *, row_max: Any = None, stream: Any = None,
+           positions: Any, rows: Any = None, *, row_max: Any = None,
+           handoff: Handoff | None = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
     """out[r] = a token drawn from softmax(logits[r] / temperature[r]) after top-k and top-p.
 
@@ -49,6 +70,7 @@ def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seed
     each step draws afresh). The same (seed, position, logits) always give the same token.
     `row_max`: what `linear(..., row_max=)` merged while writing these logits: greedy rows
     take their token from it (no pass over the row), and every row's entry is reset to 0.
+    `handoff`: where the tokens also go (Handoff).
     """
     if getattr(logits, "ndim", 0) != 2:
         raise ValueError(f"logits must be (rows, vocab), got {getattr(logits, 'shape', '?')}")
@@ -61,10 +83,42 @@ def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seed
         shapes.row_array(arr, name, t, n)
     if row_max is not None:
         shapes.row_array(row_max, "row_max", np.uint64, n)
+    h = handoff or Handoff(None, None, None, advance=0)
+    if handoff is not None:
+        _check_handoff(handoff, n, symbols)
     rows = shapes.count(rows, n, "rows", symbols)
     SAMPLE[dt].launch(rows, 1024, (logits, temperature, top_k, top_p, seeds, positions, out,
-                                   rows, logits.shape[1], row_max), stream, smem=SAMPLE_SMEM,
-                      symbols=symbols)
+                                   rows, logits.shape[1], row_max, h.host, h.advance, h.ids,
+                                   h.seq_slots, h.seq_lens),
+                      stream, smem=SAMPLE_SMEM, symbols=symbols)
+
+
+def _check_handoff(h: Handoff, n: int, symbols: Symbols | None) -> None:
+    shapes.row_array(h.ids, "handoff ids", np.int32, n)
+    shapes.row_array(h.seq_slots, "handoff seq_slots", np.int32, n)
+    lens = h.seq_lens
+    if not hasattr(lens, "data") or lens.dtype != np.int32 or lens.ndim != 1 \
+            or not lens.flags.c_contiguous:
+        raise ValueError(f"handoff seq_lens must be a contiguous int32 device array, got "
+                         f"{getattr(lens, 'dtype', '?')} {tuple(getattr(lens, 'shape', ()))}")
+    if isinstance(h.advance, Expr):
+        spec = _spec(h.advance, symbols)
+        if not isinstance(spec, Range) or spec.lo < 0 or spec.hi > 1:
+            raise ValueError(f"handoff advance = {h.advance!r} must be a symbol in [0, 1]")
+    elif h.advance not in (0, 1):
+        raise ValueError(f"handoff advance = {h.advance!r} must be 0 or 1")
+    if isinstance(h.host, Expr):
+        spec = _spec(h.host, symbols)
+        if not isinstance(spec, Pointer) or spec.nbytes < 4 * n or spec.dtype != "int32":
+            raise ValueError(f"handoff host = {h.host!r} must be a pointer symbol to at least "
+                             f"{n} int32")
+    elif h.host is not None:
+        shapes.row_array(h.host, "handoff host", np.int32, n)
+
+
+def _spec(x: Expr, symbols: Symbols | None) -> Any:
+    """The spec of a bare symbol, or None for any other expression."""
+    return symbols.specs.get(x.name) if symbols is not None and isinstance(x, Sym) else None
 
 
 @dataclass(frozen=True)
