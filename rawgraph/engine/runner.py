@@ -1,12 +1,12 @@
 """Runs the model's prefill chunks and decode steps, as graphs or eagerly.
 
 Decode: one graph per batch bucket, captured once for the longest context; per step the
-sequences' tables, positions and sampling parameters go through one host-to-device copy,
-and only the attention nodes whose split count changes are patched (`max_len`). The sampler
-writes the tokens into mapped host memory (no copy back) and hands them on as the next
-step's inputs, so a step that continues the last one (`follow`) copies nothing unless a
-sequence needs a new cache block. Batches above the largest bucket run eagerly, and the
-reason is logged.
+sequences' ids, positions and sampling parameters go to the device in one copy and their
+tables and lengths in another, and only the attention nodes whose split count changes are
+patched (`max_len`). The sampler writes the tokens into mapped host memory (no copy back)
+and hands them on as the next step's inputs, so a step that continues the last one
+(`follow`) copies nothing unless a sequence needs a new cache block. Batches above the
+largest bucket run eagerly, and the reason is logged.
 Prefill: one graph per chunk size; a chunk of n tokens runs in the smallest graph that
 holds it, with n, the sequence count and the longest piece patched in, so the last partial
 chunk of a prompt costs a patch, not a recapture or a pad to the full chunk.
