@@ -4,9 +4,10 @@ llama-1b and llama-8b shapes (random weights), batch in {1, 8, 32, 64}, context 
 4096}, plus B=64 at 2048 (the PyTorch + CUDA graph reference point). Per case: wall time of
 a whole step (host metadata copy, patch, launch, tokens back), the same with each step
 launched before the last one's tokens are read (the engine's overlap), the GPU time of the
-replay, host overhead (prepare + patch + launch), nodes patched; the floor is (weights + KV bytes) /
-the copy bandwidth measured in the same run. Also: capture time of every decode bucket, and
-one prefill chunk beside a decode step on one stream vs two. JSON rows + a PNG plot.
+replay, host overhead (prepare + patch + launch; of the overlapped step too), nodes patched;
+the floor is (weights + KV bytes) / the copy bandwidth measured in the same run. Also:
+capture time of every decode bucket, and one prefill chunk beside a decode step on one
+stream vs two. JSON rows + a PNG plot.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rawgraph.bench.kernels import copy_gbps
 from rawgraph.bench.timing import device_us
 from rawgraph.cuda.stream import new_stream
 from rawgraph.engine.runner import Runner
+from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.config import preset
 from rawgraph.model.program import Model, PrefillPiece
 from rawgraph.ops.sampling import SamplingParams
@@ -166,12 +168,13 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     patched: list[int] = []
     prepare_us: list[float] = []
     patch_launch_us: list[float] = []
+    host_next = [MappedArray(batch) for _ in range(2)]  # as Runner: the tokens' two buffers
 
     def graph_step() -> None:
         t0 = time.perf_counter()
         longest = model.prepare_decode(slots, tokens, s)
         t1 = time.perf_counter()
-        patched.append(ex.set(max_len=longest))
+        patched.append(ex.set(max_len=longest, host_next=host_next[len(patched) % 2].dev))
         ex.launch(s)
         t2 = time.perf_counter()
         prepare_us.append((t1 - t0) * 1e6)
@@ -185,7 +188,9 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     # splits of 64 tokens cover 1024; from 1025 they are 128 each)
     graph_ms, host_ms = _median_step(graph_step, s)
     _fill(model, batch, ctx)
-    overlapped = _overlapped_ms(runner, slots)
+    overlapped, follow_us = _overlapped_ms(runner, slots)  # host_next: the runner's again
+    for h in host_next:
+        h.close()
     _fill(model, batch, ctx)
     # replays without the hand-on (advance=0): each replays the same step at the same context
     ex.set(max_len=model.prepare_decode(slots, tokens, s), advance=0)
@@ -201,7 +206,8 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
            "graph ms": graph_ms, "overlapped ms": overlapped, "graph GPU ms": gpu_ms,
            "floor ms": floor,
            "graph/floor": graph_ms / floor, "eager/graph": eager_ms / graph_ms,
-           "host us": host_ms * 1e3, "prepare us": statistics.median(prepare_us),
+           "host us": host_ms * 1e3, "overlapped host us": follow_us,
+           "prepare us": statistics.median(prepare_us),
            "patch+launch us": pl, "patch+launch <= 30 us": pl <= HOST_TARGET_US,
            "patched/step": statistics.mean(patched),
            "PyTorch graph ms": PYTORCH_MS.get(key, "")}
@@ -210,19 +216,21 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     return row
 
 
-def _overlapped_ms(runner: Runner, slots: list[int]) -> float:
-    """Wall ms per step of the engine's overlapped decode: each step launched (its ids the
-    last step's tokens, on the device) before the last step's tokens are read."""
+def _overlapped_ms(runner: Runner, slots: list[int]) -> tuple[float, float]:
+    """(wall ms per step, host us per step) of the engine's overlapped decode: each step
+    launched (continuing the last one on the device) before the last step's tokens are
+    read; the host's part is the continued step's prepare, patch and launch."""
     pending = runner.launch([], slots, [1] * len(slots))
-    times = []
+    times, host = [], []
     for _ in range(STEPS + 1):
         t0 = time.perf_counter()
         nxt = runner.launch([], slots, None, follow=True)
         runner.collect(pending)
         pending = nxt
         times.append((time.perf_counter() - t0) * 1e3)
+        host.append(nxt.st.host_us)
     runner.collect(pending)
-    return statistics.median(times[1:])
+    return statistics.median(times[1:]), statistics.median(host[1:])
 
 
 def _streams(name: str, model: Model) -> list[dict[str, Any]]:
