@@ -61,30 +61,37 @@ def compile_program(plan: PatchPlan, names: tuple[str, ...],
                        f"v{k} = chk{k}({name!r}, v{k})")
         else:
             src.append(f"    v{k} = chk{k}({name!r}, v{k})")
-    same = " and ".join(f"v{k} == env.get({n!r})" for k, n in enumerate(names))
-    src += ["    env = plan.env", f"    if {same}:", "        return 0"]
-    touched = sorted({j for n in names for j in plan.by_symbol.get(n, ())})
-    recipes = {}
+    # c{k}: symbol k changes. Only the nodes reading a changed symbol are evaluated (a step
+    # that moves one pointer leaves the nodes of an unchanged length alone), as in plan().
+    src += ["    env = plan.env"]
+    src += [f"    c{k} = v{k} != env.get({n!r})" for k, n in enumerate(names)]
+    src += [f"    if not ({' or '.join(f'c{k}' for k in range(len(names)))}):", "        return 0"]
+    reads = {n: set(plan.by_symbol.get(n, ())) for n in names}
+    touched = sorted(set().union(*reads.values()))
+    recipes, guard = {}, {}
     for j in touched:  # resolve and check everything before writing anything
         _, node, L = plan.entries[j]
         r = recipes[j] = L.recipe(ref)
+        deps = [f"c{k}" for k, n in enumerate(names) if j in reads[n]]
+        guard[j] = "True" if len(deps) == len(names) else " or ".join(deps)
         ns[f"L{j}"], ns[f"N{j}"], ns[f"B{j}"] = L, node, r["buffer"]
+        src.append(f"    if {guard[j]}:")
         if r["floats"]:  # rare: let the generic method convert
             e = "{**env, " + ", ".join(f"{n!r}: v{k}" for k, n in enumerate(names)) + "}"
-            src.append(f"    g{j}, d{j} = L{j}.resolve({e})")
+            src.append(f"        g{j}, d{j} = L{j}.resolve({e})")
             continue
-        src.append(f"    g{j} = ({', '.join(r['grid'])})")
-        src.append(f"    d{j} = ({''.join(a + ', ' for a in r['args'])})")
+        src.append(f"        g{j} = ({', '.join(r['grid'])})")
+        src.append(f"        d{j} = ({''.join(a + ', ' for a in r['args'])})")
         bad = [f"not ({_GRID_OK.format(g=f'g{j}')})"] if r["grid_dyn"] else []
         bad += [f"not {b[0]} <= d{j}[{t}] <= {b[1]}" for t, b in enumerate(r["bounds"])]
         if bad:
             e = "{**env, " + ", ".join(f"{n!r}: v{k}" for k, n in enumerate(names)) + "}"
-            src += [f"    if {' or '.join(bad)}:",
-                    f"        L{j}.resolve({e})  # raises the error naming the value"]
+            src += [f"        if {' or '.join(bad)}:",
+                    f"            L{j}.resolve({e})  # raises the error naming the value"]
     src += ["    done = []", "    try:"]
     for j in touched:
         r = recipes[j]
-        src += [f"        if g{j} != L{j}.grid or d{j} != L{j}.cur[1]:",
+        src += [f"        if ({guard[j]}) and (g{j} != L{j}.grid or d{j} != L{j}.cur[1]):",
                 f"            done.append((L{j}, N{j}, L{j}.cur))",
                 f"            L{j}.cur = (g{j}, d{j})",
                 f"            L{j}.grid = g{j}",
