@@ -10,8 +10,11 @@
 //       int* out, int rows, int vocab,
 //       unsigned long long* row_max,     // (rows,) or NULL: each row's greedy key, merged by
 //                                        //   the LM head's GEMV (gemv.cu); reset to 0 here
-//       int* host_out,                   // (rows,) or NULL: the tokens again, in mapped pinned
-//                                        //   host memory (the host reads them, no copy)
+//       int* host_out,                   // (rows, 2) or NULL: the tokens again, in mapped
+//                                        //   pinned host memory (the host reads them, no
+//                                        //   copy), row r's at [r][positions[r] & 1]: a step
+//                                        //   and the step continuing it write different
+//                                        //   halves, so one may be read while the other runs
 //       int advance,                     // nonzero: hand each token on to the next decode
 //       int* ids,                        //   step: ids[r] = token, positions[r] += 1 and
 //       const int* seq_slots,            //   seq_lens[seq_slots[r]] += 1 for every row with a
@@ -206,7 +209,7 @@ struct Emit {
 
   __device__ void operator()(int r, int token) const {
     out[r] = token;
-    if (host_out != nullptr) host_out[r] = token;
+    if (host_out != nullptr) host_out[2 * r + (positions[r] & 1)] = token;
     if (advance == 0) return;
     const int seq = seq_slots[r];
     if (seq < 0) return;  // a padding row

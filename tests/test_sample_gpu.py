@@ -148,19 +148,23 @@ def test_handoff_writes_the_host_copy_and_moves_rows_on(stream, rng, advance):
             cupy.asarray(np.array([0, 0, 40, 0, 0], np.int32)),
             cupy.asarray(np.array([1, 0.9, 1, 1, 1], np.float32)),
             cupy.asarray(np.arange(rows, dtype=np.uint64) + 7)]
-    pos0 = np.array([10, 20, 30, 40, 50], np.int32)
+    pos0 = np.array([10, 21, 30, 41, 50], np.int32)  # either half of a row's pair
     slots, lens0 = np.array([3, 0, -1, 2, 1], np.int32), np.arange(100, 106, dtype=np.int32)
     plain, out = cupy.full(rows, -1, np.int32), cupy.full(rows, -1, np.int32)
     ids, pos = cupy.full(rows, -7, np.int32), cupy.asarray(pos0)
-    lens, host = cupy.asarray(lens0), MappedArray(rows)
+    lens, host = cupy.asarray(lens0), MappedArray(2 * rows)
     cupy.cuda.Device().synchronize()
     ops.sample(logits, plain, *args, cupy.asarray(pos0), stream=stream)
     ops.sample(logits, out, *args, pos, stream=stream,
-               handoff=ops.Handoff(ids, cupy.asarray(slots), lens, advance, host.dev))
+               handoff=ops.Handoff(ids, cupy.asarray(slots), lens, advance,
+                                   host.dev.reshape(rows, 2)))
     stream.synchronize()
     want = plain.get()
     np.testing.assert_array_equal(out.get(), want)
-    np.testing.assert_array_equal(host.host, want)
+    # row r's token in the half of its pair its position's parity picks; the other untouched
+    pairs = host.host.reshape(rows, 2)
+    np.testing.assert_array_equal(pairs[np.arange(rows), pos0 % 2], want)
+    assert (pairs[np.arange(rows), 1 - pos0 % 2] == 0).all()
     live = slots >= 0
     moved = live & bool(advance)
     np.testing.assert_array_equal(ids.get(), np.where(moved, want, -7))
@@ -170,8 +174,8 @@ def test_handoff_writes_the_host_copy_and_moves_rows_on(stream, rng, advance):
     np.testing.assert_array_equal(lens.get(), want_lens)
     with pytest.raises(ValueError, match="advance = 2 must be 0 or 1"):
         ops.sample(logits, out, *args, pos, handoff=ops.Handoff(ids, cupy.asarray(slots), lens,
-                                                                  2, host.dev))
-    with pytest.raises(ValueError, match="handoff host must be a contiguous int32"):
+                                                                  2, host.dev.reshape(rows, 2)))
+    with pytest.raises(ValueError, match=r"handoff host must be .* shape \(5, 2\)"):
         ops.sample(logits, out, *args, pos, handoff=ops.Handoff(ids, cupy.asarray(slots), lens,
-                                                                  1, cupy.zeros(rows, np.int64)))
+                                                                  1, host.dev[:rows]))
     host.close()

@@ -23,7 +23,6 @@ from rawgraph.bench.kernels import copy_gbps
 from rawgraph.bench.timing import device_us
 from rawgraph.cuda.stream import new_stream
 from rawgraph.engine.runner import Runner
-from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.config import preset
 from rawgraph.model.program import Model, PrefillPiece
 from rawgraph.ops.sampling import SamplingParams
@@ -168,13 +167,12 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     patched: list[int] = []
     prepare_us: list[float] = []
     patch_launch_us: list[float] = []
-    host_next = [MappedArray(batch) for _ in range(2)]  # as Runner: the tokens' two buffers
 
     def graph_step() -> None:
         t0 = time.perf_counter()
         longest = model.prepare_decode(slots, tokens, s)
         t1 = time.perf_counter()
-        patched.append(ex.set(max_len=longest, host_next=host_next[len(patched) % 2].dev))
+        patched.append(ex.set(max_len=longest))
         ex.launch(s)
         t2 = time.perf_counter()
         prepare_us.append((t1 - t0) * 1e6)
@@ -188,9 +186,7 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     # splits of 64 tokens cover 1024; from 1025 they are 128 each)
     graph_ms, host_ms = _median_step(graph_step, s)
     _fill(model, batch, ctx)
-    overlapped, follow_us = _overlapped_ms(runner, slots)  # host_next: the runner's again
-    for h in host_next:
-        h.close()
+    overlapped, follow_us = _overlapped_ms(runner, slots)
     _fill(model, batch, ctx)
     # replays without the hand-on (advance=0): each replays the same step at the same context
     ex.set(max_len=model.prepare_decode(slots, tokens, s), advance=0)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cupy
+import numpy as np
 
 from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.engine.pool import GraphPool
@@ -35,7 +36,7 @@ from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.program import Model, PrefillPiece, final_tokens
 from rawgraph.ops.sampling import SamplingParams
-from rawgraph.symbols import Pointer, Range, Symbols
+from rawgraph.symbols import Range, Symbols
 
 log = logging.getLogger("rawgraph.engine")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -61,10 +62,11 @@ class Pending:
 
     pieces: list[PrefillPiece]
     rows: int                   # decode rows
-    host_next: Any              # mapped host int32 buffer the sampler writes the tokens to
+    parity: Any                 # (rows,) each row's position % 2: its half of the token pair
     done: Any                   # event recorded after the decode step
     st: IterStats
     t0: float
+    tokens: list[int] | None = None  # the decode tokens, once read
 
 
 def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> tuple[int, ...]:
@@ -98,11 +100,14 @@ class Runner:
         self.pool = GraphPool(self._build, self.decode_stream, max_graphs=max_graphs,
                               max_bytes=max_graph_bytes)
         self._warned: set[str] = set()
-        # decode tokens come back through two mapped host buffers, written by the sampler:
-        # one step's may be read while the next step (launched before it was read) runs
-        self._host_next = [MappedArray(model.max_batch) for _ in range(2)]
-        self._next_done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
+        # decode tokens come back through mapped host memory the sampler writes, a pair per
+        # row, the half its position's parity picks: a step's tokens may be read while the
+        # step continuing it (launched before they were read) writes the other half
+        self._tokens = MappedArray(2 * model.max_batch)
+        self._token_pairs = self._tokens.dev.reshape(model.max_batch, 2)
+        self._done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
         self._turn = 0
+        self._unread: list[Pending] = []  # decode launches whose tokens were not read yet
 
     # -- graphs -------------------------------------------------------------------------------
 
@@ -110,12 +115,11 @@ class Runner:
         kind, size = key
         m, s = self.model, self.decode_stream
         if kind == "decode":
-            sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1),
-                          host_next=Pointer(4 * size, "int32"))
-            sym.set(max_len=m.max_context, advance=1, host_next=self._host_next[0].dev)
+            sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1))
+            sym.set(max_len=m.max_context, advance=1)
             with capture(s, name=f"decode B={size}") as cap:
                 m.launch_decode(size, sym.max_len, s, symbols=sym, pdl=self.pdl,
-                                advance=sym.advance, host_next=sym.host_next)
+                                advance=sym.advance, host_next=self._token_pairs[:size])
         else:
             sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs), q=Range(1, size))
             sym.set(n=size, seqs=1, q=size)
@@ -182,7 +186,9 @@ class Runner:
         tokens. `follow`: a decode step of the same slots, in the same order, as the last
         decode launch, fed the tokens that step samples on the device (`tokens` None;
         `Model.prepare_follow`): the host can prepare and launch it before it has read them,
-        so its work hides behind the GPU's. At most two launches may wait for `collect`."""
+        so its work hides behind the GPU's. Tokens this launch could overwrite are read
+        first (waiting for them): only the last step's may stay unread across a step that
+        continues it."""
         if follow:
             if pieces or tokens is not None or sampling is not None:
                 raise ValueError("follow: a decode step alone, its tokens from the device and "
@@ -202,6 +208,10 @@ class Runner:
             self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
         if pieces and slots:
             self._check_both(pieces, slots, tokens)
+        if slots:  # tokens this step's sampler could overwrite are read first: a continuing
+            # step writes the other half of the last step's pairs, anything else may not
+            while len(self._unread) > (1 if follow else 0):
+                self._settle(self._unread[0])
         t0 = time.perf_counter()
         if pieces:
             n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
@@ -214,17 +224,17 @@ class Runner:
         if pieces and ps is not ds:
             self._tables_copied.record(cupy_stream(ds))
             cupy_stream(ps).wait_event(self._tables_copied)
-        host_next, done = self._host_next[self._turn], self._next_done[self._turn]
+        done = self._done[self._turn]
         if slots:  # decode first: it is what the waiting users feel
             if dec_ex is not None:
                 tp = time.perf_counter()
-                st.patched += dec_ex.set(max_len=longest, advance=1, host_next=host_next.dev)
+                st.patched += dec_ex.set(max_len=longest, advance=1)
                 st.patch_us += (time.perf_counter() - tp) * 1e6
                 dec_ex.launch(ds)
             else:  # the bucket's rows (the graphs' launches), or above them the rows alone
                 rows = b or len(slots)
                 m.launch_decode(rows, longest, ds, pdl=self.pdl, advance=1,
-                                host_next=host_next.dev[:rows])
+                                host_next=self._token_pairs[:rows])
             done.record(cupy_stream(ds))
             self._turn ^= 1
         if pieces:
@@ -236,7 +246,17 @@ class Runner:
             else:
                 m.launch_prefill(n, seqs, longest_piece, ps, chunk=c)
         st.host_us = (time.perf_counter() - t0) * 1e6
-        return Pending(list(pieces), len(slots), host_next.host, done, st, t0)
+        parity = (m.kv.tables.lens[np.asarray(slots, np.int64)] - 1) & 1 if slots else None
+        p = Pending(list(pieces), len(slots), parity, done, st, t0)
+        if slots:
+            self._unread.append(p)
+        return p
+
+    def _settle(self, p: Pending) -> None:
+        """Wait for a decode launch and read its tokens out of the shared pairs."""
+        p.done.synchronize()
+        p.tokens = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), p.parity].tolist()
+        self._unread.remove(p)
 
     def collect(self, p: Pending) -> tuple[list[int], list[int], IterStats]:
         """Wait for a launched iteration; (next token per piece, -1 for pieces that are not
@@ -244,10 +264,9 @@ class Runner:
         m = self.model
         first = final_tokens(m.pre["next"][:len(p.pieces)].get(
             stream=cupy_stream(self.prefill_stream)).tolist(), p.pieces) if p.pieces else []
-        nxt = []
-        if p.rows:
-            p.done.synchronize()
-            nxt = p.host_next[:p.rows].tolist()
+        if p.rows and p.tokens is None:
+            self._settle(p)
+        nxt = p.tokens or []
         p.st.wall_ms = (time.perf_counter() - p.t0) * 1e3
         return first, nxt, p.st
 
@@ -270,5 +289,4 @@ class Runner:
         """Destroy the graphs and free the token buffers (after the decode stream's work)."""
         self.pool.close()
         cupy_stream(self.decode_stream).synchronize()
-        for h in self._host_next:
-            h.close()
+        self._tokens.close()

@@ -425,8 +425,8 @@ class Model:
         every kernel but attention's; the results are the same bits either way.
         `advance` (0/1 or a symbol): the sampler hands each token on to a step that
         continues this one (ops.Handoff; then a replay is not idempotent: each moves the
-        rows on a token). `host_next`: (batch,) int32 mapped host memory (or a pointer
-        symbol) the tokens are also written to."""
+        rows on a token). `host_next`: (batch, 2) int32 mapped host memory the tokens are
+        also written to (row r's at [r, its position % 2], ops.Handoff)."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
         with programmatic(pdl):

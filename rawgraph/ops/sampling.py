@@ -10,7 +10,7 @@ import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.symbols import Expr, Pointer, Range, Sym, Symbols
+from rawgraph.symbols import Expr, Range, Sym, Symbols
 
 ARGMAX = {"float16": Kernel("argmax", "argmax_f16",
                             "const __half* logits, int* out, int rows, int vocab"),
@@ -44,12 +44,13 @@ SAMPLE_SMEM = 32 * 2 * 256 * 4  # per-warp radix histograms (two 32-bit halves)
 class Handoff:
     """Where a decode step's tokens go besides `out` (sample.cu's last arguments).
 
-    `host`: (rows,) int32 in mapped pinned memory (`MappedArray.dev`), so the host reads
-    the tokens once the step is done, with no copy. `advance` (0 or 1, a symbol in graphs):
-    each row with a sequence (`seq_slots` >= 0) takes its token as the next step's input
-    (`ids`), its position (sample's `positions`) + 1 and its sequence's cache length
-    (`seq_lens`) + 1, so a step continuing this one needs nothing from the host.
-    `host` may be a pointer symbol; `advance` an expression over a symbol in [0, 1].
+    `host`: (rows, 2) int32 in mapped pinned memory (`MappedArray.dev`), so the host reads
+    the tokens once the step is done, with no copy: row r's token at [r, positions[r] % 2],
+    so a step and the step continuing it (positions + 1) write different halves and one can
+    be read while the other runs. `advance` (0 or 1, or a symbol in [0, 1] in graphs): each
+    row with a sequence (`seq_slots` >= 0) takes its token as the next step's input (`ids`),
+    its position (sample's `positions`) + 1 and its sequence's cache length (`seq_lens`)
+    + 1, so a step continuing this one needs nothing from the host.
     """
 
     ids: Any
@@ -102,23 +103,18 @@ def _check_handoff(h: Handoff, n: int, symbols: Symbols | None) -> None:
         raise ValueError(f"handoff seq_lens must be a contiguous int32 device array, got "
                          f"{getattr(lens, 'dtype', '?')} {tuple(getattr(lens, 'shape', ()))}")
     if isinstance(h.advance, Expr):
-        spec = _spec(h.advance, symbols)
+        spec = symbols.specs.get(h.advance.name) if symbols is not None \
+            and isinstance(h.advance, Sym) else None
         if not isinstance(spec, Range) or spec.lo < 0 or spec.hi > 1:
             raise ValueError(f"handoff advance = {h.advance!r} must be a symbol in [0, 1]")
     elif h.advance not in (0, 1):
         raise ValueError(f"handoff advance = {h.advance!r} must be 0 or 1")
-    if isinstance(h.host, Expr):
-        spec = _spec(h.host, symbols)
-        if not isinstance(spec, Pointer) or spec.nbytes < 4 * n or spec.dtype != "int32":
-            raise ValueError(f"handoff host = {h.host!r} must be a pointer symbol to at least "
-                             f"{n} int32")
-    elif h.host is not None:
-        shapes.row_array(h.host, "handoff host", np.int32, n)
-
-
-def _spec(x: Expr, symbols: Symbols | None) -> Any:
-    """The spec of a bare symbol, or None for any other expression."""
-    return symbols.specs.get(x.name) if symbols is not None and isinstance(x, Sym) else None
+    host = h.host
+    if host is not None and (not hasattr(host, "data") or host.dtype != np.int32
+                             or tuple(host.shape) != (n, 2) or not host.flags.c_contiguous):
+        raise ValueError(f"handoff host must be a contiguous int32 device array of shape "
+                         f"({n}, 2), got {getattr(host, 'dtype', '?')} "
+                         f"{tuple(getattr(host, 'shape', ()))}")
 
 
 @dataclass(frozen=True)
