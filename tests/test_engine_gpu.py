@@ -238,7 +238,7 @@ def test_follow_launches_need_the_last_steps_rows():
         want.append(runner.run([], [0, 1], toks or want[-1])[1])
     assert got == want
     # a sequence changed on the host since: no continuation
-    runner.run([PrefillPiece(0, [7], 5)], [], [])
+    runner.run([PrefillPiece(0, [7], int(model.kv.tables.lens[0]))], [], [])
     with pytest.raises(ValueError, match="changed since the step"):
         runner.launch([], [0, 1], None, follow=True)
     runner.run([], [0, 1], [5, 6])
