@@ -37,6 +37,7 @@ PYTORCH_MS = {("llama-1b", 1, 1024): 1.80, ("llama-1b", 8, 1024): 1.99,
 # launch before the GPU starts, and the wait after it, to every step
 TARGET_MS = {("llama-1b", 1, 1024): 0.85, ("llama-1b", 64, 2048): 2.99}
 STEPS = 15
+WARMUP = 5
 HOST_TARGET_US = 30  # patch + launch per decode step (the issue's host-overhead target)
 
 
@@ -51,9 +52,11 @@ def _fill(model: Model, batch: int, ctx: int) -> list[int]:
 
 
 def _median_step(fn: Any, s: Any) -> tuple[float, float]:
-    """(median wall ms of fn() + sync, median host ms of fn() alone)."""
-    fn()
-    s.synchronize()
+    """(median wall ms of fn() + sync, median host ms of fn() alone), after WARMUP calls
+    (the first case of a run measured its host part up to 2x slower after a single one)."""
+    for _ in range(WARMUP):
+        fn()
+        s.synchronize()
     wall, host = [], []
     for _ in range(STEPS):
         t0 = time.perf_counter()
