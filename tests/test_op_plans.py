@@ -75,3 +75,26 @@ def test_decode_attention_splits_fill_whole_waves():
         assert s == 1 or units * s <= SPLIT_WAVES * 396
     with pytest.raises(ValueError, match="positive"):
         decode_splits(0, 396)
+
+
+def test_array_checks_dtype_shape_and_contiguity():
+    # shapes.array (behind row_array and the sampler's hand-on checks) reads only dtype,
+    # shape, data and flags: NumPy arrays stand in for device arrays here
+    import numpy as np
+
+    from rawgraph.ops import shapes
+
+    shapes.array(np.zeros((5, 2), np.int32), "host", np.int32, (5, 2))
+    shapes.array(np.zeros(7, np.int32), "lens", np.int32, (None,))
+    shapes.row_array(np.zeros(3, np.uint64), "keys", np.uint64, 3)
+    for arr, shape, msg in [
+            (np.zeros(5, np.int32), (5, 2), r"host must be a contiguous int32 device array "
+                                            r"of shape \(5, 2\), got int32 \(5,\)"),
+            (np.zeros((5, 2), np.int64), (5, 2), r"got int64 \(5, 2\)"),
+            (np.zeros((2, 5), np.int32).T, (5, 2), "contiguous"),
+            (np.zeros((3, 3), np.int32), (None,), r"of shape \(n,\)"),
+            ([1, 2], (None,), "device array")]:
+        with pytest.raises(ValueError, match=msg):
+            shapes.array(arr, "host", np.int32, shape)
+    with pytest.raises(ValueError, match=r"keys must be .* shape \(4,\), got uint64 \(3,\)"):
+        shapes.row_array(np.zeros(3, np.uint64), "keys", np.uint64, 4)

@@ -97,11 +97,9 @@ def sample(logits: Any, out: Any, temperature: Any, top_k: Any, top_p: Any, seed
 def _check_handoff(h: Handoff, n: int, symbols: Symbols | None) -> None:
     shapes.row_array(h.ids, "handoff ids", np.int32, n)
     shapes.row_array(h.seq_slots, "handoff seq_slots", np.int32, n)
-    lens = h.seq_lens
-    if not hasattr(lens, "data") or lens.dtype != np.int32 or lens.ndim != 1 \
-            or not lens.flags.c_contiguous:
-        raise ValueError(f"handoff seq_lens must be a contiguous int32 device array, got "
-                         f"{getattr(lens, 'dtype', '?')} {tuple(getattr(lens, 'shape', ()))}")
+    shapes.array(h.seq_lens, "handoff seq_lens", np.int32, (None,))
+    if h.host is not None:
+        shapes.array(h.host, "handoff host", np.int32, (n, 2))
     if isinstance(h.advance, Expr):
         spec = symbols.specs.get(h.advance.name) if symbols is not None \
             and isinstance(h.advance, Sym) else None
@@ -109,12 +107,6 @@ def _check_handoff(h: Handoff, n: int, symbols: Symbols | None) -> None:
             raise ValueError(f"handoff advance = {h.advance!r} must be a symbol in [0, 1]")
     elif h.advance not in (0, 1):
         raise ValueError(f"handoff advance = {h.advance!r} must be 0 or 1")
-    host = h.host
-    if host is not None and (not hasattr(host, "data") or host.dtype != np.int32
-                             or tuple(host.shape) != (n, 2) or not host.flags.c_contiguous):
-        raise ValueError(f"handoff host must be a contiguous int32 device array of shape "
-                         f"({n}, 2), got {getattr(host, 'dtype', '?')} "
-                         f"{tuple(getattr(host, 'shape', ()))}")
 
 
 @dataclass(frozen=True)

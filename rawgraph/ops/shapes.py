@@ -30,13 +30,21 @@ def tensor(arr: Any, name: str, shape: tuple | None = None, dtype: str | None = 
     return kind
 
 
+def array(arr: Any, name: str, dtype: Any, shape: tuple) -> None:
+    """ValueError unless arr is a contiguous device array of `dtype` and `shape` (an extent
+    None: any)."""
+    got = tuple(getattr(arr, "shape", ()))
+    if not hasattr(arr, "data") or np.dtype(getattr(arr, "dtype", None)) != np.dtype(dtype) \
+            or len(got) != len(shape) or any(s is not None and g != s for g, s in zip(got, shape)) \
+            or not arr.flags.c_contiguous:
+        want = tuple("n" if s is None else s for s in shape)
+        raise ValueError(f"{name} must be a contiguous {np.dtype(dtype)} device array of shape "
+                         f"{want}, got {getattr(arr, 'dtype', '?')} {got}".replace("'n'", "n"))
+
+
 def row_array(arr: Any, name: str, dtype: Any, rows: int) -> None:
     """ValueError unless arr is a contiguous device array of `dtype` and shape (rows,)."""
-    if not hasattr(arr, "data") or np.dtype(arr.dtype) != np.dtype(dtype) \
-            or tuple(arr.shape) != (rows,) or not arr.flags.c_contiguous:
-        raise ValueError(f"{name} must be a contiguous {np.dtype(dtype)} device array of shape "
-                         f"({rows},), got {getattr(arr, 'dtype', '?')} "
-                         f"{tuple(getattr(arr, 'shape', ()))}")
+    array(arr, name, dtype, (rows,))
 
 
 def multiple(v: int, k: int, what: str) -> None:
