@@ -23,7 +23,8 @@
 //   own flash-attention over them: S = Q K^T (K via ldmatrix), the running row max and sum in
 //   base 2, P packed to T in registers as the A operand of O += P V (V via ldmatrix.trans).
 //   Each warp streams its chunks through its own ring of kStages K/V buffers filled by
-//   cp.async (gathered through the block table, 16-byte pieces, zero past the end), so the
+//   cp.async (gathered through the block table, 16-byte pieces, zero past the end; one table
+//   lookup per chunk when block_size % 16 == 0, else one per token), so the
 //   warps never wait for each other inside the loop and kStages - 1 chunks per warp are in
 //   flight. At the end the 4 warps' (max, sum, accumulator) meet in shared memory in a fixed
 //   order, and the block writes (m, l, unnormalised accumulator) per head; an empty split
@@ -97,17 +98,41 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   char* mine = ring + warp * S * 2 * kBytes;
   const int chunks = begin < end ? (end - begin + kChunk - 1) / kChunk : 0;
   const int n = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;  // this warp's
+  // element offset of token t's row of head h in the cache
+  auto row_at = [&](int t) {
+    return (static_cast<long long>(table[t / block_size]) * block_size + t % block_size) *
+           row_stride + h * D;
+  };
+  // Chunks start at multiples of 16 (splits are 64-aligned), so when block_size is a
+  // multiple of 16 a chunk's tokens share one cache block and one lookup places them all.
+  // Looking the block up per 16-byte piece (a division, a load and a 64-bit multiply each)
+  // left the kernel issue-bound: 78 -> 90% of the copy bandwidth at 8B heads, B=8 ctx 4096.
+  const bool whole = block_size % kChunk == 0;
+  // this lane's pieces of a chunk: 16-byte column pcol of rows prow, prow + kStep, ...
+  constexpr int kPer = kChunk * RC / 32, kStep = 32 / RC;
+  const int prow = lane / RC, pcol = lane % RC;
   auto load = [&](int i, int stage) {  // this warp's i-th chunk into `stage`
     char* ks = mine + stage * 2 * kBytes;
     const int t0 = begin + (warp + i * kWarps) * kChunk;
+    long long at[kPer];
+    if (whole) {
+      const long long base = row_at(t0) + pcol * 8;
 #pragma unroll
-    for (int j = lane; j < kChunk * RC; j += 32) {
-      const int r = j / RC, c = j % RC, t = t0 + r;
-      const bool ok = t < end;
-      const long long at = ok ? (static_cast<long long>(table[t / block_size]) * block_size +
-                                 t % block_size) * row_stride + h * D + c * 8 : 0;
-      rg::cp_async16(ks + swz<D>(r, c), k_cache + at, ok);
-      rg::cp_async16(ks + kBytes + swz<D>(r, c), v_cache + at, ok);
+      for (int u = 0; u < kPer; ++u)
+        at[u] = base + static_cast<long long>(prow + kStep * u) * row_stride;
+    } else {
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        const int t = t0 + prow + kStep * u;
+        at[u] = t < end ? row_at(t) + pcol * 8 : 0;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int r = prow + kStep * u;
+      const bool ok = t0 + r < end;
+      rg::cp_async16(ks + swz<D>(r, pcol), k_cache + (ok ? at[u] : 0), ok);
+      rg::cp_async16(ks + kBytes + swz<D>(r, pcol), v_cache + (ok ? at[u] : 0), ok);
     }
   };
 #pragma unroll

@@ -59,6 +59,41 @@ def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits)
     np.testing.assert_allclose(host(out, "bfloat16"), want, rtol=TOL["bfloat16"],
                                atol=TOL["bfloat16"])
 
+@pytest.mark.parametrize("block_size", [8, 24, 32, 48])
+def test_decode_attention_block_sizes_and_scattered_tables(stream, rng, block_size):
+    # 32 and 48 are multiples of the 16-token chunk (one table lookup per chunk, chunks at
+    # every offset in their block), 8 and 24 are not (a lookup per token, chunks across
+    # blocks); the sequences grow in turns, so each one's blocks are scattered in the cache
+    from rawgraph.memory.paged import PagedKVCache
+
+    kv = PagedKVCache(layers=1, kv_heads=2, head_dim=128, block_size=block_size,
+                      num_blocks=1200 // block_size, max_seqs=4,
+                      max_blocks_per_seq=720 // block_size, dtype="float16")
+    for s in (0, 1, 2):
+        kv.tables.add(s)
+    for step in range(7):
+        for s, n in ((0, 97), (1, 3), (2, 1)):
+            kv.tables.append(s, n + step)
+    kv.sync()
+    assert (np.diff(kv.tables.table[0][kv.tables.table[0] >= 0]) != 1).any()  # not in order
+    k, kh = randn(rng, kv.k.shape[1:], "float16")
+    v, vh = randn(rng, kv.v.shape[1:], "float16")
+    kv.k[0], kv.v[0] = k, v
+    q, qh = randn(rng, (3, 16, 128), "float16")
+    cupy.cuda.Device().synchronize()
+    slots = [2, 0, 1]
+    out = poisoned(q.shape, "float16")
+    ws = cupy.empty(ops.workspace_floats(3, 16, 128, 5), np.float32)
+    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
+                         cupy.asarray(np.array(slots, np.int32)), out, ws, 700, splits=5,
+                         stream=stream)
+    stream.synchronize()
+    want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens, np.array(slots),
+                                128**-0.5)
+    np.testing.assert_allclose(host(out, "float16"), want, rtol=TOL["float16"],
+                               atol=TOL["float16"])
+
+
 def test_decode_attention_combines_more_splits_than_it_requests_at_once(stream, rng):
     # the combine requests 16 splits' values at a time and one split's max per thread (64
     # threads at D = 64): 71 splits of a 4500-token row take both loops' later rounds
