@@ -8,7 +8,8 @@ second time as a programmatic chain (`% chained`), the way a decode graph launch
 GEMV then requests its first weights while the one before it drains. The target is judged on
 the plain launches against the 1 GiB copy; rows with a target also show `% same-size copy`,
 against a copy that moves as many bytes as they do, since a copy of 33 MB does not reach the
-1 GiB rate either.
+1 GiB rate either, and `% same-size read`, against a plain streaming read of their bytes
+(kernels_cu/stream_read.cu): the ceiling of a kernel that only reads, at its size.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ import numpy as np
 
 from rawgraph import ops
 from rawgraph.bench.timing import device_us
+from rawgraph.cuda.device import multiprocessors
+from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.launch import programmatic
 from rawgraph.cuda.stream import new_stream
 from rawgraph.graph.capture import capture
+from rawgraph.ops import shapes
 from rawgraph.ops.linear import takes_skinny
 
 # [out, in] weight shapes of one decoder layer and the LM head
@@ -72,6 +76,37 @@ def sized_copy_gbps(traffic: int, s: Any) -> float:
             dst[i % k][...] = src[i % k]
 
     return 4 * n / per_launch_us(launch, max(k, 16), s) / 1e3
+
+
+STREAM_READ = Kernel("stream_read", "stream_read", "const uint4* p, long long n, unsigned* out")
+READ_BLOCKS_PER_SM, READ_THREADS = 4, 256  # the best of 40 shapes at 32 and 48 MiB (H200)
+
+
+def stream_read(buf: Any, out: Any, stream: Any = None) -> None:
+    """out[0] ^= the XOR of every 32-bit word of `buf` (a C-contiguous CuPy array of a
+    multiple of 16 bytes, 16-byte aligned; out: uint32, shape (1,)): a streaming read of
+    every byte, the read-only ceiling `sized_read_gbps` times."""
+    if not isinstance(buf, cupy.ndarray) or not buf.flags.c_contiguous or buf.nbytes % 16 \
+            or buf.data.ptr % 16:
+        raise ValueError(f"buf must be a C-contiguous CuPy array of a multiple of 16 bytes, "
+                         f"16-byte aligned; got {type(buf).__name__} of "
+                         f"{getattr(buf, 'nbytes', '?')} bytes")
+    shapes.row_array(out, "out", np.uint32, 1)
+    STREAM_READ.launch(READ_BLOCKS_PER_SM * multiprocessors(), READ_THREADS,
+                       (buf, buf.nbytes // 16, out), stream)
+
+
+def sized_read_gbps(nbytes: int, s: Any) -> float:
+    """Read-only bandwidth (bytes read) when each read moves `nbytes`, timed as the kernels
+    are: graph replays of `stream_read` rotating through ROTATE_BYTES of buffers. Reads
+    stream faster than copies, but short ones also pay their start and drain: on the H200
+    ~84% of the 1 GiB copy's rate at 32 MiB, ~91% at 48 MiB (benchmarks/NOTES.md, session
+    13): for a 2048x8192 fp16 weight read on its own, 85% of that rate is beyond a read."""
+    n = max(16, nbytes // 16 * 16)
+    k = max(2, math.ceil(ROTATE_BYTES / n))
+    bufs = [cupy.ones(n // 2, np.float16) for _ in range(k)]
+    out = cupy.zeros(1, np.uint32)
+    return n / per_launch_us(lambda i: stream_read(bufs[i % k], out, s), max(k, 16), s) / 1e3
 
 
 def _rand(shape: tuple, rng: np.random.Generator, scale: float = 1.0) -> cupy.ndarray:
@@ -141,10 +176,12 @@ def run(only: str = "") -> list[dict[str, Any]]:
                  "GB/s": floor, "% floor": 100.0, "target": "", "ok": ""})
 
     sized: dict[int, float] = {}  # MiB of traffic -> copy GB/s at that size
+    read: dict[int, float] = {}  # MiB -> streaming read GB/s at that size
 
     def row(kernel: str, shape: str, m: Any, us: float, nbytes: int, target: float = 0) -> None:
-        """A memory-bound row; rows with a target also get `% same-size copy`: against a
-        copy of their own bytes (the 1 GiB floor is out of reach for short transfers)."""
+        """A memory-bound row; rows with a target also get `% same-size copy` and `% same-size
+        read`: against a copy and a plain read of their own bytes (the 1 GiB floor is out of
+        reach for short transfers)."""
         gbps = nbytes / us / 1e3
         pct = 100 * gbps / floor
         rows.append({"kernel": kernel, "shape": shape, "m": m, "us": us, "GB/s": gbps,
@@ -154,7 +191,10 @@ def run(only: str = "") -> list[dict[str, Any]]:
             mib = max(1, round(nbytes / 2**20))
             if mib not in sized:
                 sized[mib] = sized_copy_gbps(mib << 20, s)
+            if mib not in read:
+                read[mib] = sized_read_gbps(mib << 20, s)
             rows[-1]["% same-size copy"] = 100 * gbps / sized[mib]
+            rows[-1]["% same-size read"] = 100 * gbps / read[mib]
 
     def flop_row(kernel: str, shape: str, us: float, flops: int, ref_us: float | None,
                  target: float) -> None:
@@ -168,8 +208,8 @@ def run(only: str = "") -> list[dict[str, Any]]:
             r.update({"target": f">= {target} TFLOP/s", "ok": tf >= target})
         rows.append(r)
 
-    for model, shapes in SHAPES.items():
-        for name, (n, k) in shapes.items() if "gemv" in parts else ():
+    for model, weights in SHAPES.items():
+        for name, (n, k) in weights.items() if "gemv" in parts else ():
             copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
             ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
             x = _rand((64, k), rng)
