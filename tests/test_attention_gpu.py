@@ -59,6 +59,7 @@ def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits)
     np.testing.assert_allclose(host(out, "bfloat16"), want, rtol=TOL["bfloat16"],
                                atol=TOL["bfloat16"])
 
+
 @pytest.mark.parametrize("block_size", [8, 24, 32, 48])
 def test_decode_attention_block_sizes_and_scattered_tables(stream, rng, block_size):
     # 32 and 48 are multiples of the 16-token chunk (one table lookup per chunk, chunks at

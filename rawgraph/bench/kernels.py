@@ -86,11 +86,15 @@ def stream_read(buf: Any, out: Any, stream: Any = None) -> None:
     """out[0] ^= the XOR of every 32-bit word of `buf` (a C-contiguous CuPy array of a
     multiple of 16 bytes, 16-byte aligned; out: uint32, shape (1,)): a streaming read of
     every byte, the read-only ceiling `sized_read_gbps` times."""
-    if not isinstance(buf, cupy.ndarray) or not buf.flags.c_contiguous or buf.nbytes % 16 \
-            or buf.data.ptr % 16:
-        raise ValueError(f"buf must be a C-contiguous CuPy array of a multiple of 16 bytes, "
-                         f"16-byte aligned; got {type(buf).__name__} of "
-                         f"{getattr(buf, 'nbytes', '?')} bytes")
+    if not isinstance(buf, cupy.ndarray):
+        kind = type(buf)
+        raise ValueError(f"buf must be a CuPy array, got {kind.__module__}.{kind.__name__}")
+    if not buf.flags.c_contiguous:
+        raise ValueError("buf must be C-contiguous")
+    if buf.nbytes % 16:
+        raise ValueError(f"buf must hold a multiple of 16 bytes, got {buf.nbytes}")
+    if buf.data.ptr % 16:
+        raise ValueError(f"buf must be 16-byte aligned, got address % 16 = {buf.data.ptr % 16}")
     shapes.row_array(out, "out", np.uint32, 1)
     STREAM_READ.launch(READ_BLOCKS_PER_SM * multiprocessors(), READ_THREADS,
                        (buf, buf.nbytes // 16, out), stream)
