@@ -1,7 +1,7 @@
 // gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU(  (the variants below)
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU[_t](  (the variants below)
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
@@ -24,10 +24,18 @@
 //   all of x, which at 32 rows costs more than W.)
 //   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane,
 //   and meet in a fixed-order shared-memory sum: deterministic (row_max's atomicMax is too:
-//   a maximum does not depend on the order it is taken in). Variants: 8 rows
-//   of x _u8 (at most 128 registers: 2 blocks per SM), _u4 (3 per SM: 80 registers, which
-//   the _rope form's launch bounds ask for), _c2_u2; 16 rows _u4, _c4_u4 (the _silu _u4's
-//   launch bounds keep ptxas from spilling for a third block).
+//   a maximum does not depend on the order it is taken in).
+//   _t: W in 128-byte row segments (chunk pairs: segment s goes to warp s % 8). A fragment
+//   load reads 8 rows x 64 bytes per instruction; DRAM streams faster at 4 rows x 128 bytes
+//   (a read of 6144 x 4096 with the fragments' pattern reached 80% of the copy bandwidth,
+//   with segments 91%). So each lane loads 16 bytes of a 128-byte segment (8 lanes a row)
+//   and the warp turns the 16 x 128 bytes into the mma fragments through shared memory (one
+//   16-byte store and load a lane per piece). The transpose costs each warp time that only
+//   other warps hide: rawgraph takes _t from two blocks per SM on (ops.linear.gemv_variant).
+//   Summing chunk pairs, _t rounds differently from the fragment loads.
+//   Variants: 8 rows of x _u8 and _u8_t (at most 128 registers: 2 blocks per SM), _u4_t (3
+//   per SM: 80 registers), _c2_u2_t; 16 rows _u4, _c4_u4 (launch bounds keep ptxas within
+//   the registers of 3 blocks per SM, 2 for the _silu _u4).
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c2, _c4: for long rows, or too few blocks to fill the GPU, a cluster of 2 or 4 blocks
@@ -36,15 +44,15 @@
 //   grid (cdiv(n, 16) * cluster), block (256).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU_silu(const T* x, const T* w, T* y, int m,
-//                                                   int n, int k, float norm_eps)
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU[_t]_silu(const T* x, const T* w, T* y, int m,
+//                                                       int n, int k, float norm_eps)
 //   The MLP's gate_up projection with SiLU(gate) * up in the epilogue: w's rows interleaved
 //   in groups of 8 (gate rows 8i..8i+7, then the matching up rows; ops.elementwise
 //   GATE_UP_GROUP), so a block's W rows g and g + 8 are the gate and up of one output and
 //   the lane holding both sums finishes it: y (m, n / 2) = T(T(silu(T(gate))) * T(up)), the
 //   bits silu_mul.cu gives from the stored projection. n % 16 == 0.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU_rope(const T* x, const T* w, T* y, int m,
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU[_t]_rope(const T* x, const T* w, T* y, int m,
 //       int n, int k, T* k_cache, T* v_cache, const int* block_tables, const int* seq_slots,
 //       const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
 //       int block_size, int max_blocks, float norm_eps)
@@ -189,9 +197,10 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
 }
 
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); U: k chunks
-// in flight per lane (registers: 8 (NT + 2) each); E: the epilogue (kSilu: gate_up's, y is
+// in flight per lane (registers: 8 (NT + 2) each); ST: W read in 128-byte row segments
+// through the warp's transpose buffer (U even); E: the epilogue (kSilu: gate_up's, y is
 // (m, n / 2); kRope: QKV's; both without residual)
-template <typename T, int NT, int CS, int U, Epi E = Epi::kPlain>
+template <typename T, int NT, int CS, int U, bool ST, Epi E = Epi::kPlain>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k, float norm_eps = -1.f,
                           unsigned long long* row_max = nullptr, Rope<T> rope = {}) {
@@ -209,11 +218,17 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
     const int per_head = rope.head_dim / 16;
     return (tile / per_head) * rope.head_dim + 8 * (tile % per_head) + group;
   };
-  const int chunks = (k + 31) / 32;
-  const bool lo = row_of(g) < n, hi = row_of(g) + gap < n;
-  const T* wlo = w + static_cast<long long>(lo ? row_of(g) : 0) * k + 8 * t;
-  const T* whi = w + static_cast<long long>(hi ? row_of(g) + gap : 0) * k + 8 * t;
-  // kRope: each token's cache row (-1: none) and position, and the block's 8 frequencies
+  // The lane's first W row and column: with ST lane (r, j) loads 16 bytes j of a 128-byte
+  // segment of MMA rows 4q + r, q = 0..3; else lane (g, t) 16 bytes t of a 64-byte chunk
+  // of rows g (q = 0) and g + 8 (q = 2). MMA row 8 + i is W row row_of(i) + gap.
+  const int r = lane >> 3, j = lane & 7;
+  const int row0 = ST ? row_of(0) + r : row_of(g);
+  const T* wlo = w + static_cast<long long>(row0) * k + 8 * (ST ? j : t);  // q = 1, 3: 4 rows on
+  const T* whi = wlo + static_cast<long long>(gap) * k;
+  unsigned ok = 0;  // bit q: row q is inside W
+#pragma unroll
+  for (int q = 0; q < 4; ++q) ok |= (row0 + 4 * (q & 1) + (q >> 1) * gap < n) << q;
+  const int chunks = (k + 31) / 32, segs = (k + 63) / 64;
   __shared__ long long cache_row[8 * NT];
   __shared__ int token_pos[8 * NT];
   __shared__ float freq[8];
@@ -222,64 +237,128 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = sq[j] = 0.f;
 
-  // The wait for the previous kernel (x is its output). kRope first looks up each token's
-  // cache row and position and the block's frequencies: the step's metadata, written before
-  // that kernel was launched (a host copy), so these round trips overlap the wait.
-  auto wait = [&] {
+  // kRope: each token's cache row and position and the block's frequencies, looked up
+  // before the wait for the previous kernel: the step's metadata, written before that
+  // kernel was launched (a host copy), so these round trips overlap the wait.
+  auto meta = [&] {
     if constexpr (E == Epi::kRope) {
       if (threadIdx.x < 8 * NT) rope_meta(rope, threadIdx.x, m, cache_row, token_pos);
       if (pairs && threadIdx.x >= 32 && threadIdx.x < 40)
         freq[threadIdx.x - 32] = rope.inv_freq[row_of(threadIdx.x - 32) % rope.head_dim];
     }
-    rg::pdl_wait();
   };
   rg::pdl_trigger();
-  bool waited = false;
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * CS * U) {
-    uint4 a_lo[U], a_hi[U], b[NT][U];
+  // A warp's transpose buffer (ST): a segment's 16 rows x 128 bytes in, the mma fragments
+  // of its two chunks out. Slot (2h + hi) 32 + lane holds lane (g, t)'s 16 bytes of chunk h,
+  // row g (hi = 0) or g + 8; bit 2 of the slot flips for h = 1, so that the 8 lanes of each
+  // store phase meet all 32 banks. After the loop it holds the warp's sums (so without ST
+  // only their size: more shared memory per block would keep the next kernel's blocks from
+  // starting beside this one's under programmatic launch).
+  __shared__ uint4 xpose[kWarps][ST ? 128 : NT * 32];
+  uint4* const put =  // lane (r, j)'s slot for q = 0; q adds 32 (q / 2) + 16 (q % 2)
+      xpose[threadIdx.x >> 5] + 64 * (j >> 2) + ((4 * r + (j & 3)) ^ (j >> 2 << 2));
+  const uint4* const get = xpose[threadIdx.x >> 5] + lane;  // fragments of chunk 0
+  const uint4* const get1 = xpose[threadIdx.x >> 5] + (lane ^ 4) + 64;  // of chunk 1
+  // A step: U chunks a lane, chunk u's W fragments in a[u] (rows g, g + 8), its x in b[][u].
+  // Without ST warp w takes chunks w, w + 8 CS, ...; with ST segments (chunk pairs) so.
+  constexpr int S = U / 2, kStride = kWarps * CS;
+  auto seg_of = [&](int st, int i) { return warp + (st * S + i) * kStride; };
+  auto chunk_of = [&](int st, int u) {
+    return ST ? 2 * seg_of(st, u / 2) + u % 2 : warp + (st * U + u) * kStride;
+  };
+  uint4 a[U][2], b[NT][U];
+  auto load_w = [&](int st) {  // every load of the step before any mma
+    if constexpr (ST) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {  // every load of the step before any mma
-      const int c = c0 + u * kWarps * CS;
-      const bool in = c < chunks && c * 32 + 8 * t < k;
-      a_lo[u] = load_w16(wlo + c * 32, in && lo);
-      a_hi[u] = load_w16(whi + c * 32, in && hi);
-    }
-    if (!waited) {  // the first weights are on their way; x comes from the previous kernel
-      wait();
-      waited = true;
-    }
+      for (int i = 0; i < S; ++i) {  // segment i's row 4q + r into a[2i + q / 2][q % 2]
+        const int seg = seg_of(st, i);
+        const bool in = seg * 64 + 8 * j < k;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = c0 + u * kWarps * CS;
-      const bool in = c < chunks && c * 32 + 8 * t < k;
+        for (int q = 0; q < 4; ++q)
+          a[2 * i + q / 2][q % 2] = load_w16((q < 2 ? wlo : whi) + (q & 1) * 4 * k + seg * 64,
+                                             in && (ok >> q & 1));
+      }
+    } else {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int row = 8 * j + g;
-        b[j][u] = load_x16(x + static_cast<long long>(row) * k + c * 32 + 8 * t, in && row < m);
+      for (int u = 0; u < U; ++u) {
+        const int c = chunk_of(st, u);
+        const bool in = c * 32 + 8 * t < k;
+        a[u][0] = load_w16(wlo + c * 32, in && (ok & 1));
+        a[u][1] = load_w16(whi + c * 32, in && (ok >> 2 & 1));
       }
     }
+  };
+  auto transpose = [&] {  // ST: each segment's rows in, fragments out, in place
+#pragma unroll
+    for (int i = 0; i < S; ++i) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) put[32 * (q >> 1) + 16 * (q & 1)] = a[2 * i + q / 2][q % 2];
+      __syncwarp();
+      a[2 * i][0] = get[0];
+      a[2 * i][1] = get[32];
+      a[2 * i + 1][0] = get1[0];
+      a[2 * i + 1][1] = get1[32];
+      __syncwarp();
+    }
+  };
+  auto load_x = [&](int st) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = chunk_of(st, u);
+#pragma unroll
+      for (int jj = 0; jj < NT; ++jj) {
+        const int row = 8 * jj + g;
+        b[jj][u] = load_x16(x + static_cast<long long>(row) * k + c * 32 + 8 * t,
+                            c * 32 + 8 * t < k && row < m);
+      }
+    }
+  };
+  auto mma = [&] {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        Mma<T>::run(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[j][u].x, b[j][u].y);
-        Mma<T>::run(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[j][u].z, b[j][u].w);
-        if constexpr (kNorm) add_squares<T>(b[j][u], sq[j]);
+      for (int jj = 0; jj < NT; ++jj) {
+        const uint4 &lo = a[u][0], &hi = a[u][1], &bx = b[jj][u];
+        Mma<T>::run(acc[jj], lo.x, hi.x, lo.y, hi.y, bx.x, bx.y);
+        Mma<T>::run(acc[jj], lo.z, hi.z, lo.w, hi.w, bx.z, bx.w);
+        if constexpr (kNorm) add_squares<T>(bx, sq[jj]);
       }
+  };
+  // The first step's weights are requested (with ST, also transposed) before the wait for
+  // the previous kernel, whose output x is, so that after it only x's round trip is left.
+  // Later steps of the plain ST GEMV request x first, its round trip under W's and the
+  // transpose; the epilogue forms hold more state through the loop and request it after
+  // the transpose, which keeps them within 128 registers (80 for _u4_t_rope).
+  constexpr bool kEarlyX = ST && E == Epi::kPlain;
+  auto live = [&](int st) { return ST ? seg_of(st, 0) < segs : chunk_of(st, 0) < chunks; };
+  for (int st = 0; live(st); ++st) {
+    const bool first = st == 0;
+    if (kEarlyX && !first) load_x(st);
+    load_w(st);
+    if (first) meta();
+    if constexpr (ST) transpose();
+    if (first) rg::pdl_wait();
+    if (first || !kEarlyX) load_x(st);
+    mma();
+  }
+  if (!live(0)) {  // a warp with no chunks still reads the residual below
+    meta();
+    rg::pdl_wait();
   }
 
-  if (!waited) wait();  // a warp with no chunks still reads the residual below
   // The warps' sums meet in shared memory, then (with a cluster) the blocks' through
-  // distributed shared memory; fixed orders, so the result is deterministic.
+  // distributed shared memory; fixed orders, so the result is deterministic. Each warp
+  // leaves its sums in its own transpose buffer, which no other warp touches.
   constexpr int kVals = NT * 4 * 32;  // the block's outputs: fragment slot i, lane
-  __shared__ float red[kWarps][kVals];
+  static_assert(kVals * sizeof(float) <= sizeof(xpose[0]), "a warp's sums fit its buffer");
+  auto red = [&](int p) { return reinterpret_cast<float*>(xpose[p]); };
   __shared__ float part[kVals];  // this block's sum over its warps
   const int w8 = threadIdx.x >> 5;
   __shared__ float sq_red[kWarps][8 * NT], sq_part[8 * NT];  // x row's sum of squares
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) red[w8][(4 * j + e) * 32 + lane] = acc[j][e];
+    for (int e = 0; e < 4; ++e) red(w8)[(4 * j + e) * 32 + lane] = acc[j][e];
   if constexpr (kNorm) {  // x row 8 j + g's, over the lanes t of group g
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -292,7 +371,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
     float v = 0.f;
 #pragma unroll
-    for (int p = 0; p < kWarps; ++p) v += red[p][i];
+    for (int p = 0; p < kWarps; ++p) v += red(p)[i];
     part[i] = v;
   }
   if (kNorm && threadIdx.x < 8 * NT) {
@@ -374,173 +453,207 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 1, 1, 8>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 1, 8, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 1, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 1, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 1, 2, 2>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 2, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 2, 2, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n16_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 2, 4, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 2, 1, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_f16_n16_c4_u4(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 2, 4, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 1, 1, 8, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 1, 1, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 1, 2, 2, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n16_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 2, 1, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_silu(
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) gemv_bf16_n16_c4_u4(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 4, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 1, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u4_silu(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 1, 1, 8, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_silu(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_t_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 2, 2, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n16_u4_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 2, 1, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 2, 4, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_silu(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 1, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u4_silu(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_silu(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_t_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 2, 2, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n16_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 2, 1, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 2, 4, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_f16_n8_u8_rope(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__half, 1, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_rope(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__half, 1, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_rope(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__half, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_t_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 1, 2, 2, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_f16_n16_u4_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__half, 2, 1, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_f16_n16_c4_u4_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__half, 2, 4, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
-extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n8_u8_rope(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__nv_bfloat16, 1, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
-extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_rope(
+extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_rope(
+extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_t_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 2, 2, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(256) gemv_bf16_n16_u4_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__nv_bfloat16, 2, 1, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache,
-      block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+  gemv_impl<__nv_bfloat16, 2, 4, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
 }

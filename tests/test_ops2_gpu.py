@@ -78,7 +78,8 @@ def test_argmax(stream, rng, dtype):
                                            (64, 3072, 2048), (64, 2056, 2048), (33, 1000, 520),
                                            (64, 16392, 256), (20, 136, 64),
                                            (40, 4224, 264), (12, 16400, 264),
-                                           (2, 2200, 8192), (7, 2200, 1000), (6, 2200, 72)])
+                                           (2, 2200, 8192), (7, 2200, 1000), (6, 2200, 72),
+                                           (2, 2200, 8200), (3, 4500, 1000), (8, 8208, 1000)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
@@ -89,7 +90,8 @@ def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
                                                (3, 1096, 8192), (10, 1024, 8192),
                                                (13, 4104, 1024), (16, 8192, 264),
                                                (12, 8200, 264), (40, 1000, 520),
-                                               (100, 264, 128)])
+                                               (100, 264, 128), (2, 4104, 1000),
+                                               (3, 2248, 4104)])
 def test_gate_up_silu(stream, rng, dtype, m, inter, k):
     # GEMV rows (the fused epilogue, long rows in clusters, 16-row tiles), wide weights at
     # 9-16 rows and 17-64 (skinny GEMM), prefill (GEMM): linear + silu_mul's exact bits,

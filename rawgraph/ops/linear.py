@@ -28,11 +28,14 @@ from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
-# (cluster, k chunks in flight per lane) of the GEMV variants, by x tile (gemv.cu)
-VARIANTS = {8: ((1, 8), (1, 4), (2, 2)), 16: ((1, 4), (4, 4))}
-GEMV = {(dt, m, c, u): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{c}" if c > 1 else "") + f"_u{u}",
-                              _SIG.format(t=t) + ", unsigned long long* row_max")
-        for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for c, u in VARIANTS[m]}
+# (cluster, k chunks in flight per lane, W in 128-byte row segments through a transpose) of
+# the GEMV variants, by x tile (gemv.cu)
+VARIANTS = {8: ((1, 8, False), (1, 8, True), (1, 4, True), (2, 2, True)),
+            16: ((1, 4, False), (4, 4, False))}
+GEMV = {(dt, m, *v): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{v[0]}" if v[0] > 1 else "") +
+                            f"_u{v[1]}" + ("_t" if v[2] else ""),
+                            _SIG.format(t=t) + ", unsigned long long* row_max")
+        for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for v in VARIANTS[m]}
 # the same GEMVs with SiLU(gate) * up in the epilogue (the interleaved gate_up weight)
 GEMV_SILU = {key: Kernel("gemv", k.name + "_silu",
                          "const {t}* x, const {t}* w, {t}* y, int m, int n, int k, "
@@ -71,11 +74,14 @@ MID_ROWS = 4096  # ... and for rows of 4096 when the grid has one to two blocks 
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 
 
-def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
-    """(cluster, chunks in flight per lane) of the GEMV for an (n, k) weight and an x tile.
+def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool]:
+    """(cluster, chunks in flight per lane, segments) of the GEMV for an (n, k) weight and an
+    x tile; `segments`: W read in 128-byte row segments through a transpose in shared memory
+    (gemv.cu), else in the mma fragments' 64-byte pieces.
 
     Up to 8 rows, measured where it counts, in the decode graph's programmatic chain (GPU ms
-    of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md session 11):
+    of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md sessions 11
+    and 14):
     - a grid of at most one block per SM: 8 chunks in flight, whatever the row length. Each
       block then prefetches 64 KB of W while the kernel before it ends (1B down_proj, 128
       blocks: 0.842 -> 0.824 and 0.855 -> 0.820 ms against clusters of 2, which had won
@@ -86,15 +92,21 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int]:
     - else 8 chunks in flight (124 registers, 2 blocks per SM), but 4 when the grid fits one
       wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 4.26 vs 4.33 ms
       with 8; alone 14.8 vs 16.0 us).
-    16 rows: clusters of 4 when n gives too few blocks and rows are long."""
+    Segments from two blocks per SM on: a DRAM read of 128 bytes a row per instruction
+    streams faster than of 64 (6144 x 4096 read alone: 90.7% of the copy vs 80.2%), but the
+    transpose costs each warp time that only other warps on the SM hide (1B o_proj and
+    down_proj, at one block per SM, were slower in the chain).
+    16 rows: clusters of 4 when n gives too few blocks and rows are long; 64-byte pieces."""
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
         if blocks <= SMS:
-            return 1, 8
+            return 1, 8, False
         if k >= LONG_ROWS or (blocks <= 2 * SMS and k >= MID_ROWS):
-            return 2, 2
-        return (1, 4) if 2 * SMS < blocks <= 3 * SMS else (1, 8)
-    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4
+            return 2, 2, True
+        if 2 * SMS < blocks <= 3 * SMS:
+            return 1, 4, True
+        return 1, 8, blocks > 2 * SMS
+    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4, False
 
 
 def takes_skinny(rows: int, n: int) -> bool:
@@ -229,11 +241,12 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
                          symbols=symbols)
 
 
-def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple[str, int, int, int], int]:
-    """(GEMV key (dtype, x tile, cluster, chunks in flight), grid) for up to `top` rows."""
+def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple[str, int, int, int, bool], int]:
+    """(GEMV key (dtype, x tile, cluster, chunks in flight, segments), grid) for up to `top`
+    rows."""
     tile = next(t for t in M_TILES if t >= top)
-    c, u = gemv_variant(n, k, tile)
-    return (dt, tile, c, u), -(-n // GEMV_ROWS) * c
+    c, u, seg = gemv_variant(n, k, tile)
+    return (dt, tile, c, u, seg), -(-n // GEMV_ROWS) * c
 
 
 def _normed(x: Any, dt: str, norm_eps: float | None, normed: Any, m: Any, kind: str,
