@@ -267,6 +267,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   const uint4* const get1 = xpose[threadIdx.x >> 5] + (lane ^ 4) + 64;  // of chunk 1
   // A step: U chunks a lane, chunk u's W fragments in a[u] (rows g, g + 8), its x in b[][u].
   // Without ST warp w takes chunks w, w + 8 CS, ...; with ST segments (chunk pairs) so.
+  static_assert(!ST || U % 2 == 0, "a segment is two chunks");
   constexpr int S = U / 2, kStride = kWarps * CS;
   auto seg_of = [&](int st, int i) { return warp + (st * S + i) * kStride; };
   auto chunk_of = [&](int st, int u) {
