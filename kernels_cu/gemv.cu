@@ -31,14 +31,15 @@
 //   with segments 91%). So each lane loads 16 bytes of a 128-byte segment (8 lanes a row)
 //   and the warp turns the 16 x 128 bytes into the mma fragments through shared memory (one
 //   16-byte store and load a lane per piece). The transpose costs each warp time that only
-//   other warps hide: rawgraph takes _t from two blocks per SM on (ops.linear.gemv_variant).
+//   other warps hide: rawgraph takes _t from two blocks per SM on (at two, for rows of 4096
+//   and longer; ops.linear.gemv_variant).
 //   Summing chunk pairs, _t rounds differently from the fragment loads.
 //   Variants: 8 rows of x _u8 and _u8_t (at most 128 registers: 2 blocks per SM), _u4_t (3
-//   per SM: 80 registers), _c2_u2_t; 16 rows _u4, _c4_u4 (launch bounds keep ptxas within
+//   per SM: 80 registers); 16 rows _u4, _c4_u4 (launch bounds keep ptxas within
 //   the registers of 3 blocks per SM, 2 for the _silu _u4).
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
-//   _c2, _c4: for long rows, or too few blocks to fill the GPU, a cluster of 2 or 4 blocks
+//   _c4 (16 rows): for long rows and too few blocks to fill the GPU, a cluster of 4 blocks
 //   shares each W tile, splitting k, and block 0 of the cluster adds the other blocks'
 //   partial sums through distributed shared memory, in a fixed order.
 //   grid (cdiv(n, 16) * cluster), block (256).
@@ -475,11 +476,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t(
     unsigned long long* row_max) {
   gemv_impl<__half, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_t(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
-    unsigned long long* row_max) {
-  gemv_impl<__half, 1, 2, 2, true>(x, w, residual, y, m, n, k, -1.f, row_max);
-}
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n16_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
@@ -505,11 +501,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t(
     unsigned long long* row_max) {
   gemv_impl<__nv_bfloat16, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_t(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
-    unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, true>(x, w, residual, y, m, n, k, -1.f, row_max);
-}
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n16_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
@@ -532,10 +523,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__half, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_t_silu(
-    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 2, 2, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
-}
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n16_u4_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__half, 2, 1, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
@@ -555,10 +542,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_t_silu(
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_t_silu(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n16_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
@@ -589,14 +572,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t_rope(
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
   gemv_impl<__half, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-       head_dim, block_size, max_blocks});
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_f16_n8_c2_u2_t_rope(
-    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
-    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__half, 1, 2, 2, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
        head_dim, block_size, max_blocks});
 }
@@ -637,14 +612,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t_rope(
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
   gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-       head_dim, block_size, max_blocks});
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256) gemv_bf16_n8_c2_u2_t_rope(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
-    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
-    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 2, 2, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
        head_dim, block_size, max_blocks});
 }

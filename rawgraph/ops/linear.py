@@ -30,7 +30,7 @@ M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 # (cluster, k chunks in flight per lane, W in 128-byte row segments through a transpose) of
 # the GEMV variants, by x tile (gemv.cu)
-VARIANTS = {8: ((1, 8, False), (1, 8, True), (1, 4, True), (2, 2, True)),
+VARIANTS = {8: ((1, 8, False), (1, 8, True), (1, 4, True)),
             16: ((1, 4, False), (4, 4, False))}
 GEMV = {(dt, m, *v): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{v[0]}" if v[0] > 1 else "") +
                             f"_u{v[1]}" + ("_t" if v[2] else ""),
@@ -69,8 +69,8 @@ TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
-LONG_ROWS = 8192  # measured on the H200: a cluster pays off for long rows only
-MID_ROWS = 4096  # ... and for rows of 4096 when the grid has one to two blocks per SM
+LONG_ROWS = 8192  # measured on the H200: 16-row clusters pay off for long rows only
+MID_ROWS = 4096  # rows from which one to two GEMV blocks per SM read W in segments
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 
 
@@ -80,33 +80,28 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool]:
     (gemv.cu), else in the mma fragments' 64-byte pieces.
 
     Up to 8 rows, measured where it counts, in the decode graph's programmatic chain (GPU ms
-    of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md sessions 11
-    and 14):
-    - a grid of at most one block per SM: 8 chunks in flight, whatever the row length. Each
-      block then prefetches 64 KB of W while the kernel before it ends (1B down_proj, 128
-      blocks: 0.842 -> 0.824 and 0.855 -> 0.820 ms against clusters of 2, which had won
-      alone: 15.6 us with one block per tile and 4 in flight, 11.8 with clusters of 2);
-    - rows of 8192 and longer, or of 4096 when the grid is one to two blocks per SM:
-      clusters of 2 with 2 chunks in flight (8B down_proj 4.26 vs 4.33 ms with 8 in flight;
-      8B o_proj 4.25 vs 4.26, B=8 5.52 vs 5.55);
-    - else 8 chunks in flight (124 registers, 2 blocks per SM), but 4 when the grid fits one
-      wave only at the 3 blocks per SM that leaves (8B qkv_proj, 384 blocks: 4.26 vs 4.33 ms
-      with 8; alone 14.8 vs 16.0 us).
-    Segments from two blocks per SM on: a DRAM read of 128 bytes a row per instruction
-    streams faster than of 64 (6144 x 4096 read alone: 90.7% of the copy vs 80.2%), but the
-    transpose costs each warp time that only other warps on the SM hide (segments for every
-    weight made the 1B step slower: B=1 0.833 -> 0.848 ms). With this rule the 8B step went
-    from 4.27 to 4.04 ms at B=1 (5.42 -> 5.41 at B=8 ctx 4096), the 1B step level.
+    of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md sessions 11,
+    14 and 15):
+    - a grid of at most one block per SM: 8 chunks in flight, 64-byte pieces. Each block
+      prefetches 64 KB of W while the kernel before it ends (1B down_proj, 128 blocks: 0.842
+      -> 0.824 ms against clusters of 2), and no other warp would hide a transpose (segments
+      for every weight made the 1B step slower: B=1 0.833 -> 0.848 ms);
+    - one to two blocks per SM: 8 in flight (124 registers, 2 blocks per SM), in segments
+      for rows of 4096 and longer (8B o_proj, down_proj; 1B qkv_proj's rows of 2048 keep the
+      pieces). Segments stream faster than pieces (6144 x 4096 read alone: 90.7% of the copy
+      vs 80.2%); they replaced clusters of 2 with 2 in flight, which had won with pieces;
+    - more than two blocks per SM: 4 in flight in segments (80 registers, 3 blocks per SM),
+      whose extra warps hide the transpose (8B qkv_proj's 384 blocks fit one wave; gate_up
+      and the LM heads alone: 1B gate_up 88.7% of the copy vs 82.1% with 8 in flight).
+    Against session 14's rule (clusters, 8 in flight on wide weights), same run: 8B step
+    3.976 -> 3.924 ms at B=1, 5.347 -> 5.173 at B=8 ctx 4096; 1B level at B=1 (0.822),
+    1.182 -> 1.189 at B=8.
     16 rows: clusters of 4 when n gives too few blocks and rows are long; 64-byte pieces."""
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
-        if blocks <= SMS:
-            return 1, 8, False
-        if k >= LONG_ROWS or (blocks <= 2 * SMS and k >= MID_ROWS):
-            return 2, 2, True
-        if 2 * SMS < blocks <= 3 * SMS:
+        if blocks > 2 * SMS:
             return 1, 4, True
-        return 1, 8, blocks > 2 * SMS
+        return 1, 8, blocks > SMS and k >= MID_ROWS
     return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4, False
 
 
