@@ -1,7 +1,7 @@
 // gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU[_t](  (the variants below)
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC][_w16]_uU[_t](  (the variants below)
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
@@ -22,27 +22,29 @@
 //   are simply mapped to those contiguous bytes, the same way for both operands. (17 to 64
 //   rows take skinny.cu, which stages both operands in shared memory: every GEMV block reads
 //   all of x, which at 32 rows costs more than W.)
-//   The block's 8 warps split k (chunk c goes to warp c % 8), U chunks in flight per lane,
-//   and meet in a fixed-order shared-memory sum: deterministic (row_max's atomicMax is too:
-//   a maximum does not depend on the order it is taken in).
-//   _t: W in 128-byte row segments (chunk pairs: segment s goes to warp s % 8). A fragment
+//   The block's 8 warps (_w16: 16) split k (chunk c goes to warp c % warps), U chunks in
+//   flight per lane, and meet in a fixed-order shared-memory sum: deterministic (row_max's
+//   atomicMax is too: a maximum does not depend on the order it is taken in).
+//   _t: W in 128-byte row segments (chunk pairs: segment s to warp s % warps). A fragment
 //   load reads 8 rows x 64 bytes per instruction; DRAM streams faster at 4 rows x 128 bytes
 //   (a read of 6144 x 4096 with the fragments' pattern reached 80% of the copy bandwidth,
 //   with segments 91%). So each lane loads 16 bytes of a 128-byte segment (8 lanes a row)
 //   and the warp turns the 16 x 128 bytes into the mma fragments through shared memory (one
 //   16-byte store and load a lane per piece). The transpose costs each warp time that only
 //   other warps hide: rawgraph takes _t from two blocks per SM on (at two, for rows of 4096
-//   and longer; ops.linear.gemv_variant).
+//   and longer), and at one block per SM with 16 warps for rows of 8192 and longer
+//   (ops.linear.gemv_variant).
 //   Summing chunk pairs, _t rounds differently from the fragment loads.
 //   Variants: 8 rows of x _u8 and _u8_t (at most 128 registers: 2 blocks per SM), _u4_t (3
-//   per SM: 80 registers); 16 rows _u4, _c4_u4 (launch bounds keep ptxas within
-//   the registers of 3 blocks per SM, 2 for the _silu _u4).
+//   per SM: 80 registers), _w16_u8_t (16 warps, 128 registers: the whole SM's register
+//   file, for grids of at most one block per SM); 16 rows _u4, _c4_u4 (launch bounds keep
+//   ptxas within the registers of 3 blocks per SM, 2 for the _silu _u4).
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c4 (16 rows): for long rows and too few blocks to fill the GPU, a cluster of 4 blocks
 //   shares each W tile, splitting k, and block 0 of the cluster adds the other blocks'
 //   partial sums through distributed shared memory, in a fixed order.
-//   grid (cdiv(n, 16) * cluster), block (256).
+//   grid (cdiv(n, 16) * cluster), block (256; _w16: 512).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 //
 //   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU[_t]_silu(const T* x, const T* w, T* y, int m,
@@ -78,8 +80,6 @@
 #include "common.cuh"
 
 namespace {
-
-constexpr int kWarps = 8;
 
 template <typename T> struct Mma;
 template <> struct Mma<__half> {
@@ -200,15 +200,15 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
 // NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); U: k chunks
 // in flight per lane (registers: 8 (NT + 2) each); ST: W read in 128-byte row segments
 // through the warp's transpose buffer (U even); E: the epilogue (kSilu: gate_up's, y is
-// (m, n / 2); kRope: QKV's; both without residual)
-template <typename T, int NT, int CS, int U, bool ST, Epi E = Epi::kPlain>
+// (m, n / 2); kRope: QKV's; both without residual); NW: warps (k is split between them)
+template <typename T, int NT, int CS, int U, bool ST, Epi E = Epi::kPlain, int NW = 8>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k, float norm_eps = -1.f,
                           unsigned long long* row_max = nullptr, Rope<T> rope = {}) {
   constexpr bool kNorm = E != Epi::kPlain;  // x's sums of squares kept (see the header)
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
-  const int warp = (threadIdx.x >> 5) + kWarps * rank;  // this warp's share of k, cluster-wide
+  const int warp = (threadIdx.x >> 5) + NW * rank;  // this warp's share of k, cluster-wide
   const int tile = blockIdx.x / CS;
   // W rows of lane group g: rows g and g + 8 of the block's 16, or in a rope block (q and k
   // rows) the pair i = 8 (tile % (D / 16)) + g, i + D / 2 of head tile / (D / 16)
@@ -261,7 +261,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   // store phase meet all 32 banks. After the loop it holds the warp's sums (so without ST
   // only their size: more shared memory per block would keep the next kernel's blocks from
   // starting beside this one's under programmatic launch).
-  __shared__ uint4 xpose[kWarps][ST ? 128 : NT * 32];
+  __shared__ uint4 xpose[NW][ST ? 128 : NT * 32];
   uint4* const put =  // lane (r, j)'s slot for q = 0; q adds 32 (q / 2) + 16 (q % 2)
       xpose[threadIdx.x >> 5] + 64 * (j >> 2) + ((4 * r + (j & 3)) ^ (j >> 2 << 2));
   const uint4* const get = xpose[threadIdx.x >> 5] + lane;  // fragments of chunk 0
@@ -269,7 +269,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   // A step: U chunks a lane, chunk u's W fragments in a[u] (rows g, g + 8), its x in b[][u].
   // Without ST warp w takes chunks w, w + 8 CS, ...; with ST segments (chunk pairs) so.
   static_assert(!ST || U % 2 == 0, "a segment is two chunks");
-  constexpr int S = U / 2, kStride = kWarps * CS;
+  constexpr int S = U / 2, kStride = NW * CS;
   auto seg_of = [&](int st, int i) { return warp + (st * S + i) * kStride; };
   auto chunk_of = [&](int st, int u) {
     return ST ? 2 * seg_of(st, u / 2) + u % 2 : warp + (st * U + u) * kStride;
@@ -362,7 +362,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   auto red = [&](int p) { return reinterpret_cast<float*>(xpose[p]); };
   __shared__ float part[kVals];  // this block's sum over its warps
   const int w8 = threadIdx.x >> 5;
-  __shared__ float sq_red[kWarps][8 * NT], sq_part[8 * NT];  // x row's sum of squares
+  __shared__ float sq_red[NW][8 * NT], sq_part[8 * NT];  // x row's sum of squares
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -379,13 +379,13 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   for (int i = threadIdx.x; i < kVals; i += blockDim.x) {
     float v = 0.f;
 #pragma unroll
-    for (int p = 0; p < kWarps; ++p) v += red(p)[i];
+    for (int p = 0; p < NW; ++p) v += red(p)[i];
     part[i] = v;
   }
   if (kNorm && threadIdx.x < 8 * NT) {
     float v = 0.f;
 #pragma unroll
-    for (int p = 0; p < kWarps; ++p) v += sq_red[p][threadIdx.x];
+    for (int p = 0; p < NW; ++p) v += sq_red[p][threadIdx.x];
     sq_part[threadIdx.x] = v;
   }
   if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
@@ -476,6 +476,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t(
     unsigned long long* row_max) {
   gemv_impl<__half, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_f16_n8_w16_u8_t(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 1, 1, 8, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
+}
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n16_u4(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
@@ -501,6 +506,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t(
     unsigned long long* row_max) {
   gemv_impl<__nv_bfloat16, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_bf16_n8_w16_u8_t(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
+}
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n16_u4(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
@@ -523,6 +533,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__half, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_f16_n8_w16_u8_t_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 1, 8, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
+}
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n16_u4_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__half, 2, 1, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
@@ -542,6 +556,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_t_silu(
 extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_bf16_n8_w16_u8_t_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n16_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
@@ -572,6 +590,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_f16_n8_u4_t_rope(
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
   gemv_impl<__half, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_f16_n8_w16_u8_t_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 1, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
        head_dim, block_size, max_blocks});
 }
@@ -612,6 +638,14 @@ extern "C" __global__ void __launch_bounds__(256, 3) gemv_bf16_n8_u4_t_rope(
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
   gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_bf16_n8_w16_u8_t_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
        head_dim, block_size, max_blocks});
 }

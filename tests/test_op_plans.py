@@ -19,24 +19,28 @@ from rawgraph.ops.linear import (
 
 def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
     # up to 8 rows: 8 chunks in flight per lane up to two blocks per SM, in 64-byte pieces
-    # up to one block per SM (and for rows under 4096), else in 128-byte row segments; more
-    # than two blocks per SM: 4 in flight in segments (80 registers: 3 blocks per SM)
-    assert gemv_variant(2048, 8192) == (1, 8, False)  # 128 blocks: at most one per SM
-    assert gemv_variant(4096, 14336) == (1, 8, True) == gemv_variant(4096, 4096)  # 256
-    assert gemv_variant(3072, 2048) == (1, 8, False)  # 192 blocks, rows of 2048
-    assert gemv_variant(2200, 8192) == (1, 8, True)  # 138 blocks: just over one per SM
-    assert gemv_variant(8192, 28672) == (1, 4, True)  # 512 blocks
-    assert gemv_variant(2048, 2048) == (1, 8, False)
-    assert gemv_variant(16384, 2048) == (1, 4, True)
-    assert gemv_variant(6144, 4096) == (1, 4, True)  # 384 blocks: one wave at 3 per SM, two at 2
-    assert gemv_variant(64, 264) == (1, 8, False) and gemv_variant(128256, 4096) == (1, 4, True)
+    # up to one block per SM (and for rows under 4096), else in 128-byte row segments; at
+    # most one block per SM with rows of 8192 and longer: 16 warps in segments; more than
+    # two blocks per SM: 4 in flight in segments (80 registers: 3 blocks per SM)
+    assert gemv_variant(2048, 8192) == (1, 8, True, 16)  # 128 blocks: at most one per SM
+    assert gemv_variant(2112, 8192) == (1, 8, True, 16)  # 132 blocks: one per SM
+    assert gemv_variant(2048, 8184) == (1, 8, False, 8)  # rows just under 8192
+    assert gemv_variant(4096, 14336) == (1, 8, True, 8) == gemv_variant(4096, 4096)  # 256
+    assert gemv_variant(3072, 2048) == (1, 8, False, 8)  # 192 blocks, rows of 2048
+    assert gemv_variant(2200, 8192) == (1, 8, True, 8)  # 138 blocks: just over one per SM
+    assert gemv_variant(8192, 28672) == (1, 4, True, 8)  # 512 blocks
+    assert gemv_variant(2048, 2048) == (1, 8, False, 8)
+    assert gemv_variant(16384, 2048) == (1, 4, True, 8)
+    assert gemv_variant(6144, 4096) == (1, 4, True, 8)  # 384 blocks: one wave at 3 per SM
+    assert gemv_variant(64, 264) == (1, 8, False, 8)
+    assert gemv_variant(128256, 4096) == (1, 4, True, 8)
     # 16 rows: four blocks when the rows are long and the blocks few; 64-byte pieces
-    assert gemv_variant(2048, 8192, 16) == (4, 4, False)
-    assert gemv_variant(8208, 8192, 16) == (1, 4, False)
-    assert gemv_variant(6144, 4096, 16) == (1, 4, False)
+    assert gemv_variant(2048, 8192, 16) == (4, 4, False, 8)
+    assert gemv_variant(8208, 8192, 16) == (1, 4, False, 8)
+    assert gemv_variant(6144, 4096, 16) == (1, 4, False, 8)
     for tile in M_TILES:  # every choice has a kernel
         for n, k in ((64, 264), (2048, 8192), (3072, 2048), (6144, 4096), (128256, 4096),
-                     (2200, 8192), (2560, 8192), (4240, 2048)):
+                     (2200, 8192), (2560, 8192), (4240, 2048), (520, 8192)):
             assert gemv_variant(n, k, tile) in VARIANTS[tile]
 
 

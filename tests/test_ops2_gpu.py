@@ -79,7 +79,8 @@ def test_argmax(stream, rng, dtype):
                                            (64, 16392, 256), (20, 136, 64),
                                            (40, 4224, 264), (12, 16400, 264),
                                            (2, 2200, 8192), (7, 2200, 1000), (6, 2200, 72),
-                                           (2, 2200, 8200), (3, 4500, 1000), (8, 8208, 1000)])
+                                           (2, 2200, 8200), (3, 4500, 1000), (8, 8208, 1000),
+                                           (3, 2048, 8200)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
@@ -149,18 +150,25 @@ def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
     assert (cupy.asnumpy(normed.view(np.uint16)) == POISON[dtype]).all() == gemv
 
 
-def test_linear_in_place_residual_and_symbolic_rows(stream, rng):
-    x, xh = randn(rng, (8, 256), "float16")
-    w, wh = randn(rng, (512, 256), "float16", 1 / 16)
-    r, rh = randn(rng, (8, 512), "float16")
+@pytest.mark.parametrize(("n", "k"), [(512, 256), (1024, 8192)])  # 8 warps; 16 (gemv.cu _w16)
+def test_linear_in_place_residual_and_symbolic_rows(stream, rng, n, k):
+    # captured for 3 rows, patched to 8: the eager launch's bits (y = residual, in place)
+    x, xh = randn(rng, (8, k), "float16")
+    w, wh = randn(rng, (n, k), "float16", k**-0.5)
+    r, rh = randn(rng, (8, n), "float16")
+    eager = r.copy()
     S = Symbols(b=Range(1, 8))
     S.set(b=3)
     with capture(stream) as cap:
         ops.linear(x, w, r, residual=r, m=S.b, stream=stream, symbols=S)
+    cupy.cuda.Device().synchronize()
+    ops.linear(x, w, eager, residual=eager, stream=stream)
     with cap.graph as g, g.instantiate() as ex:
         assert ex.set(b=8) == 1
         ex.launch(stream)
         stream.synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(r.view(np.uint16)),
+                                  cupy.asnumpy(eager.view(np.uint16)))
     np.testing.assert_allclose(host(r, "float16"), ref.linear(xh, wh, "float16", rh),
                                rtol=2 * ULP["float16"], atol=2 * ULP["float16"])
 

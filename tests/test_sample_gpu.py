@@ -46,11 +46,12 @@ def test_greedy_rows_are_argmax(stream, rng, dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("m", [1, 5, 8])  # 9 to 16 rows of a wide weight: the skinny GEMM
-def test_lm_head_row_max_gives_greedy_tokens_without_a_pass(stream, rng, dtype, m):
+@pytest.mark.parametrize(("n", "k"), [(50000, 256), (2000, 8192)])  # 8 warps; 16 (_w16)
+def test_lm_head_row_max_gives_greedy_tokens_without_a_pass(stream, rng, dtype, m, n, k):
     # linear(..., row_max=) merges each row's greedy key as its blocks end; sample's greedy
     # rows take the token from it (ties: the smaller index; NaN logits skipped), a sampled
     # row draws what it draws without it, and every key is back to 0 for the next head
-    n, k, rows = 50000, 256, m + 1
+    rows = m + 1
     xh = rng.standard_normal((rows, k)).astype(np.float32)
     xh[::2] = np.abs(xh[::2])  # even rows: logits 5 and 9 (a tie) are the largest
     wh = (rng.standard_normal((n, k)) * k**-0.5).astype(np.float32)

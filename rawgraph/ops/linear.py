@@ -28,12 +28,13 @@ from rawgraph.symbols import Symbols, cdiv
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
-# (cluster, k chunks in flight per lane, W in 128-byte row segments through a transpose) of
-# the GEMV variants, by x tile (gemv.cu)
-VARIANTS = {8: ((1, 8, False), (1, 8, True), (1, 4, True)),
-            16: ((1, 4, False), (4, 4, False))}
+# (cluster, k chunks in flight per lane, W in 128-byte row segments through a transpose,
+# warps per block) of the GEMV variants, by x tile (gemv.cu)
+VARIANTS = {8: ((1, 8, False, 8), (1, 8, True, 8), (1, 4, True, 8), (1, 8, True, 16)),
+            16: ((1, 4, False, 8), (4, 4, False, 8))}
 GEMV = {(dt, m, *v): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{v[0]}" if v[0] > 1 else "") +
-                            f"_u{v[1]}" + ("_t" if v[2] else ""),
+                            (f"_w{v[3]}" if v[3] != 8 else "") + f"_u{v[1]}" +
+                            ("_t" if v[2] else ""),
                             _SIG.format(t=t) + ", unsigned long long* row_max")
         for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for v in VARIANTS[m]}
 # the same GEMVs with SiLU(gate) * up in the epilogue (the interleaved gate_up weight)
@@ -74,18 +75,26 @@ MID_ROWS = 4096  # rows from which one to two GEMV blocks per SM read W in segme
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 
 
-def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool]:
-    """(cluster, chunks in flight per lane, segments) of the GEMV for an (n, k) weight and an
-    x tile; `segments`: W read in 128-byte row segments through a transpose in shared memory
-    (gemv.cu), else in the mma fragments' 64-byte pieces.
+def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
+    """(cluster, chunks in flight per lane, segments, warps per block) of the GEMV for an
+    (n, k) weight and an x tile; `segments`: W read in 128-byte row segments through a
+    transpose in shared memory (gemv.cu), else in the mma fragments' 64-byte pieces.
 
     Up to 8 rows, measured where it counts, in the decode graph's programmatic chain (GPU ms
     of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md sessions 11,
-    14 and 15):
-    - a grid of at most one block per SM: 8 chunks in flight, 64-byte pieces. Each block
-      prefetches 64 KB of W while the kernel before it ends (1B down_proj, 128 blocks: 0.842
-      -> 0.824 ms against clusters of 2), and no other warp would hide a transpose (segments
-      for every weight made the 1B step slower: B=1 0.833 -> 0.848 ms);
+    14, 15 and 16):
+    - a grid of at most one block per SM, rows of 8192 and longer: 16 warps with 8 in
+      flight in segments, which take the whole register file (128 KB of W in flight per
+      SM) and hide each other's transposes. 1B down_proj (128 blocks) in a programmatic
+      chain: 73 -> 81% of the copy at one row, 62 -> 80% at eight; the 1B step 0.833 ->
+      0.813 ms at B=1, 1.194 -> 1.171 at B=8 ctx 4096 (alone it is 3 points slower at one
+      row: it cannot start before the kernel ahead of it has left the SM);
+    - a grid of at most one block per SM, shorter rows: 8 warps with 8 chunks in flight,
+      64-byte pieces. Each block prefetches 64 KB of W while the kernel before it ends
+      (1B down_proj, 128 blocks: 0.842 -> 0.824 ms against clusters of 2), and no other
+      warp would hide a transpose (segments for every weight made the 1B step slower: B=1
+      0.833 -> 0.848 ms; 16 warps on 1B o_proj's rows of 2048 as well, one step a warp:
+      0.836 ms against 0.813 for down_proj's alone);
     - one to two blocks per SM: 8 in flight (124 registers, 2 blocks per SM), in segments
       for rows of 4096 and longer (8B o_proj, down_proj; 1B qkv_proj's rows of 2048 keep the
       pieces). Segments stream faster than pieces (6144 x 4096 read alone: 90.7% of the copy
@@ -100,9 +109,11 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool]:
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
         if blocks > 2 * SMS:
-            return 1, 4, True
-        return 1, 8, blocks > SMS and k >= MID_ROWS
-    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4, False
+            return 1, 4, True, 8
+        if blocks <= SMS and k >= LONG_ROWS:
+            return 1, 8, True, 16
+        return 1, 8, blocks > SMS and k >= MID_ROWS, 8
+    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4, False, 8
 
 
 def takes_skinny(rows: int, n: int) -> bool:
@@ -232,17 +243,16 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
                              smem=SKINNY_SMEM, symbols=symbols)
     else:
-        key, grid = _gemv(dt, top, n, k)
-        GEMV[key].launch(grid, 256, (x, w, residual, y, m, n, k, row_max), stream,
+        key, grid, threads = _gemv(dt, top, n, k)
+        GEMV[key].launch(grid, threads, (x, w, residual, y, m, n, k, row_max), stream,
                          symbols=symbols)
 
 
-def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple[str, int, int, int, bool], int]:
-    """(GEMV key (dtype, x tile, cluster, chunks in flight, segments), grid) for up to `top`
-    rows."""
+def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple, int, int]:
+    """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows."""
     tile = next(t for t in M_TILES if t >= top)
-    c, u, seg = gemv_variant(n, k, tile)
-    return (dt, tile, c, u, seg), -(-n // GEMV_ROWS) * c
+    c, u, seg, warps = gemv_variant(n, k, tile)
+    return (dt, tile, c, u, seg, warps), -(-n // GEMV_ROWS) * c, 32 * warps
 
 
 def _normed(x: Any, dt: str, norm_eps: float | None, normed: Any, m: Any, kind: str,
@@ -300,10 +310,11 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
         rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs, m,
                     stream=stream, symbols=symbols)
         return
-    key, grid = _gemv(dt, top, n, k)
-    GEMV_ROPE[key].launch(grid, 256, (x, w, qkv, m, n, k, k_cache, v_cache, block_tables,
-                                      seq_slots, positions, freqs, heads * d, kn.shape[1], d,
-                                      block_size, max_blocks, eps), stream, symbols=symbols)
+    key, grid, threads = _gemv(dt, top, n, k)
+    GEMV_ROPE[key].launch(grid, threads, (x, w, qkv, m, n, k, k_cache, v_cache, block_tables,
+                                          seq_slots, positions, freqs, heads * d, kn.shape[1],
+                                          d, block_size, max_blocks, eps), stream,
+                          symbols=symbols)
 
 
 def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
@@ -330,5 +341,5 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
         linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
         silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
         return
-    key, grid = _gemv(dt, top, n, k)
-    GEMV_SILU[key].launch(grid, 256, (x, w, out, m, n, k, eps), stream, symbols=symbols)
+    key, grid, threads = _gemv(dt, top, n, k)
+    GEMV_SILU[key].launch(grid, threads, (x, w, out, m, n, k, eps), stream, symbols=symbols)
