@@ -38,7 +38,8 @@
 //   Variants: 8 rows of x _u8 and _u8_t (at most 128 registers: 2 blocks per SM), _u4_t (3
 //   per SM: 80 registers), _w16_u8_t (16 warps, 128 registers: the whole SM's register
 //   file, for grids of at most one block per SM); 16 rows _u4, _c4_u4 (launch bounds keep
-//   ptxas within the registers of 3 blocks per SM, 2 for the _silu _u4).
+//   ptxas within the registers of 3 blocks per SM, 2 for the _silu _u4), _w16_u4_t (16
+//   warps, 103-120 registers, one block per SM).
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
 //   _c4 (16 rows): for long rows and too few blocks to fill the GPU, a cluster of 4 blocks
@@ -491,6 +492,11 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) g
     unsigned long long* row_max) {
   gemv_impl<__half, 2, 4, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_f16_n16_w16_u4_t(
+    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 2, 1, 4, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
+}
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
@@ -521,6 +527,11 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3) g
     unsigned long long* row_max) {
   gemv_impl<__nv_bfloat16, 2, 4, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_bf16_n16_w16_u4_t(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
+}
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__half, 1, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
@@ -545,6 +556,10 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__half, 2, 4, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_f16_n16_w16_u4_t_silu(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 2, 1, 4, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
+}
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__nv_bfloat16, 1, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
@@ -568,6 +583,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n16_u4_silu(
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv_bf16_n16_c4_u4_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
   gemv_impl<__nv_bfloat16, 2, 4, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_bf16_n16_w16_u4_t_silu(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_f16_n8_u8_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
@@ -617,6 +636,14 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
        head_dim, block_size, max_blocks});
 }
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_f16_n16_w16_u4_t_rope(
+    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__half, 2, 1, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
+}
 extern "C" __global__ void __launch_bounds__(256, 2) gemv_bf16_n8_u8_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
@@ -662,6 +689,14 @@ extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256) gemv
     const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
     int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
   gemv_impl<__nv_bfloat16, 2, 4, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+       head_dim, block_size, max_blocks});
+}
+extern "C" __global__ void __launch_bounds__(512, 1) gemv_bf16_n16_w16_u4_t_rope(
+    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 1, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
        head_dim, block_size, max_blocks});
 }

@@ -34,10 +34,13 @@ def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
     assert gemv_variant(6144, 4096) == (1, 4, True, 8)  # 384 blocks: one wave at 3 per SM
     assert gemv_variant(64, 264) == (1, 8, False, 8)
     assert gemv_variant(128256, 4096) == (1, 4, True, 8)
-    # 16 rows: four blocks when the rows are long and the blocks few; 64-byte pieces
-    assert gemv_variant(2048, 8192, 16) == (4, 4, False, 8)
-    assert gemv_variant(8208, 8192, 16) == (1, 4, False, 8)
+    # 16 rows: 64-byte pieces, four blocks a tile when the rows are long and the blocks
+    # few; at most one block per SM: 16 warps in segments
+    assert gemv_variant(2048, 8192, 16) == (1, 4, True, 16)  # 128 blocks
+    assert gemv_variant(4096, 14336, 16) == (4, 4, False, 8)  # 256 blocks
+    assert gemv_variant(8208, 8192, 16) == (1, 4, False, 8)  # 514 blocks fill the SMs
     assert gemv_variant(6144, 4096, 16) == (1, 4, False, 8)
+    assert gemv_variant(2048, 4096, 16) == (1, 4, False, 8)  # rows under 8192
     for tile in M_TILES:  # every choice has a kernel
         for n, k in ((64, 264), (2048, 8192), (3072, 2048), (6144, 4096), (128256, 4096),
                      (2200, 8192), (2560, 8192), (4240, 2048), (520, 8192)):

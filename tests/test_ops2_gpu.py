@@ -80,7 +80,7 @@ def test_argmax(stream, rng, dtype):
                                            (40, 4224, 264), (12, 16400, 264),
                                            (2, 2200, 8192), (7, 2200, 1000), (6, 2200, 72),
                                            (2, 2200, 8200), (3, 4500, 1000), (8, 8208, 1000),
-                                           (3, 2048, 8200)])
+                                           (3, 2048, 8200), (12, 2200, 8192)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
@@ -92,9 +92,10 @@ def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
                                                (13, 4104, 1024), (16, 8192, 264),
                                                (12, 8200, 264), (40, 1000, 520),
                                                (100, 264, 128), (2, 4104, 1000),
-                                               (3, 2248, 4104)])
+                                               (3, 2248, 4104), (12, 1096, 8192)])
 def test_gate_up_silu(stream, rng, dtype, m, inter, k):
-    # GEMV rows (the fused epilogue, long rows in clusters, 16-row tiles), wide weights at
+    # GEMV rows (the fused epilogue; long rows in clusters of 4, or in 16-warp blocks at
+    # one block per SM; 16-row tiles), wide weights at
     # 9-16 rows and 17-64 (skinny GEMM), prefill (GEMM): linear + silu_mul's exact bits,
     # the reference within 2 ulp of the projection, rows past m unwritten
     rows = m + 1
@@ -150,21 +151,22 @@ def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
     assert (cupy.asnumpy(normed.view(np.uint16)) == POISON[dtype]).all() == gemv
 
 
-@pytest.mark.parametrize(("n", "k"), [(512, 256), (1024, 8192)])  # 8 warps; 16 (gemv.cu _w16)
-def test_linear_in_place_residual_and_symbolic_rows(stream, rng, n, k):
-    # captured for 3 rows, patched to 8: the eager launch's bits (y = residual, in place)
-    x, xh = randn(rng, (8, k), "float16")
+@pytest.mark.parametrize(("n", "k", "rows"), [(512, 256, 8), (1024, 8192, 8), (1024, 8192, 16)])
+def test_linear_in_place_residual_and_symbolic_rows(stream, rng, n, k, rows):
+    # captured for 3 rows, patched to all: the eager launch's bits (y = residual, in place);
+    # GEMV blocks of 8 warps, and of 16 (gemv.cu _w16) for 8 and 16 rows
+    x, xh = randn(rng, (rows, k), "float16")
     w, wh = randn(rng, (n, k), "float16", k**-0.5)
-    r, rh = randn(rng, (8, n), "float16")
+    r, rh = randn(rng, (rows, n), "float16")
     eager = r.copy()
-    S = Symbols(b=Range(1, 8))
+    S = Symbols(b=Range(1, rows))
     S.set(b=3)
     with capture(stream) as cap:
         ops.linear(x, w, r, residual=r, m=S.b, stream=stream, symbols=S)
     cupy.cuda.Device().synchronize()
     ops.linear(x, w, eager, residual=eager, stream=stream)
     with cap.graph as g, g.instantiate() as ex:
-        assert ex.set(b=8) == 1
+        assert ex.set(b=rows) == 1
         ex.launch(stream)
         stream.synchronize()
     np.testing.assert_array_equal(cupy.asnumpy(r.view(np.uint16)),

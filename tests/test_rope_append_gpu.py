@@ -69,7 +69,7 @@ def test_rope_append_rejects_bad_input(rng):
                          [(1, 32, 8, 64, 2048), (6, 8, 2, 128, 512), (13, 4, 4, 16, 264),
                           (16, 32, 8, 64, 256), (6, 3, 1, 8, 64), (24, 4, 2, 64, 128),
                           (2, 16, 2, 128, 8192), (12, 16, 2, 128, 8192), (4, 24, 8, 128, 1000),
-                          (2, 48, 8, 128, 520), (5, 8, 2, 128, 8192)])
+                          (2, 48, 8, 128, 520), (5, 8, 2, 128, 8192), (14, 8, 2, 128, 8192)])
 def test_qkv_rope_equals_linear_then_rope_append(stream, rng, dtype, m, q_heads, kv_heads, d,
                                                  k):
     # the GEMV with the append in its epilogue (up to 16 rows, head_dim % 16 == 0) gives
@@ -109,7 +109,7 @@ def test_qkv_rope_equals_linear_then_rope_append(stream, rng, dtype, m, q_heads,
 @pytest.mark.parametrize(("m", "q_heads", "kv_heads", "d", "k"),
                          [(1, 32, 8, 64, 2048), (6, 8, 2, 128, 512), (16, 4, 4, 16, 264),
                           (3, 32, 8, 128, 4096), (2, 16, 2, 128, 8192), (10, 16, 2, 128, 8192),
-                          (24, 4, 2, 64, 128), (4, 8, 2, 128, 8192)])
+                          (24, 4, 2, 64, 128), (4, 8, 2, 128, 8192), (11, 8, 2, 128, 8192)])
 def test_qkv_rope_of_normalized_x(stream, rng, dtype, m, q_heads, kv_heads, d, k):
     # norm_eps: the projection of rmsnorm(x) (its weight folded into w). The GEMV (up to 16
     # rows) scales its sums by each row's 1 / rms and leaves `normed` alone; 24 rows write

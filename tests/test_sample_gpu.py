@@ -45,8 +45,9 @@ def test_greedy_rows_are_argmax(stream, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("m", [1, 5, 8])  # 9 to 16 rows of a wide weight: the skinny GEMM
-@pytest.mark.parametrize(("n", "k"), [(50000, 256), (2000, 8192)])  # 8 warps; 16 (_w16)
+# 9 to 16 rows of a wide weight take the skinny GEMM; (2000, 8192): GEMV blocks of 16 warps
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 50000, 256), (5, 50000, 256), (8, 50000, 256),
+                                           (1, 2000, 8192), (8, 2000, 8192), (12, 2000, 8192)])
 def test_lm_head_row_max_gives_greedy_tokens_without_a_pass(stream, rng, dtype, m, n, k):
     # linear(..., row_max=) merges each row's greedy key as its blocks end; sample's greedy
     # rows take the token from it (ties: the smaller index; NaN logits skipped), a sampled

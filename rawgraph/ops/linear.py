@@ -31,7 +31,7 @@ _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, i
 # (cluster, k chunks in flight per lane, W in 128-byte row segments through a transpose,
 # warps per block) of the GEMV variants, by x tile (gemv.cu)
 VARIANTS = {8: ((1, 8, False, 8), (1, 8, True, 8), (1, 4, True, 8), (1, 8, True, 16)),
-            16: ((1, 4, False, 8), (4, 4, False, 8))}
+            16: ((1, 4, False, 8), (4, 4, False, 8), (1, 4, True, 16))}
 GEMV = {(dt, m, *v): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{v[0]}" if v[0] > 1 else "") +
                             (f"_w{v[3]}" if v[3] != 8 else "") + f"_u{v[1]}" +
                             ("_t" if v[2] else ""),
@@ -86,9 +86,9 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
     - a grid of at most one block per SM, rows of 8192 and longer: 16 warps with 8 in
       flight in segments, which take the whole register file (128 KB of W in flight per
       SM) and hide each other's transposes. 1B down_proj (128 blocks) in a programmatic
-      chain: 73 -> 81% of the copy at one row, 62 -> 80% at eight; the 1B step 0.833 ->
-      0.813 ms at B=1, 1.194 -> 1.171 at B=8 ctx 4096 (alone it is 3 points slower at one
-      row: it cannot start before the kernel ahead of it has left the SM);
+      chain: 74 -> 81% of the copy at one row, 62 -> 78% at eight (alone: 66 -> 64% at
+      one row, 57 -> 62% at eight); the 1B step 0.828 -> 0.812 ms at B=1, 1.197 -> 1.172
+      at B=8 ctx 4096;
     - a grid of at most one block per SM, shorter rows: 8 warps with 8 chunks in flight,
       64-byte pieces. Each block prefetches 64 KB of W while the kernel before it ends
       (1B down_proj, 128 blocks: 0.842 -> 0.824 ms against clusters of 2), and no other
@@ -105,7 +105,11 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
     Against session 14's rule (clusters, 8 in flight on wide weights), same run: 8B step
     3.976 -> 3.924 ms at B=1, 5.347 -> 5.173 at B=8 ctx 4096; 1B level at B=1 (0.822),
     1.182 -> 1.189 at B=8.
-    16 rows: clusters of 4 when n gives too few blocks and rows are long; 64-byte pieces."""
+    16 rows: 64-byte pieces, in clusters of 4 when n gives too few blocks and rows are long;
+    at most one block per SM on rows of 8192 and longer, 16 warps in segments instead (1B
+    down_proj: 57 -> 74% of the copy in a programmatic chain at 12 rows; the 1B step at B=16
+    1.286 -> 1.238 ms at ctx 1024, 1.652 -> 1.603 at ctx 4096, B=12 1.269 -> 1.220; clusters
+    of 2 instead of 4: 1.250 at B=16, and 8B down_proj 78 -> 73%)."""
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
         if blocks > 2 * SMS:
@@ -113,7 +117,9 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
         if blocks <= SMS and k >= LONG_ROWS:
             return 1, 8, True, 16
         return 1, 8, blocks > SMS and k >= MID_ROWS, 8
-    return (4 if blocks < FULL_GRID and k >= LONG_ROWS else 1), 4, False, 8
+    if k < LONG_ROWS or blocks >= FULL_GRID:
+        return 1, 4, False, 8
+    return (1, 4, True, 16) if blocks <= SMS else (4, 4, False, 8)
 
 
 def takes_skinny(rows: int, n: int) -> bool:
