@@ -268,7 +268,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   const uint4* const get = xpose[threadIdx.x >> 5] + lane;  // fragments of chunk 0
   const uint4* const get1 = xpose[threadIdx.x >> 5] + (lane ^ 4) + 64;  // of chunk 1
   // A step: U chunks a lane, chunk u's W fragments in a[u] (rows g, g + 8), its x in b[][u].
-  // Without ST warp w takes chunks w, w + 8 CS, ...; with ST segments (chunk pairs) so.
+  // Without ST warp w takes chunks w, w + NW CS, ...; with ST segments (chunk pairs) so.
   static_assert(!ST || U % 2 == 0, "a segment is two chunks");
   constexpr int S = U / 2, kStride = NW * CS;
   auto seg_of = [&](int st, int i) { return warp + (st * S + i) * kStride; };
@@ -362,18 +362,18 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   static_assert(kVals * sizeof(float) <= sizeof(xpose[0]), "a warp's sums fit its buffer");
   auto red = [&](int p) { return reinterpret_cast<float*>(xpose[p]); };
   __shared__ float part[kVals];  // this block's sum over its warps
-  const int w8 = threadIdx.x >> 5;
+  const int wid = threadIdx.x >> 5;  // this warp in the block
   __shared__ float sq_red[NW][8 * NT], sq_part[8 * NT];  // x row's sum of squares
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) red(w8)[(4 * j + e) * 32 + lane] = acc[j][e];
+    for (int e = 0; e < 4; ++e) red(wid)[(4 * j + e) * 32 + lane] = acc[j][e];
   if constexpr (kNorm) {  // x row 8 j + g's, over the lanes t of group g
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       float v = sq[j] + __shfl_xor_sync(0xffffffffu, sq[j], 1);
       v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (t == 0) sq_red[w8][8 * j + g] = v;
+      if (t == 0) sq_red[wid][8 * j + g] = v;
     }
   }
   __syncthreads();

@@ -70,7 +70,8 @@ TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
 FULL_GRID = 512  # blocks that keep all 132 SMs streaming
-LONG_ROWS = 8192  # measured on the H200: 16-row clusters pay off for long rows only
+LONG_ROWS = 8192  # measured on the H200: from here grids of few blocks split k between
+# more warps (16-warp blocks at one block per SM, clusters of 4 for the 16-row tile)
 MID_ROWS = 4096  # rows from which one to two GEMV blocks per SM read W in segments
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 
@@ -93,8 +94,8 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
       64-byte pieces. Each block prefetches 64 KB of W while the kernel before it ends
       (1B down_proj, 128 blocks: 0.842 -> 0.824 ms against clusters of 2), and no other
       warp would hide a transpose (segments for every weight made the 1B step slower: B=1
-      0.833 -> 0.848 ms; 16 warps on 1B o_proj's rows of 2048 as well, one step a warp:
-      0.836 ms against 0.813 for down_proj's alone);
+      0.833 -> 0.848 ms; 16 warps on 1B o_proj's rows of 2048 too, one step a warp: 0.832
+      -> 0.836 ms, against 0.833 -> 0.813 with 16 warps on down_proj alone);
     - one to two blocks per SM: 8 in flight (124 registers, 2 blocks per SM), in segments
       for rows of 4096 and longer (8B o_proj, down_proj; 1B qkv_proj's rows of 2048 keep the
       pieces). Segments stream faster than pieces (6144 x 4096 read alone: 90.7% of the copy
