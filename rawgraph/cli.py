@@ -1,13 +1,43 @@
-"""The `rawgraph` command: info, demo, bench, check-kernels."""
+"""The `rawgraph` command: info, demo, bench, check-kernels.
+
+Options are checked before anything looks for a GPU; a user error (a bad option, a missing
+checkpoint, a command that needs a GPU on a machine without one) is one line on stderr and
+exit status 2, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import sys
+from typing import Any, NoReturn
 
-from rawgraph.cuda.device import info
+from rawgraph.cuda.device import available, info
 from rawgraph.engine import demo
+from rawgraph.model.config import PRESETS
+from rawgraph.model.safetensors import CheckpointError
+
+BENCHES = ("primitives", "memory", "kernels", "model", "decode")
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called: printed as one line, exit status 2."""
+
+    def __init__(self, message: str, prog: str = "rawgraph"):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and defaults shown in every option's help."""
+
+    def __init__(self, **kw: Any):
+        super().__init__(formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kw)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -23,7 +53,33 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_only(name: str, only: str) -> None:
+    """UsageError unless `--only` means something to benchmark `name`."""
+    if not only:
+        return
+    if name in ("primitives", "memory"):
+        raise UsageError(f"bench {name} takes no --only")
+    if name == "kernels":
+        from rawgraph.bench.kernels import PARTS
+
+        unknown = sorted(set(only.split(",")) - set(PARTS))
+        if unknown:
+            raise UsageError(f"bench kernels --only: unknown parts {unknown}; choose from "
+                             f"{','.join(PARTS)}")
+        return
+    names = ("llama-1b", "llama-8b") if name == "decode" else tuple(PRESETS)
+    if name == "decode" and only.startswith("profile"):
+        if not re.fullmatch(r"profile(:[1-9]\d*(:[1-9]\d*)?)?", only):
+            raise UsageError(f"bench decode --only {only!r}: profile:BATCH:CONTEXT with "
+                             f"positive integers (e.g. profile:32:1024)")
+        return
+    if not any(only in n for n in names):
+        raise UsageError(f"bench {name} --only {only!r} matches no preset of {list(names)}")
+
+
 def _bench(args: argparse.Namespace) -> int:
+    check_only(args.name, args.only)
+    _need_gpu(f"bench {args.name}")
     from rawgraph.bench import results
 
     if args.name == "primitives":
@@ -34,10 +90,8 @@ def _bench(args: argparse.Namespace) -> int:
         from rawgraph.bench.kernels import run
     elif args.name == "model":
         from rawgraph.bench.model import run
-    elif args.name == "decode":
+    else:
         from rawgraph.bench.decode import run
-    else:  # argparse restricts the choices
-        raise AssertionError(args.name)
     rows = run(args.only) if args.only else run()
     path = results.save(args.name, rows, args.out)
     if args.name == "decode" and not args.only.startswith("profile"):
@@ -52,7 +106,13 @@ def _bench(args: argparse.Namespace) -> int:
 def _check_kernels(args: argparse.Namespace) -> int:
     from rawgraph.cuda.nvcc import compile_all
 
-    reports = compile_all(args.arch)
+    if not re.fullmatch(r"sm_\d+a?", args.arch):
+        raise UsageError(f"check-kernels --arch {args.arch!r}: a target such as sm_90")
+    if args.compiler != "nvrtc" and shutil.which("nvcc") is None:
+        raise UsageError("check-kernels: nvcc is not on PATH (install the CUDA toolkit, or "
+                         "check with --compiler nvrtc alone)")
+    reports = compile_all(args.arch, nvcc=args.compiler != "nvrtc",
+                          nvrtc=args.compiler != "nvcc")
     bad = [r for r in reports if not r.ok]
     for r in reports:
         print(r.summary())
@@ -61,29 +121,77 @@ def _check_kernels(args: argparse.Namespace) -> int:
         for r in bad:
             print(r.log, file=sys.stderr)
         return 1
-    print(f"\nall {len(reports)} kernel files compile for {args.arch} with no spills")
+    what = {"both": "nvcc and NVRTC", "nvcc": "nvcc", "nvrtc": "NVRTC"}[args.compiler]
+    spills = " with no spills" if args.compiler != "nvrtc" else ""
+    print(f"\nall {len(reports)} kernel files compile for {args.arch} with {what}{spills}")
     return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        demo.check(args)
+    except ValueError as e:
+        raise UsageError(str(e), "rawgraph demo") from None
+    ok, why = available()
+    if not ok:  # a CPU-only machine (CI): say so plainly, nothing to demonstrate
+        print(f"rawgraph demo needs a CUDA GPU ({why}); nothing ran.")
+        return 0
+    try:
+        setup = demo.setup(args)
+    except ValueError as e:  # a checkpoint or options the model refuses
+        raise UsageError(str(e), "rawgraph demo") from None
+    return demo.main(args, *setup)
+
+
+def _need_gpu(what: str) -> None:
+    ok, why = available()
+    if not ok:
+        raise UsageError(f"{what} needs a CUDA GPU ({why})")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser (every option with help and its default)."""
+    p = _Parser(prog="rawgraph", description="CUDA graphs for LLM inference without PyTorch.")
+    sub = p.add_subparsers(dest="cmd", parser_class=_Parser, metavar="COMMAND")
+    q = sub.add_parser("info", help="versions, device, compute capability, driver")
+    q.add_argument("--json", action="store_true", help="print the facts as JSON")
+    q.set_defaults(fn=_info)
+    q = sub.add_parser("bench", help="run a benchmark (GPU), print a table, save JSON")
+    q.add_argument("name", choices=BENCHES, help="which benchmark")
+    q.add_argument("--out", default=None, help="directory for the JSON (default: "
+                   "benchmarks/results/)")
+    q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,"
+                   "attention,elementwise,gemm,prefill,sample; model, decode: a preset "
+                   "name; decode: profile:BATCH:CONTEXT for a per-kernel breakdown")
+    q.set_defaults(fn=_bench)
+    demo.add_parser(sub).set_defaults(fn=_demo)
+    q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc (failing "
+                       "on register spills) and NVRTC; no GPU needed")
+    q.add_argument("--arch", default="sm_90", help="target architecture")
+    q.add_argument("--compiler", default="both", choices=("both", "nvcc", "nvrtc"),
+                   help="which compilers to check with")
+    q.set_defaults(fn=_check_kernels)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rawgraph` console script."""
-    p = argparse.ArgumentParser(prog="rawgraph", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    q = sub.add_parser("info", help="versions, device, compute capability, driver")
-    q.add_argument("--json", action="store_true")
-    q.set_defaults(fn=_info)
-    q = sub.add_parser("bench", help="run a benchmark, print a table, save JSON")
-    q.add_argument("name", choices=["primitives", "memory", "kernels", "model", "decode"])
-    q.add_argument("--out", default=None, help="directory for the JSON (benchmarks/results/)")
-    q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,attention,"
-                   "elementwise,gemm,prefill,sample; model, decode: a preset name")
-    q.set_defaults(fn=_bench)
-    demo.add_parser(sub)
-    q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc; fail on spills")
-    q.add_argument("--arch", default="sm_90")
-    q.set_defaults(fn=_check_kernels)
-    args = p.parse_args(argv)
-    return args.fn(args)
+    p = parser()
+    try:
+        args = p.parse_args(argv)
+        if args.cmd is None:
+            p.print_help()
+            return 0
+        return args.fn(args)
+    except UsageError as e:
+        print(f"{e.prog}: error: {e}", file=sys.stderr)
+        return 2
+    except CheckpointError as e:
+        print(f"rawgraph: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rawgraph: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,30 +1,37 @@
-"""Shared fixtures; `gpu` tests skip with the reason when no CUDA device is visible."""
+"""Shared fixtures; `gpu` tests skip when no CUDA device is visible, with the reason said
+once (every such skip is raised here, so `pytest -ra` folds them into one line)."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
 
-from rawgraph.cuda.device import available
+
+@functools.cache
+def _gpu() -> tuple[bool, str]:
+    from rawgraph.cuda.device import available
+
+    return available()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    ok, why = available()
-    if ok:
-        return
-    skip = pytest.mark.skip(reason=f"needs a CUDA device: {why}")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "gpu" in item.keywords:
+        ok, why = _gpu()
+        if not ok:
+            pytest.skip(f"needs a CUDA device: {why}")
 
 
 @pytest.fixture
 def stream():
-    """A fresh non-blocking stream, synchronized at the end of the test."""
+    """A fresh non-blocking stream, made CuPy's current stream for the test (inputs made
+    with CuPy and the kernels under test are ordered on it), synchronized at the end."""
     from rawgraph.cuda.stream import new_stream
 
     s = new_stream()
-    yield s
+    with s:
+        yield s
     s.synchronize()
 
 

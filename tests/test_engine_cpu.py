@@ -1,6 +1,7 @@
 """Engine logic without a GPU: scheduling (admission by KV blocks, chunk planning, retiring),
 request checks, the demo script, bucket and chunk sizes, the tokenizer wrapper, eos ids."""
 
+import numpy as np
 import pytest
 
 from rawgraph.engine.demo import script
@@ -8,6 +9,8 @@ from rawgraph.engine.request import Request
 from rawgraph.engine.runner import _sizes
 from rawgraph.engine.scheduler import Scheduler
 from rawgraph.model.config import LlamaConfig, preset
+from rawgraph.model.safetensors import CheckpointError
+from rawgraph.ops.sampling import SamplingParams
 
 
 def _sched(**kw):
@@ -98,5 +101,49 @@ def test_tokenizer_round_trip(tmp_path):
 
     t = Tokenizer(tmp_path / "tokenizer.json")
     assert t.encode("hello graphs") == [1, 2] and t.decode([1, 2]) == "hello graphs"
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CheckpointError, match=r"missing\.json: no tokenizer file"):
         Tokenizer(tmp_path / "missing.json")
+    (tmp_path / "garbage.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"garbage\.json: not a tokenizer\.json"):
+        Tokenizer(tmp_path / "garbage.json")
+    with pytest.raises(CheckpointError, match="not a file"):
+        Tokenizer(tmp_path)
+
+
+def test_bad_requests_and_sampling_parameters_are_refused():
+    ok = [1, 2, 3]
+    bad = [
+        (lambda: Request([1.5, 2.5], 4), TypeError, "token ids must be integers"),
+        (lambda: Request(["1", "2"], 4), TypeError, "token ids must be integers"),
+        (lambda: Request("hello", 4), TypeError, "list of token ids"),
+        (lambda: Request([True, 2], 4), TypeError, "bool"),
+        (lambda: Request([-1], 4), ValueError, ">= 0"),
+        (lambda: Request(ok, 2.5), TypeError, "max_new_tokens must be an integer"),
+        (lambda: Request(ok, 4, None), TypeError, "sampling must be a SamplingParams"),
+        (lambda: Request(ok, 4, stop=5), TypeError, "stop must be a collection"),
+        (lambda: Request(ok, 4, stop=[1.0]), TypeError, "stop: token ids must be integers"),
+        (lambda: SamplingParams(seed=1.5), TypeError, "seed must be an integer"),
+        (lambda: SamplingParams(seed="7"), TypeError, "seed must be an integer"),
+        (lambda: SamplingParams(temperature=float("inf")), ValueError, "temperature must be"),
+        (lambda: SamplingParams(temperature=float("nan")), ValueError, "temperature must be"),
+        (lambda: SamplingParams(top_p=0), ValueError, "top_p"),
+    ]
+    for make, kind, match in bad:
+        with pytest.raises(kind, match=match):
+            make()
+    r = Request(np.asarray([3, 4], np.int64), np.int64(3), SamplingParams(0.5, np.int32(4)),
+                stop=np.array([9]))
+    assert r.prompt == [3, 4] and type(r.prompt[0]) is int and r.max_new_tokens == 3
+    assert r.stop == frozenset([9]) and type(r.sampling.top_k) is int
+
+
+def test_engine_stats_stay_bounded():
+    from rawgraph.engine.engine import RECENT, EngineStats
+    from rawgraph.engine.runner import IterStats
+
+    st = EngineStats()
+    for i in range(RECENT + 100):
+        st.record(IterStats(decode_rows=1, wall_ms=float(i)), 1)
+    st.record(IterStats(decode_rows=1, prefill_tokens=5), 2)
+    assert len(st.iters) == RECENT and st.decode_steps == RECENT + 100
+    assert st.tokens == RECENT + 102 and st.summary()["ms/step"] == 101 + (RECENT - 2) / 2

@@ -135,7 +135,7 @@ def test_requests_that_cannot_run_are_refused():
     engine = Engine(model, capture="lazy")
     with pytest.raises(ValueError, match="exceeds max_context"):
         engine.add(Request([1] * 600, 100))
-    with pytest.raises(ValueError, match="token ids outside"):
+    with pytest.raises(ValueError, match="token id 512 outside"):
         engine.add(Request([CFG.vocab], 1))
     engine.close()
     model.close()

@@ -102,3 +102,43 @@ def test_loop_rejects_bad_requests_before_launching():
     assert np.array_equal(model.kv.tables.lens, before)
     loop.close()
     model.close()
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_loop_matches_the_engine_on_a_wide_gqa_group(seed):
+    """The case of issue #26 item 3: 8 query heads on one KV head, head_dim 128, weights
+    (norms included) ~ N(0, 0.05), a 37-token prompt and 32 greedy tokens. Such logits nearly
+    tie (seed 3: the first token's top two differ by 3e-6), so a prompt prefilled with the
+    kernels of another chunk size (the tiled GEMM of max_chunk instead of the skinny one the
+    engine's 64-token chunk runs) could decode differently; `Model.prefill` now picks the
+    engine's chunk, and the loop, the engine and the float32 reference agree, for the row
+    alone and among others, with the loop's attention captured for the model's context or a
+    tight one."""
+    from rawgraph.engine import Engine
+    from rawgraph.model import reference
+    from rawgraph.model.config import LlamaConfig
+    from rawgraph.model.weights import shapes
+
+    cfg = LlamaConfig(vocab=4096, hidden=1024, layers=4, heads=8, kv_heads=1, head_dim=128,
+                      intermediate=2048, rope_theta=1e5, dtype="float16")
+    rng = np.random.default_rng(seed)
+    tensors = {k: (rng.standard_normal(s) * 0.05).astype(np.float16)
+               for k, s in shapes(cfg).items()}
+    prompt = [int(x) for x in rng.integers(0, cfg.vocab, 37)]
+    want = reference.greedy(cfg, reference.float_weights(cfg, tensors), prompt, 32)
+    model = Model(cfg, tensors, max_batch=4, max_context=1024, max_chunk=512, max_chunk_seqs=4)
+    engine = Engine(model, progress=False)
+    assert engine.generate([prompt], 32)[0] == want
+    engine.close()
+    s = new_stream()
+    others = {1: [5, 6, 7], 2: [int(x) for x in rng.integers(0, cfg.vocab, 90)]}
+    for bucket, max_len, rows in ((1, None, {}), (4, 128, others), (4, None, others)):
+        first = [model.prefill([PrefillPiece(x, p, 0)], s)[0]
+                 for x, p in {0: prompt, **rows}.items()]
+        loop = DecodeLoop(model, bucket=bucket, max_steps=40, stream=s, max_len=max_len)
+        got = loop.run([0, *rows], first, [31] * len(first))
+        assert [first[0], *got[0]] == want, (bucket, max_len)
+        loop.close()
+        for x in [0, *rows]:
+            model.free(x)
+    model.close()

@@ -129,3 +129,29 @@ def test_bad_steps_raise_before_anything_changes(stream):
     with pytest.raises(ValueError, match="max_context"):
         model.decode([0], [1], stream)
     model.close()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_nan_and_infinite_weights_are_refused(tmp_path, dtype):
+    from rawgraph.dtypes import to_storage
+    from rawgraph.model import checkpoint
+    from rawgraph.model.safetensors import CheckpointError
+
+    cfg = preset("tiny").replace(dtype=dtype)
+    tensors = random_weights(cfg, 3)
+    for name, bad in (("model.layers.1.mlp.up_proj.weight", np.nan),  # interleaved in gate_up
+                      ("model.layers.0.self_attn.k_proj.weight", np.inf),  # a slice of qkv
+                      ("model.norm.weight", -np.inf)):
+        x = to_float32(tensors[name], dtype).copy()
+        x.flat[7] = bad
+        broken = {**tensors, name: to_storage(x, dtype)}
+        with pytest.raises(CheckpointError, match=f"tensor '{name}' holds 1 NaN or infinite"):
+            Model(cfg, broken, max_batch=1, max_context=64, max_chunk=16, max_chunk_seqs=1)
+        checkpoint.save(tmp_path / name, cfg, broken, shard_bytes=200_000)
+        ck = checkpoint.load(tmp_path / name)
+        with pytest.raises(CheckpointError, match=r"model-\d+-of-\d+\.safetensors: tensor"):
+            Model.from_checkpoint(ck, max_batch=1, max_context=64, max_chunk=16,
+                                  max_chunk_seqs=1)
+    model = Model(cfg, tensors, max_batch=1, max_context=64, max_chunk=16, max_chunk_seqs=1)
+    assert model.prefill([PrefillPiece(0, [1, 2, 3], 0)], None)[0] >= 0  # still serving
+    model.close()

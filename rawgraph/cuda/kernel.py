@@ -15,8 +15,18 @@ from rawgraph.cuda.device import compute_capability, ensure_context, multiproces
 from rawgraph.cuda.launch import Launch, launch_now, observers, pdl_default
 from rawgraph.cuda.signature import Signature
 
-KERNELS_DIR = Path(os.environ.get("RAWGRAPH_KERNELS",
-                                  Path(__file__).resolve().parents[2] / "kernels_cu"))
+
+def _kernels_dir() -> Path:
+    """RAWGRAPH_KERNELS, else rawgraph/kernels_cu (an installed wheel), else the source
+    checkout's kernels_cu/ (an editable install)."""
+    if os.environ.get("RAWGRAPH_KERNELS"):
+        return Path(os.environ["RAWGRAPH_KERNELS"])
+    here = Path(__file__).resolve()
+    packaged = here.parents[1] / "kernels_cu"
+    return packaged if packaged.is_dir() else here.parents[2] / "kernels_cu"
+
+
+KERNELS_DIR = _kernels_dir()
 _STATIC_SMEM_LIMIT = 48 * 1024
 # Sources using features of one exact architecture (wgmma: Hopper), compiled for its
 # architecture-specific target (sm_90a) and only there.
@@ -105,14 +115,18 @@ class Kernel:
         return self._function
 
     def param_info(self) -> list[tuple[int, int]]:
-        """(offset, size) of each parameter as the compiled function lays them out."""
-        out, i, fn = [], 0, self.function
-        while True:
-            err, off, size = driver.cuFuncGetParamInfo(fn, i)
-            if err != driver.CUresult.CUDA_SUCCESS:
-                return out
-            out.append((off, size))
-            i += 1
+        """(offset, size) of each parameter as the compiled function lays them out (counted
+        first: asking past the last parameter is an API error that compute-sanitizer
+        reports)."""
+        fn, count = self.function, getattr(driver, "cuFuncGetParamCount", None)
+        if count is None:  # bindings before CUDA 13: ask until the driver says no
+            out: list[tuple[int, int]] = []
+            while (r := driver.cuFuncGetParamInfo(fn, len(out)))[0] == 0:
+                out.append((r[1], r[2]))
+            return out
+        n = check(count(fn), f"{self.name}: parameter count")
+        return [tuple(check(driver.cuFuncGetParamInfo(fn, i), f"{self.name}: parameter {i}"))
+                for i in range(n)]
 
     def _check_param_info(self) -> None:
         info = self.param_info()

@@ -8,18 +8,21 @@ their step time, throughput, host cost, patching, and the graphs' capture time a
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rawgraph.bench.results import table
-from rawgraph.cuda.device import available
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
-from rawgraph.model.config import LlamaConfig, preset
+from rawgraph.model.checkpoint import load
+from rawgraph.model.config import PRESETS, LlamaConfig, preset
 from rawgraph.model.program import Model
+from rawgraph.model.tokenizer import Tokenizer
+from rawgraph.model.weights import random_weights
+from rawgraph.ops.linear import SKINNY_ROWS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
 
 TEXT_PROMPTS = ["The capital of France is", "CUDA graphs make small kernels cheap because",
@@ -46,24 +49,35 @@ def script(vocab: int, n: int = 12, seed: int = 0, prompts: list[list[int]] | No
     return out
 
 
-def _model(args: Any) -> tuple[Model, LlamaConfig, Any]:
-    from rawgraph.model.weights import random_weights
+def check(args: Any) -> None:
+    """ValueError naming the option unless the demo's options make sense (no GPU needed):
+    a known preset, an existing checkpoint directory, sizes in range."""
+    if args.model is None and args.preset not in PRESETS:
+        raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
+    if args.model is not None and not Path(args.model).is_dir():
+        raise ValueError(f"--model {args.model}: not a directory")
+    if not 1 <= args.max_batch <= SKINNY_ROWS:
+        raise ValueError(f"--max-batch {args.max_batch}: 1 to {SKINNY_ROWS}")
+    if args.chunk > args.max_context:
+        raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
 
+
+def setup(args: Any) -> tuple[Model, LlamaConfig, Any]:
+    """The demo's model (and tokenizer): ValueError (CheckpointError included) for a
+    checkpoint or options the model refuses."""
     tok = None
     if args.model:
-        from rawgraph.model.checkpoint import load
-
         ck = load(args.model)
         cfg, tensors = ck.config, ck.tensors
         if ck.tokenizer is not None:
-            from rawgraph.model.tokenizer import Tokenizer
-
             tok = Tokenizer(ck.tokenizer)
+        make = lambda **kw: Model.from_checkpoint(ck, **kw)  # noqa: E731
     else:
         cfg = preset(args.preset)
         tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
-    model = Model(cfg, tensors, max_batch=args.max_batch, max_context=args.max_context,
-                  max_chunk=args.chunk, max_chunk_seqs=min(8, args.max_batch), seed=args.seed)
+        make = lambda **kw: Model(cfg, tensors, **kw)  # noqa: E731
+    model = make(max_batch=args.max_batch, max_context=args.max_context,
+                 max_chunk=args.chunk, max_chunk_seqs=min(8, args.max_batch), seed=args.seed)
     return model, cfg, tok
 
 
@@ -76,13 +90,9 @@ def _show(r: Request, tok: Any) -> str:
             f"steps {r.first_step:>3}-{r.last_step:<3} {r.finish:<6} -> {out}")
 
 
-def main(args: Any) -> int:
-    """Run the script eagerly and with graphs; print outputs and the comparison."""
-    ok, why = available()
-    if not ok:  # a CPU-only machine (CI): say so plainly, nothing to demonstrate
-        print(f"rawgraph demo needs a CUDA GPU ({why}); nothing ran.")
-        return 0
-    model, cfg, tok = _model(args)
+def main(args: Any, model: Model, cfg: LlamaConfig, tok: Any) -> int:
+    """Run the script eagerly and with graphs; print outputs and the comparison (exit
+    status 1 if the two runs' tokens differ)."""
     prompts = [tok.encode(t) for t in TEXT_PROMPTS] if tok else None
     runs: dict[str, Any] = {}
     for mode in ("eager", "graph"):
@@ -110,17 +120,35 @@ def main(args: Any) -> int:
     return 0 if same else 1
 
 
-def add_parser(sub: Any) -> None:
-    """The `demo` subcommand's options."""
+def _at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"{v} must be at least {low}")
+        return v
+    return parse
+
+
+_positive = _at_least(1)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """The `demo` subcommand's options (the caller sets what runs it)."""
     q = sub.add_parser("demo", help="scripted requests through the engine, eager vs graphs")
-    q.add_argument("--preset", default="tiny", help="tiny (default), llama-1b, llama-8b "
-                   "(random weights)")
+    q.add_argument("--preset", default="tiny", help=f"random weights of a named shape: "
+                   f"{', '.join(PRESETS)}")
     q.add_argument("--model", type=Path, help="a checkpoint directory (config.json, "
-                   "*.safetensors, optional tokenizer.json)")
-    q.add_argument("--requests", type=int, default=12)
-    q.add_argument("--max-batch", type=int, default=8)
-    q.add_argument("--max-context", type=int, default=1024)
-    q.add_argument("--chunk", type=int, default=256, help="largest prefill chunk")
-    q.add_argument("--streams", type=int, default=2, choices=(1, 2))
-    q.add_argument("--seed", type=int, default=0)
-    q.set_defaults(fn=lambda a: sys.exit(main(a)))
+                   "*.safetensors, optional tokenizer.json); overrides --preset")
+    q.add_argument("--requests", type=_positive, default=12, help="requests in the script")
+    q.add_argument("--max-batch", type=_positive, default=8,
+                   help="sequences decoding at once (decode graph buckets up to it)")
+    q.add_argument("--max-context", type=_positive, default=1024,
+                   help="tokens per sequence, prompt and output")
+    q.add_argument("--chunk", type=_positive, default=256, help="largest prefill chunk")
+    q.add_argument("--streams", type=int, default=2, choices=(1, 2),
+                   help="prefill beside decode on two streams, or one")
+    q.add_argument("--seed", type=_at_least(0), default=0, help="seed of the script and weights")
+    return q

@@ -1,43 +1,79 @@
 """The engine: requests in, tokens out, through continuous batching over bucketed decode
-graphs and chunked prefill graphs (or the same launches run eagerly, `graphs=False`)."""
+graphs and chunked prefill graphs (or the same launches run eagerly, `graphs=False`).
+
+An iteration is all or nothing: an exception anywhere in `step` (a refused input, a CUDA
+error, a KeyboardInterrupt while waiting for the GPU) rolls back what the iteration changed
+(admissions, cache growth, tokens and prompt progress of every request) and leaves the
+engine ready for the next `step`; no token is lost or emitted twice.
+"""
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rawgraph.engine.request import Request
+from rawgraph.cuda.stream import cupy_stream
+from rawgraph.engine.request import Request, token_ids
 from rawgraph.engine.runner import IterStats, Pending, Runner
-from rawgraph.engine.scheduler import Scheduler
+from rawgraph.engine.scheduler import Plan, Scheduler
 from rawgraph.model.program import Model
 from rawgraph.ops.sampling import SamplingParams
+
+RECENT = 4096  # iterations kept for medians and timelines
 
 
 @dataclass
 class EngineStats:
-    """Per-iteration records and what they add up to."""
+    """Running totals, and the last RECENT iterations (for medians and timelines): a
+    long-lived engine keeps a bounded record."""
 
-    iters: list[IterStats] = field(default_factory=list)
+    iterations: int = 0
+    decode_steps: int = 0
+    tokens: int = 0           # tokens emitted (first tokens and decode tokens)
+    eager_iterations: int = 0
+    rollbacks: int = 0        # iterations undone by an exception
     wall_s: float = 0.0
-    first_tokens: int = 0  # tokens sampled at the end of a prompt (by prefill chunks)
+    iters: deque[IterStats] = field(default_factory=lambda: deque(maxlen=RECENT))
     capture: dict[str, Any] = field(default_factory=dict)
 
+    def record(self, st: IterStats, tokens: int) -> None:
+        """Count one committed iteration."""
+        self.iterations += 1
+        self.tokens += tokens
+        self.eager_iterations += bool(st.eager)
+        self.decode_steps += bool(st.decode_rows and not st.prefill_tokens)
+        self.iters.append(st)
+
     def summary(self) -> dict[str, Any]:
-        """Aggregates: tokens/s, ms per decode-only step, host and patch cost per step."""
-        its = self.iters
-        dec = [i for i in its if i.decode_rows and not i.prefill_tokens]
-        tokens = sum(i.decode_rows for i in its) + self.first_tokens
+        """Aggregates: tokens/s, ms per decode-only step, host and patch cost per step (the
+        medians over the decode-only steps among the last RECENT iterations)."""
+        dec = [i for i in self.iters if i.decode_rows and not i.prefill_tokens]
         med = lambda xs: statistics.median(xs) if xs else 0.0  # noqa: E731
-        return {"iterations": len(its), "decode steps": len(dec), "tokens out": tokens,
-                "tokens/s": tokens / self.wall_s if self.wall_s else 0.0,
+        return {"iterations": self.iterations, "decode steps": self.decode_steps,
+                "tokens out": self.tokens,
+                "tokens/s": self.tokens / self.wall_s if self.wall_s else 0.0,
                 "ms/step": med([i.wall_ms for i in dec]),
                 "host us/step": med([i.host_us for i in dec]),
                 "patch us/step": med([i.patch_us for i in dec]),
                 "nodes patched/step": statistics.mean(i.patched for i in dec) if dec else 0.0,
-                "eager iterations": sum(bool(i.eager) for i in its), **self.capture}
+                "eager iterations": self.eager_iterations, **self.capture}
+
+
+@dataclass
+class _Mark:
+    """What an iteration may change, as it was before: enough to roll the iteration back."""
+
+    outputs: dict[int, tuple[Request, int, int, str, int, int]]  # id -> (r, len, prefilled, ...)
+    lens: Any                 # the cache's host lengths
+    active: set[int]          # cache slots in use
+    ahead: tuple[list[Request], Pending] | None
+    unread: list[Pending]
+    turn: int
+    admitted: list[Request] = field(default_factory=list)
 
 
 class Engine:
@@ -49,7 +85,7 @@ class Engine:
     decoding, each step is launched before the previous step's tokens are read (they feed
     it on the device), so the host's work per step hides behind the GPU's; a request that
     stops at a stop id has one step computed past it, which is discarded. Tokens are the
-    same either way.
+    same either way. One thread drives an engine.
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, capture: str = "upfront",
@@ -72,34 +108,93 @@ class Engine:
         self.steps = 0
         self.overlap = overlap
         self._ahead: tuple[list[Request], Pending] | None = None  # launched, tokens unread
+        self._chained = True  # False after a rollback: the device no longer holds the hand-off
+        self._aborts: list[Request] = []
         if graphs and capture == "upfront":
             self.stats.capture = self.runner.capture_all(progress)
 
+    # -- requests in -----------------------------------------------------------------------
+
+    def check(self, request: Request) -> None:
+        """Raise (TypeError / ValueError naming the problem) unless `request` could run on
+        this engine: a fresh Request, token ids in the vocabulary, prompt + max_new_tokens
+        within the context and the cache. Nothing changes."""
+        if not isinstance(request, Request):
+            raise TypeError(f"expected a Request, got {type(request).__name__}")
+        if request.finish or request.output or request.prefilled or request.slot >= 0:
+            raise ValueError(f"{request.name} has already run ({request.finish or 'running'}); "
+                             f"make a new Request")
+        if request in self.scheduler.waiting or request in self.scheduler.running:
+            raise ValueError(f"{request.name} is already queued in this engine")
+        vocab = self.model.cfg.vocab
+        if max(request.prompt) >= vocab:
+            raise ValueError(f"{request.name}: prompt token id {max(request.prompt)} outside "
+                             f"[0, {vocab})")
+        self.scheduler.check(request)
+
     def add(self, request: Request) -> Request:
-        """Queue a request; ValueError if it could never run (context, cache, token ids)."""
-        if not all(0 <= t < self.model.cfg.vocab for t in request.prompt):
-            raise ValueError(f"{request.name}: prompt token ids outside [0, "
-                             f"{self.model.cfg.vocab})")
+        """Queue a request (checked first, `check`)."""
+        self.check(request)
         self.scheduler.add(request)
         return request
+
+    def abort(self, request: Request) -> bool:
+        """End a request early (finish "abort"): a waiting one leaves the queue now; a running
+        one at the next step boundary, its slot and cache blocks freed then, also while a
+        decode step it is part of is in flight. Other requests are untouched. False if the
+        request is not in this engine (or has finished)."""
+        if request.finish:
+            return False
+        if self.scheduler.drop(request):
+            request.finish = "abort"
+            return True
+        if request in self.scheduler.running:
+            if request not in self._aborts:
+                self._aborts.append(request)
+            return True
+        return False
+
+    # -- one iteration -----------------------------------------------------------------------
 
     def step(self) -> list[Request]:
         """One iteration: admit, run a prefill chunk and a decode step, retire finished
         requests (returned). With `overlap`, a decode step of the same rows as the last one
-        is launched first and the last one's tokens are read after it."""
+        is launched first and the last one's tokens are read after it. An exception rolls
+        the iteration back and propagates; the engine stays usable."""
         t0 = time.perf_counter()
-        sch, done = self.scheduler, []
-        sch.admit(self.steps)
-        plan = sch.plan()
+        self._retire()  # what an interrupted earlier iteration left to free
+        done: list[Request] = []
+        self._end_aborts(done)
+        mark = self._mark()
+        try:
+            mark.admitted = self.scheduler.admit(self.steps)
+            st, emitted = self._iterate(done)
+        except BaseException:
+            self._rollback(mark)
+            raise
+        wall = time.perf_counter() - t0
+        if st is not None:  # an iteration was launched: it is timed by this call
+            st.wall_ms = wall * 1e3
+            self.stats.record(st, emitted)
+        self.stats.wall_s += wall
+        self.steps += 1
+        self._retire()
+        return done
+
+    def _iterate(self, done: list[Request]) -> tuple[IterStats | None, int]:
+        """Launch this iteration and read what it (or the step before it) produced; tokens
+        are emitted into the requests, finished ones listed in `done` (retired later)."""
+        sch, emitted = self.scheduler, 0
+        plan: Plan | None = sch.plan()
         st = None
         if self._ahead is not None:
             rows, pending = self._ahead
-            self._ahead = None
-            if self._follows(plan, rows):
+            if self._chained and self._follows(plan, rows):
                 nxt = self.runner.launch([], [r.slot for r in rows], None, follow=True)
-                self._ahead, st = (rows, nxt), nxt.st
-                plan = None  # this iteration is launched
-            self._read(rows, pending, done)
+                self._ahead, st, plan = (rows, nxt), nxt.st, None  # this iteration launched
+            else:
+                self._ahead = None
+            emitted += self._read(rows, pending, done)
             if plan is not None:  # the rows changed: plan again with the tokens read
                 plan = sch.plan()
         if plan is not None and (plan.prefill or plan.decode):
@@ -107,6 +202,7 @@ class Engine:
                                          [r.slot for r in plan.decode],
                                          [r.output[-1] for r in plan.decode])
             st = pending.st
+            self._chained = True
             if self.overlap and not plan.prefill:
                 self._ahead = (plan.decode, pending)
             else:
@@ -114,31 +210,99 @@ class Engine:
                 for (r, piece), tok in zip(plan.prefill, first):
                     r.prefilled += len(piece.tokens)
                     if r.prefilled == len(r.prompt):  # the prompt's last logits: a real token
-                        self.stats.first_tokens += 1
-                        self._emit(r, tok, done)
+                        emitted += self._emit(r, tok, done)
                 for r, tok in zip(plan.decode, nxt):
-                    self._emit(r, tok, done)
-        wall = time.perf_counter() - t0
-        if st is not None:  # an iteration was launched: it is timed by this call
-            st.wall_ms = wall * 1e3
-            self.stats.iters.append(st)
-        self.stats.wall_s += wall
-        self.steps += 1
-        return done
+                    emitted += self._emit(r, tok, done)
+        return st, emitted
 
-    def _follows(self, plan: Any, rows: list[Request]) -> bool:
+    def _follows(self, plan: Plan, rows: list[Request]) -> bool:
         """Whether this iteration is a decode step of exactly `rows` (in order), each with
         room for the token after the one still on its way."""
         return (not plan.prefill and len(plan.decode) == len(rows)
                 and all(a is b for a, b in zip(plan.decode, rows))
                 and all(len(r.output) + 2 <= r.max_new_tokens for r in rows))
 
-    def _read(self, rows: list[Request], pending: Pending, done: list[Request]) -> None:
+    def _read(self, rows: list[Request], pending: Pending, done: list[Request]) -> int:
         """Tokens of a launched decode step; rows that finished meanwhile drop theirs."""
         _, nxt, _ = self.runner.collect(pending)
-        for r, tok in zip(rows, nxt):
-            if not r.finish:
-                self._emit(r, tok, done)
+        return sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt) if not r.finish)
+
+    def _emit(self, r: Request, tok: int, done: list[Request]) -> int:
+        r.output.append(tok)
+        if r.first_step < 0:
+            r.first_step = self.steps
+        r.last_step = self.steps
+        why = "stop" if tok in r.stop else "length" if len(r.output) >= r.max_new_tokens \
+            else ""
+        if why:
+            r.finish = why  # its slot and blocks go back once the iteration is committed
+            done.append(r)
+        return 1
+
+    # -- all or nothing ------------------------------------------------------------------------
+
+    def _mark(self) -> _Mark:
+        t, run = self.model.kv.tables, self.runner
+        return _Mark({id(r): (r, len(r.output), r.prefilled, r.finish, r.first_step,
+                              r.last_step) for r in self.scheduler.running},
+                     t.lens.copy(), set(t.active), self._ahead, list(run._unread), run._turn)
+
+    def _rollback(self, mark: _Mark) -> None:
+        """Undo an iteration that raised: wait for what it queued on the GPU, give back the
+        cache it grew and the admissions it made, and put every request's tokens and prompt
+        progress back. The next decode step copies its inputs from the host again."""
+        run, m, t = self.runner, self.model, self.model.kv.tables
+        for s in {run.decode_stream, run.prefill_stream}:
+            try:
+                cupy_stream(s).synchronize()
+            except Exception:  # a sticky CUDA error: the host state is put back regardless
+                pass
+        for r, n, prefilled, finish, first, last in mark.outputs.values():
+            del r.output[n:]
+            r.prefilled, r.finish, r.first_step, r.last_step = prefilled, finish, first, last
+        for s in sorted(t.active):
+            if s not in mark.active:
+                t.free(s)
+            elif t.lens[s] > mark.lens[s]:
+                t.truncate(s, int(mark.lens[s]))
+        self.scheduler.unadmit(mark.admitted)
+        for r in mark.admitted:  # back to how they were queued
+            r.output.clear()
+            r.prefilled, r.finish, r.first_step, r.last_step = 0, "", -1, -1
+        m.forget_handoff()
+        run._unread = [p for p in mark.unread if p.tokens is None]  # read ones stay read
+        run._turn = mark.turn
+        self._ahead, self._chained = mark.ahead, False
+        self.stats.rollbacks += 1
+
+    def _retire(self) -> None:
+        """Give back the slot and cache blocks of requests that finished (idempotent: an
+        interrupted call is completed by the next)."""
+        t = self.model.kv.tables
+        for r in [r for r in self.scheduler.running if r.finish]:
+            if r.slot in t.active:
+                self.model.free(r.slot)
+            self.scheduler.finish(r, r.finish)
+
+    def _end_aborts(self, done: list[Request]) -> None:
+        """Aborted requests end here, at a step boundary. One still in a decode step on its
+        way ends the chain of continued steps: that step is read (the other rows keep their
+        tokens) before its slot is freed."""
+        if not self._aborts:
+            return
+        if self._ahead is not None and any(r in self._aborts for r in self._ahead[0]):
+            rows, pending = self._ahead
+            for r in self._aborts:
+                r.finish = r.finish or "abort"  # its token in that step is dropped
+            self._ahead = None
+            self.stats.tokens += self._read(rows, pending, done)
+        for r in self._aborts:
+            r.finish = r.finish or "abort"
+            done.append(r)
+        self._aborts.clear()
+        self._retire()
+
+    # -- driving ---------------------------------------------------------------------------
 
     def drain(self) -> list[Request]:
         """Read the decode step still on its way, if any; requests it finishes."""
@@ -147,39 +311,39 @@ class Engine:
             t0 = time.perf_counter()
             rows, pending = self._ahead
             self._ahead = None
-            self._read(rows, pending, done)
+            self.stats.tokens += self._read(rows, pending, done)
             self.stats.wall_s += time.perf_counter() - t0
+            self._retire()
         return done
 
-    def _emit(self, r: Request, tok: int, done: list[Request]) -> None:
-        r.output.append(tok)
-        if r.first_step < 0:
-            r.first_step = self.steps
-        r.last_step = self.steps
-        why = "stop" if tok in r.stop else "length" if len(r.output) >= r.max_new_tokens \
-            else ""
-        if why:
-            self.scheduler.finish(r, why)
-            self.model.free(r.slot)
-            done.append(r)
-
     def run(self, requests: Sequence[Request], max_steps: int = 1_000_000) -> list[Request]:
-        """Run until every request has finished; returns them in the order given."""
+        """Run until every request has finished; returns them in the order given. Every
+        request is checked before any is queued."""
+        requests = list(requests)
+        for i, r in enumerate(requests):
+            self.check(r)
+            if any(r is x for x in requests[:i]):
+                raise ValueError(f"{r.name} appears twice")
         for r in requests:
-            self.add(r)
+            self.scheduler.add(r)
         while not self.scheduler.idle:
             if self.steps >= max_steps:
                 raise RuntimeError(f"requests still running after {max_steps} steps")
             self.step()
         self.drain()  # a step launched past the last tokens: its rows have all finished
-        return list(requests)
+        return requests
 
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32,
                  sampling: SamplingParams | None = None,
                  stop: Sequence[int] = ()) -> list[list[int]]:
-        """Token ids generated for each prompt (all arriving at once)."""
-        reqs = [Request(list(p), max_new_tokens, sampling or SamplingParams(), frozenset(stop))
-                for p in prompts]
+        """Token ids generated for each prompt (all arriving at once). Every prompt is
+        checked before any is queued."""
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise TypeError(f"prompts must be a list of token id lists, got "
+                            f"{type(prompts).__name__}")
+        reqs = [Request(token_ids(p, f"prompt {i}"), max_new_tokens,
+                        SamplingParams() if sampling is None else sampling, stop)
+                for i, p in enumerate(prompts)]
         return [r.output for r in self.run(reqs)]
 
     def close(self) -> None:

@@ -7,7 +7,9 @@ condition. Generating N tokens costs one host launch.
 Inside the loop the host cannot patch anything, so the body's decode attention is captured
 for the longest context the model allows: each row's split length follows from its own
 length, splits past its last find no tokens and leave weight zero in the combine, so tokens
-are bit-identical to the host-driven loop. The cache blocks the loop may need are reserved
+are bit-identical to host-driven decode steps from the same cache (a prompt prefilled with
+the kernels of another chunk size rounds differently, which greedy decoding can amplify at a
+near-tie: `Model.prefill` picks the engine's chunk). The cache blocks the loop may need are reserved
 before the launch and the unused tail is given back after it.
 """
 

@@ -34,13 +34,12 @@ from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import Graph
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
-from rawgraph.model.program import Model, PrefillPiece, final_tokens
+from rawgraph.model.program import PREFILL_CHUNKS, Model, PrefillPiece, final_tokens
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Range, Symbols
 
 log = logging.getLogger("rawgraph.engine")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
-CHUNKS = (64, 256, 1024, 2048)
 
 
 @dataclass
@@ -93,7 +92,7 @@ class Runner:
             raise ValueError(f"streams = {streams}: one stream, or two (prefill beside decode)")
         self.model, self.graphs, self.pdl = model, graphs, pdl
         self.buckets = _sizes(BUCKETS, model.max_batch, buckets)
-        self.chunks = _sizes(CHUNKS, model.max_chunk, chunks)
+        self.chunks = _sizes(PREFILL_CHUNKS, model.max_chunk, chunks)
         self.decode_stream = new_stream()
         self.prefill_stream = new_stream() if streams == 2 else self.decode_stream
         self._tables_copied = cupy.cuda.Event(block=False, disable_timing=True)

@@ -53,16 +53,40 @@ class Scheduler:
         self.check(r)
         self.waiting.append(r)
 
-    def admit(self, step: int) -> None:
-        """Move arrived requests into free slots while their worst case fits the cache."""
+    def admit(self, step: int) -> list[Request]:
+        """Move arrived requests into free slots while their worst case fits the cache;
+        returns them (in order: `unadmit` takes them back)."""
+        admitted = []
         while self.waiting and self._free_slots and self.waiting[0].arrival <= step:
             r = self.waiting[0]
             if self._reserved + self._blocks(r) > self.num_blocks:
                 break  # FIFO: later requests wait behind it
-            self.waiting.popleft()
-            r.slot = self._free_slots.pop()
-            self._reserved += self._blocks(r)
+            r.slot = self._free_slots[-1]
             self.running.append(r)
+            self._reserved += self._blocks(r)
+            self._free_slots.pop()
+            self.waiting.popleft()
+            admitted.append(r)
+        return admitted
+
+    def unadmit(self, admitted: list[Request]) -> None:
+        """Undo `admit` (a failed iteration): the requests wait at the front again, in order,
+        their slots and blocks free."""
+        for r in reversed(admitted):
+            if r in self.running:
+                self.running.remove(r)
+                self._free_slots.append(r.slot)
+                self._reserved -= self._blocks(r)
+            if r not in self.waiting:
+                self.waiting.appendleft(r)
+            r.slot = -1
+
+    def drop(self, r: Request) -> bool:
+        """Take a waiting request out of the queue; False if it is not waiting."""
+        if r not in self.waiting:
+            return False
+        self.waiting.remove(r)
+        return True
 
     def plan(self) -> Plan:
         """This iteration's prefill pieces (in arrival order) and decode rows."""
@@ -78,11 +102,12 @@ class Scheduler:
         return Plan(pieces, [r for r in self.running if r.decoding])
 
     def finish(self, r: Request, why: str) -> None:
-        """Retire a request: its slot and reserved blocks come back."""
-        r.finish = why
-        self.running.remove(r)
-        self._free_slots.append(r.slot)
-        self._reserved -= self._blocks(r)
+        """Retire a running request: its slot and reserved blocks come back (once)."""
+        r.finish = r.finish or why
+        if r in self.running:
+            self.running.remove(r)
+            self._free_slots.append(r.slot)
+            self._reserved -= self._blocks(r)
 
     @property
     def idle(self) -> bool:

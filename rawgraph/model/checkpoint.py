@@ -9,8 +9,9 @@ values representable in the dtype the model runs in. Errors name the file and th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,24 +26,44 @@ _IGNORED = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed f
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: its config and tensors in the config's storage dtype."""
+    """A loaded checkpoint: its config, tensors in the config's storage dtype, the file each
+    tensor came from, and its tokenizer.json if it has one."""
 
     config: LlamaConfig
     tensors: dict[str, np.ndarray]
     tokenizer: Path | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def _json(path: Path) -> Any:
+    """A JSON file's value; CheckpointError naming the file if it cannot be read or parsed."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a file")
+    try:
+        return json.loads(path.read_bytes())
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{path}: not JSON ({e})") from None
 
 
 def _files(root: Path) -> dict[str, Path]:
     """tensor name -> file, from the index or the single file."""
     index = root / INDEX
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{index}: not a safetensors index ({e})") from None
+    if index.exists():
+        got = _json(index)
+        weight_map = got.get("weight_map") if isinstance(got, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise CheckpointError(f"{index}: not a safetensors index (needs a weight_map "
+                                  f"object of tensor name -> file name)")
+        bad = sorted({f for f in weight_map.values() if Path(f).name != f or f in ("", ".", "..")})
+        if bad:
+            raise CheckpointError(f"{index} names files outside the directory: {bad[:3]}")
         missing = sorted({f for f in weight_map.values() if not (root / f).is_file()})
         if missing:
-            raise CheckpointError(f"{index} names files that are missing: {missing}")
+            raise CheckpointError(f"{index} names files that are missing (or not files): "
+                                  f"{missing[:3]}")
         return {k: root / f for k, f in weight_map.items()}
     found = sorted(root.glob("*.safetensors"))
     if not found:
@@ -53,31 +74,33 @@ def _files(root: Path) -> dict[str, Path]:
     return {name: found[0] for name in read_header(found[0])}
 
 
-def _convert(x: np.ndarray, src: str, dst: str, name: str) -> np.ndarray:
+def _convert(x: np.ndarray, src: str, dst: str, where: str) -> np.ndarray:
     if src == dst:
         return x
     f32 = from_bf16_bits(x) if src == "bfloat16" else np.asarray(x, np.float32)
     if dst == "bfloat16":
         return to_bf16_bits(f32)
-    if np.abs(f32).max(initial=0) > 65504:
-        raise CheckpointError(f"tensor {name!r} has values beyond float16's range; load with "
+    if np.abs(f32).max(initial=0) > 65504:  # (NaN compares False: the GPU upload checks it)
+        raise CheckpointError(f"{where} has values beyond float16's range; load with "
                               f"dtype='bfloat16'")
     return f32.astype(np.float16)
 
 
 def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
     """Load and check a checkpoint directory (tensors memory-mapped when no conversion)."""
+    if dtype not in (None, "float16", "bfloat16"):
+        raise ValueError(f"dtype {dtype!r}: float16, bfloat16 or None (the checkpoint's)")
     root = Path(path)
     if not root.is_dir():
         raise CheckpointError(f"{root}: not a directory")
     cfg_path = root / "config.json"
-    if not cfg_path.is_file():
+    if not cfg_path.exists():
         raise CheckpointError(f"{root}: no config.json")
     try:
-        cfg = LlamaConfig.from_hf(json.loads(cfg_path.read_text()), dtype)
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{cfg_path}: not JSON ({e})") from None
+        cfg = LlamaConfig.from_hf(_json(cfg_path), dtype)
     except ValueError as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{cfg_path}: {e}") from None
     where = _files(root)
     headers: dict[Path, dict[str, TensorInfo]] = {f: read_header(f) for f in set(where.values())}
@@ -100,9 +123,16 @@ def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
         if info.shape != shape:
             raise CheckpointError(f"{f.name}: {name!r} has shape {info.shape}, the config "
                                   f"implies {shape}")
-        tensors[name] = _convert(open_tensor(f, info), info.dtype, cfg.dtype, name)
+        try:
+            tensors[name] = _convert(open_tensor(f, info), info.dtype, cfg.dtype,
+                                     f"{f.name}: tensor {name!r}")
+        except OSError as e:
+            raise CheckpointError(f"{f.name}: cannot read {name!r} ({e})") from None
     tok = root / "tokenizer.json"
-    return Checkpoint(cfg, tensors, tok if tok.is_file() else None)
+    if tok.exists() and not tok.is_file():
+        raise CheckpointError(f"{tok}: not a file")
+    return Checkpoint(cfg, tensors, tok if tok.is_file() else None,
+                      {k: where[k] for k in tensors})
 
 
 def save(path: str | Path, cfg: LlamaConfig, tensors: dict[str, np.ndarray],

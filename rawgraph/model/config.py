@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from rawgraph.ops.rope import Llama3Scaling
+import numpy as np
 
-
-def _ids(v: Any) -> tuple[int, ...]:
-    """eos_token_id as config.json writes it: absent, one id, or a list."""
-    if v is None:
-        return ()
-    return tuple(int(x) for x in (v if isinstance(v, list) else [v]))
+from rawgraph.model import hfconfig
+from rawgraph.ops.rope import Llama3Scaling, RopeScaling, attention_factor
 
 
 @dataclass(frozen=True)
@@ -28,7 +25,7 @@ class LlamaConfig:
     head_dim: int
     intermediate: int
     rope_theta: float = 10000.0
-    rope_scaling: Llama3Scaling | None = None
+    rope_scaling: RopeScaling | None = None
     rms_eps: float = 1e-5
     tie_embeddings: bool = False
     max_position: int = 8192
@@ -38,16 +35,23 @@ class LlamaConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.heads % self.kv_heads:
-            problems.append(f"heads ({self.heads}) must be a multiple of kv_heads "
-                            f"({self.kv_heads})")
-        if self.head_dim % 2:
-            problems.append(f"head_dim ({self.head_dim}) must be even")
+        for f in ("vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate",
+                  "max_position"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
+                problems.append(f"{f} must be a positive integer, got {v!r}")
+        if not problems:  # the checks below divide by these
+            if self.heads % self.kv_heads:
+                problems.append(f"heads ({self.heads}) must be a multiple of kv_heads "
+                                f"({self.kv_heads})")
+            if self.head_dim % 2:
+                problems.append(f"head_dim ({self.head_dim}) must be even")
+        for f in ("rope_theta", "rms_eps"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
+                problems.append(f"{f} must be a positive number, got {v!r}")
         if self.dtype not in ("float16", "bfloat16"):
             problems.append(f"dtype {self.dtype!r} must be float16 or bfloat16")
-        for f in ("vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate"):
-            if getattr(self, f) <= 0:
-                problems.append(f"{f} must be positive")
         if problems:
             raise ValueError(f"invalid LlamaConfig {self.name!r}: " + "; ".join(problems))
 
@@ -82,63 +86,23 @@ class LlamaConfig:
 
     @staticmethod
     def from_hf(cfg: dict[str, Any], dtype: str | None = None) -> LlamaConfig:
-        """From a Hugging Face config.json dict; raises ValueError naming what is unsupported."""
-        arch = cfg.get("architectures") or []
-        if cfg.get("model_type") != "llama" and "LlamaForCausalLM" not in arch:
-            raise ValueError(f"unsupported architecture {arch or cfg.get('model_type')!r}: "
-                             f"rawgraph runs LlamaForCausalLM checkpoints")
-        for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                    "intermediate_size"):
-            if key not in cfg:
-                raise ValueError(f"config.json lacks {key!r}")
-        if cfg.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"hidden_act {cfg['hidden_act']!r} is not supported (silu only)")
-        if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-            raise ValueError("attention_bias / mlp_bias are not supported")
-        heads = cfg["num_attention_heads"]
-        scaling = cfg.get("rope_scaling")
-        rope = None
-        if scaling:
-            kind = scaling.get("rope_type", scaling.get("type"))
-            if kind != "llama3":
-                raise ValueError(f"rope_scaling type {kind!r} is not supported (llama3 only)")
-            rope = Llama3Scaling(float(scaling["factor"]), float(scaling["low_freq_factor"]),
-                                 float(scaling["high_freq_factor"]),
-                                 int(scaling["original_max_position_embeddings"]))
-        torch_dtype = cfg.get("torch_dtype", "float16")
-        return LlamaConfig(
-            vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
-            heads=heads, kv_heads=cfg.get("num_key_value_heads", heads),
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            intermediate=cfg["intermediate_size"], rope_theta=float(cfg.get("rope_theta", 1e4)),
-            rope_scaling=rope, rms_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            max_position=int(cfg.get("max_position_embeddings", 8192)),
-            dtype=dtype or ("bfloat16" if torch_dtype == "bfloat16" else "float16"),
-            name=cfg.get("_name_or_path") or "checkpoint", eos=_ids(cfg.get("eos_token_id")))
+        """From a Hugging Face config.json dict, in either spelling (rope_parameters and
+        dtype, or rope_theta, rope_scaling and torch_dtype); ValueError naming the field that
+        is missing, malformed or unsupported. `dtype` overrides the checkpoint's."""
+        fields = hfconfig.read(cfg)
+        if dtype is not None:
+            fields["dtype"] = dtype
+        return LlamaConfig(**fields)
 
     def to_hf(self) -> dict[str, Any]:
-        """A Hugging Face style config.json dict for this configuration."""
-        out: dict[str, Any] = {
-            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "vocab_size": self.vocab, "hidden_size": self.hidden,
-            "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
-            "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim,
-            "intermediate_size": self.intermediate, "rope_theta": self.rope_theta,
-            "rms_norm_eps": self.rms_eps, "tie_word_embeddings": self.tie_embeddings,
-            "max_position_embeddings": self.max_position, "hidden_act": "silu",
-            "torch_dtype": self.dtype,
-        }
-        if self.eos:
-            out["eos_token_id"] = self.eos[0] if len(self.eos) == 1 else list(self.eos)
-        if self.rope_scaling is not None:
-            s = self.rope_scaling
-            out["rope_scaling"] = {"rope_type": "llama3", "factor": s.factor,
-                                   "low_freq_factor": s.low_freq_factor,
-                                   "high_freq_factor": s.high_freq_factor,
-                                   "original_max_position_embeddings":
-                                       s.original_max_position_embeddings}
-        return out
+        """A Hugging Face style config.json dict for this configuration (classic spelling)."""
+        return hfconfig.write(self)
+
+    @property
+    def attention_scale(self) -> float:
+        """The softmax scale of attention: 1 / sqrt(head_dim), times the square of the factor
+        RoPE scales q and k by (YaRN)."""
+        return attention_factor(self.rope_scaling) ** 2 / math.sqrt(self.head_dim)
 
 
 PRESETS: dict[str, LlamaConfig] = {

@@ -11,6 +11,7 @@ context (decode), and the chunk's token count, sequence count and longest run (p
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import PagedKVCache
 from rawgraph.memory.staging import Staging
+from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.config import LlamaConfig
+from rawgraph.model.safetensors import CheckpointError
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import SKINNY_ROWS
 from rawgraph.ops.linear import path as linear_path
@@ -79,7 +82,40 @@ def _random_fill(view: cupy.ndarray, rng: Any, dtype: str) -> None:
         view[...] = x.astype(np.float16)
 
 
+_NONFINITE = {"float16": 0x7C00, "bfloat16": 0x7F80}  # exponent bits all set: inf or NaN
+
+
+@functools.cache
+def _count_nonfinite() -> cupy.ReductionKernel:
+    return cupy.ReductionKernel("uint16 x, uint16 mask", "int64 y", "(x & mask) == mask",
+                                "a + b", "y = a", "0", "rawgraph_count_nonfinite")
+
+
+def _check_finite(views: list[tuple[str, cupy.ndarray]], dtype: str,
+                  files: dict[str, Any]) -> None:
+    """CheckpointError naming each tensor that holds NaN or infinities (one reduction per
+    tensor on the device, one copy of the counts back)."""
+    if not views:
+        return
+    mask, count = np.uint16(_NONFINITE[dtype]), _count_nonfinite()
+    counts = cupy.stack([count(v.view(np.uint16), mask) for _, v in views]).get()
+    bad = [(name, int(n)) for (name, _), n in zip(views, counts) if n]
+    if bad:
+        where = "; ".join(f"{files[k].name + ': ' if k in files else ''}tensor {k!r} holds {n} "
+                          f"NaN or infinite values" for k, n in bad[:3])
+        raise CheckpointError(where + (f" (and {len(bad) - 3} more tensors)" if len(bad) > 3
+                                       else ""))
+
+
 GREEDY = SamplingParams()
+# prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
+# a chunk of n tokens runs the kernels of the smallest that holds it
+PREFILL_CHUNKS = (64, 256, 1024, 2048)
+
+
+def chunk_sizes(max_chunk: int) -> tuple[int, ...]:
+    """The default prefill chunk sizes of a model whose largest chunk is `max_chunk`."""
+    return (*[c for c in PREFILL_CHUNKS if c < max_chunk], max_chunk)
 
 
 def final_tokens(tokens: Sequence[int], pieces: Sequence[PrefillPiece]) -> list[int]:
@@ -115,9 +151,11 @@ class Model:
     def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray] | None = None, *,
                  max_batch: int = 8, max_context: int = 2048, max_chunk: int = 512,
                  max_chunk_seqs: int = 8, block_size: int = 16, num_blocks: int | None = None,
-                 seed: int = 0):
+                 seed: int = 0, files: dict[str, Any] | None = None):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
-        None: seeded random weights made on the device (benchmarks of large presets)."""
+        None: seeded random weights made on the device (benchmarks of large presets).
+        Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
+        and its file from `files`, tensor name -> file, when given)."""
         if not 1 <= max_batch <= SKINNY_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {SKINNY_ROWS} "
                              f"rows (the GEMV and skinny GEMM paths)")
@@ -127,9 +165,26 @@ class Model:
         if cfg.head_dim not in ops.attention.HEAD_DIMS:
             raise ValueError(f"head_dim {cfg.head_dim} unsupported by attention "
                              f"(one of {ops.attention.HEAD_DIMS})")
+        if max_context < 1 or (isinstance(cfg.rope_scaling, ops.DynamicScaling)
+                               and max_context > cfg.max_position):
+            raise ValueError(f"max_context = {max_context}: at least 1" + (
+                f", and at most max_position_embeddings = {cfg.max_position} with dynamic "
+                f"RoPE (its frequencies change past it)" if isinstance(
+                    cfg.rope_scaling, ops.DynamicScaling) else ""))
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
-        self._load(tensors, seed)
+        self.arena: Arena | None = None
+        try:
+            self._setup(tensors, seed, block_size, num_blocks, files or {})
+        except BaseException:
+            self.close()  # nothing half-made stays on the device
+            raise
+
+    def _setup(self, tensors: dict[str, np.ndarray] | None, seed: int, block_size: int,
+               num_blocks: int | None, files: dict[str, Any]) -> None:
+        cfg, max_batch, max_context = self.cfg, self.max_batch, self.max_context
+        max_chunk, max_chunk_seqs = self.max_chunk, self.max_chunk_seqs
+        self._load(tensors, seed, files)
         blocks_per_seq = math.ceil(max_context / block_size)
         self.kv = PagedKVCache(layers=cfg.layers, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
                                block_size=block_size,
@@ -162,14 +217,25 @@ class Model:
         # after a step launched with advance: (its slots, their lengths, kv syncs so far);
         # what a step continuing it on the device (prepare_follow) checks against
         self._handoff: tuple[np.ndarray, np.ndarray, int] | None = None
+        # buffers were zeroed and constants copied on the current stream: done before any
+        # other stream (the engine's) may read them
+        cupy.cuda.get_current_stream().synchronize()
 
-    def _load(self, tensors: dict[str, np.ndarray] | None, seed: int) -> None:
+    @classmethod
+    def from_checkpoint(cls, ck: Checkpoint, **kw: Any) -> Model:
+        """The decoder of a loaded checkpoint (`rawgraph.model.checkpoint.load`); keyword
+        arguments as for the constructor."""
+        return cls(ck.config, ck.tensors, files=ck.files, **kw)
+
+    def _load(self, tensors: dict[str, np.ndarray] | None, seed: int,
+              files: dict[str, Any]) -> None:
         cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
         lay = layout(cfg)
         self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + (1 << 20),
                            "weights")
         self.w = {}
         rng = cupy.random.default_rng(seed)
+        checks: list[tuple[str, cupy.ndarray]] = []  # (source tensor, its device view)
         for name, (shape, sources) in lay.items():  # stream each tensor into its region
             view = self.w[name] = self.arena.array(name, shape, st)
             if tensors is None:
@@ -177,12 +243,16 @@ class Model:
                 continue
             if name.endswith("gate_up"):
                 view.set(ops.stack_gate_up(*(np.asarray(tensors[src], st) for src in sources)))
+                pair = view.reshape(-1, 2, ops.elementwise.GATE_UP_GROUP, shape[1])
+                checks += [(sources[0], pair[:, 0]), (sources[1], pair[:, 1])]
                 continue
             row = 0
             for src in sources:
                 a = np.ascontiguousarray(tensors[src], st)
                 view[row:row + a.shape[0]].set(a)
+                checks.append((src, view[row:row + a.shape[0]]))
                 row += a.shape[0]
+        _check_finite(checks, cfg.dtype, files)  # before the norms fold into projections
         for i in range(cfg.layers):
             p = f"model.layers.{i}."
             for norm, proj in NORM_FOLDS:
@@ -447,7 +517,8 @@ class Model:
             with programmatic(False):
                 ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                      m["slots"], a["attn"].reshape(q3.shape), self.workspace,
-                                     max_len, splits=self.splits[batch - 1], **kw)
+                                     max_len, scale=cfg.attention_scale,
+                                     splits=self.splits[batch - 1], **kw)
 
         ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
         for i in range(cfg.layers):
@@ -473,6 +544,7 @@ class Model:
         def attend(kc: Any, vc: Any) -> None:
             ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
                                   m["seqs"], a["attn"].reshape(q3.shape), max_q_len, num_seqs,
+                                  scale=cfg.attention_scale,
                                   rows=ops.attention.prefill_rows(chunk), **kw)
 
         ops.embedding(m["ids"], self.w["embed"], a["r"], n, **kw)
@@ -498,7 +570,7 @@ class Model:
 
     # -- eager conveniences -----------------------------------------------------------------
 
-    def decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any = None,
                sampling: Sequence[SamplingParams] | None = None) -> list[int]:
         """One eager decode step: feed `tokens` to sequences `slots`; their next tokens."""
         longest = self.prepare_decode(slots, tokens, stream, sampling)
@@ -506,13 +578,29 @@ class Model:
         cupy_stream(stream).synchronize()
         return self.dec["next"][:len(slots)].get().tolist()
 
-    def prefill(self, pieces: Sequence[PrefillPiece], stream: Any) -> list[int]:
+    def prefill(self, pieces: Sequence[PrefillPiece], stream: Any = None,
+                chunk: int | None = None) -> list[int]:
         """One eager prefill chunk; the next token of each piece's sequence (-1 for pieces
-        that are not final)."""
+        that are not final). Its kernels are those of `chunk` (default: the smallest of
+        `chunk_sizes` holding the pieces, as the engine picks them): the skinny and the tiled
+        GEMM round differently in the last bit, so a prompt prefilled with other kernels can
+        decode differently where two logits nearly tie."""
+        n = sum(len(p.tokens) for p in pieces)
+        if chunk is None:
+            chunk = next((c for c in chunk_sizes(self.max_chunk) if c >= n), self.max_chunk)
+        elif not min(n, self.max_chunk) <= chunk <= self.max_chunk:
+            raise ValueError(f"chunk {chunk}: at least the {n} tokens of the pieces and at "
+                             f"most max_chunk = {self.max_chunk}")
         n, seqs, longest = self.prepare_prefill(pieces, stream)
-        self.launch_prefill(n, seqs, longest, stream)
+        self.launch_prefill(n, seqs, longest, stream, chunk=chunk)
         cupy_stream(stream).synchronize()
         return final_tokens(self.pre["next"][:seqs].get().tolist(), pieces)
+
+    def forget_handoff(self) -> None:
+        """The device's step inputs may no longer be what a continuing step expects (an
+        iteration was rolled back): the next decode step copies them from the host."""
+        self._handoff = None
+        self._sampling_pushed = False
 
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""
@@ -522,4 +610,5 @@ class Model:
 
     def close(self) -> None:
         """Release the weights arena (freed once no view remains)."""
-        self.arena.close()
+        if self.arena is not None:
+            self.arena.close()

@@ -13,7 +13,7 @@ import numpy as np
 
 from rawgraph.dtypes import to_float32
 from rawgraph.model.config import LlamaConfig
-from rawgraph.ops.rope import inv_freq
+from rawgraph.ops.rope import DynamicScaling, attention_factor, inv_freq
 
 
 @dataclass
@@ -41,10 +41,10 @@ def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
-def _rope(x: np.ndarray, pos: np.ndarray, freqs: np.ndarray) -> np.ndarray:
+def _rope(x: np.ndarray, pos: np.ndarray, freqs: np.ndarray, scale: float) -> np.ndarray:
     half = x.shape[-1] // 2
     a = (pos.astype(np.float32)[:, None] * freqs)[:, None, :]  # fp32 angles, as HF
-    c, s = np.cos(a), np.sin(a)
+    c, s = np.cos(a) * np.float32(scale), np.sin(a) * np.float32(scale)  # scale: YaRN's
     x1, x2 = x[..., :half], x[..., half:]
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
@@ -56,7 +56,11 @@ def forward(cfg: LlamaConfig, w: dict[str, np.ndarray], tokens: np.ndarray,
     t = np.asarray(tokens, np.int64)
     start, n = state.length, len(t)
     pos = np.arange(start, start + n)
+    if isinstance(cfg.rope_scaling, DynamicScaling) and start + n > cfg.max_position:
+        raise ValueError(f"dynamic RoPE past max_position_embeddings = {cfg.max_position} "
+                         f"changes its frequencies with the context; not modelled")
     freqs = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+    af = attention_factor(cfg.rope_scaling)
     g = cfg.heads // cfg.kv_heads
     causal = pos[:, None] >= np.arange(start + n)[None, :]  # (n, all tokens)
     x = w["model.embed_tokens.weight"][t]
@@ -66,7 +70,7 @@ def forward(cfg: LlamaConfig, w: dict[str, np.ndarray], tokens: np.ndarray,
         q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, cfg.heads, cfg.head_dim)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, cfg.kv_heads, cfg.head_dim)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, cfg.kv_heads, cfg.head_dim)
-        q, k = _rope(q, pos, freqs), _rope(k, pos, freqs)
+        q, k = _rope(q, pos, freqs, af), _rope(k, pos, freqs, af)
         if len(state.k) <= i:
             state.k.append(k)
             state.v.append(v)

@@ -9,10 +9,13 @@ itself: tensors come back as read-only memory maps, with nothing copied until us
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,36 +40,69 @@ class TensorInfo:
     end: int
 
 
+def _entry(path: Path, name: str, entry: Any, data_bytes: int) -> TensorInfo:
+    """One header entry, checked: dtype, shape and byte range (relative to the data)."""
+    where = f"{path.name}: tensor {name!r}"
+    if not isinstance(entry, dict):
+        raise CheckpointError(f"{where}: header entry must be an object, got {entry!r}")
+    for key in ("dtype", "shape", "data_offsets"):
+        if key not in entry:
+            raise CheckpointError(f"{where}: header entry has no {key!r}")
+    dt, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dt, str) or dt not in DTYPES:
+        raise CheckpointError(f"{where} has dtype {dt}; rawgraph loads {', '.join(DTYPES)}")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise CheckpointError(f"{where}: shape must be a list of sizes, got {shape!r}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(
+            type(o) is int and o >= 0 for o in offsets) or offsets[0] > offsets[1]:
+        raise CheckpointError(f"{where}: data_offsets must be [begin, end] with 0 <= begin <= "
+                              f"end, got {offsets!r}")
+    begin, end = offsets
+    want = math.prod(shape) * np.dtype(DTYPES[dt][0]).itemsize
+    if end - begin != want or end > data_bytes:
+        raise CheckpointError(f"{where} {tuple(shape)} {dt} has {end - begin} bytes at "
+                              f"[{begin}, {end}); expected {want} inside the file's "
+                              f"{data_bytes} data bytes")
+    return TensorInfo(name, DTYPES[dt][1], tuple(shape), begin, end)
+
+
 def read_header(path: Path) -> dict[str, TensorInfo]:
-    """The tensors a .safetensors file holds, validated against the file's size."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise CheckpointError(f"{path.name}: too short to be a safetensors file")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8 or n > 100 << 20:
-            raise CheckpointError(f"{path.name}: header length {n} does not fit the file")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path.name}: header is not JSON ({e})") from None
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        dt = entry.get("dtype")
-        if dt not in DTYPES:
-            raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {dt}; rawgraph loads "
-                                  f"{', '.join(DTYPES)}")
-        begin, end = entry["data_offsets"]
-        shape = tuple(entry["shape"])
-        want = int(np.prod(shape, dtype=np.int64)) * np.dtype(DTYPES[dt][0]).itemsize
-        if end - begin != want or 8 + n + end > size:
-            raise CheckpointError(f"{path.name}: tensor {name!r} {shape} {dt} has {end - begin} "
-                                  f"bytes at [{begin}, {end}); expected {want} inside the file")
-        out[name] = TensorInfo(name, DTYPES[dt][1], shape, 8 + n + begin, 8 + n + end)
-    return out
+    """The tensors a .safetensors file holds, validated against the file's size: every entry
+    well-formed, inside the data, and no two tensors sharing bytes. CheckpointError otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a file" if path.exists() else f"{path}: missing")
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{path.name}: too short to be a safetensors file")
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8 or n > 100 << 20:
+                raise CheckpointError(f"{path.name}: header length {n} does not fit the file")
+            raw = f.read(n)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{path.name}: header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path.name}: header must be a JSON object, got "
+                              f"{type(header).__name__}")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path.name}: __metadata__ must be an object")
+    out = {name: _entry(path, name, e, size - 8 - n) for name, e in header.items()
+           if name != "__metadata__"}
+    spans = sorted((t.begin, t.end, t.name) for t in out.values() if t.end > t.begin)
+    for (_, end, a), (begin, _, b) in itertools.pairwise(spans):
+        if begin < end:
+            raise CheckpointError(f"{path.name}: tensors {a!r} and {b!r} share bytes")
+    base = 8 + n  # offsets are relative to the end of the header
+    return {k: TensorInfo(t.name, t.dtype, t.shape, base + t.begin, base + t.end)
+            for k, t in out.items()}
 
 
 def open_tensor(path: Path, info: TensorInfo) -> np.ndarray:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rawgraph.model.safetensors import CheckpointError
+
 
 class Tokenizer:
     """encode(text) -> ids and decode(ids) -> text with a Hugging Face tokenizer.json."""
@@ -17,11 +19,19 @@ class Tokenizer:
                               "pip install 'rawgraph[hf]'") from e
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no tokenizer file {path}")
-        self._tok = HFTokenizer.from_file(str(path))
+            raise CheckpointError(f"{path}: no tokenizer file" if not path.exists()
+                                  else f"{path}: not a file")
+        try:
+            self._tok = HFTokenizer.from_file(str(path))
+        except Exception as e:  # the tokenizers package raises a bare Exception
+            raise CheckpointError(f"{path}: not a tokenizer.json the tokenizers package "
+                                  f"reads ({e})") from None
+        self.path = path
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (with the tokenizer's special tokens, such as BOS)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self._tok.encode(text).ids
 
     def decode(self, ids: list[int]) -> str:

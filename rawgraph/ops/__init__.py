@@ -7,10 +7,21 @@ from rawgraph.ops.embedding import embedding
 from rawgraph.ops.kv import kv_append, kv_gather, qkv_views, rope_append
 from rawgraph.ops.linear import gate_up_silu, linear, qkv_rope
 from rawgraph.ops.norm import fold_norm, rmsnorm
-from rawgraph.ops.rope import Llama3Scaling, inv_freq, rope
+from rawgraph.ops.rope import (
+                               DynamicScaling,
+                               LinearScaling,
+                               Llama3Scaling,
+                               RopeScaling,
+                               YarnScaling,
+                               attention_factor,
+                               inv_freq,
+                               rope,
+)
 from rawgraph.ops.sampling import Handoff, SamplingParams, argmax, sample
 
-__all__ = ["Handoff", "Llama3Scaling", "SamplingParams", "add", "argmax", "decode_attention",
-           "embedding", "fold_norm", "gate_up_silu", "inv_freq", "kv_append", "kv_gather",
-           "linear", "prefill_attention", "qkv_rope", "qkv_views", "rmsnorm", "rope",
-           "rope_append", "sample", "silu_mul", "stack_gate_up", "workspace_floats"]
+__all__ = ["DynamicScaling", "Handoff", "LinearScaling", "Llama3Scaling", "RopeScaling",
+           "SamplingParams", "YarnScaling", "add", "argmax", "attention_factor",
+           "decode_attention", "embedding", "fold_norm", "gate_up_silu", "inv_freq",
+           "kv_append", "kv_gather", "linear", "prefill_attention", "qkv_rope", "qkv_views",
+           "rmsnorm", "rope", "rope_append", "sample", "silu_mul", "stack_gate_up",
+           "workspace_floats"]

@@ -1,4 +1,5 @@
-"""Rotary position embedding: inverse frequencies (with LLaMA-3 scaling) and the kernel."""
+"""Rotary position embedding: inverse frequencies (default, linear, dynamic NTK, YaRN and
+LLaMA-3 scaling, as Hugging Face computes them) and the kernel."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ ROPE = {"float16": Kernel("rope", "rope_f16", _SIG.format(t="__half")),
 
 @dataclass(frozen=True)
 class Llama3Scaling:
-    """rope_scaling of type 'llama3' (factor 32, 1, 4, 8192 in LLaMA-3.2)."""
+    """rope_type 'llama3': long waves divided by `factor`, short ones kept, a smooth band
+    between (factor 32, 1, 4, 8192 in LLaMA-3.2)."""
 
     factor: float = 32.0
     low_freq_factor: float = 1.0
@@ -28,16 +30,75 @@ class Llama3Scaling:
     original_max_position_embeddings: int = 8192
 
 
+@dataclass(frozen=True)
+class LinearScaling:
+    """rope_type 'linear' (position interpolation): every frequency divided by `factor`."""
+
+    factor: float
+
+
+@dataclass(frozen=True)
+class DynamicScaling:
+    """rope_type 'dynamic' (dynamic NTK): the default frequencies up to
+    `max_position_embeddings`; past it Hugging Face raises the base with the context, which a
+    paged cache of keys rotated earlier cannot follow, so models refuse longer contexts."""
+
+    factor: float
+
+
+@dataclass(frozen=True)
+class YarnScaling:
+    """rope_type 'yarn': frequencies blended between interpolated (/ factor) and original
+    across a ramp of dimensions, and q, k scaled by `attention()` (cos and sin in Hugging
+    Face; the attention scale by its square here)."""
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+    def attention(self) -> float:
+        """The factor q and k are scaled by (Hugging Face's `attention_factor`)."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+
+        def get(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return get(self.factor, self.mscale) / get(self.factor, self.mscale_all_dim)
+        return get(self.factor)
+
+
+RopeScaling = Llama3Scaling | LinearScaling | DynamicScaling | YarnScaling
+
+
+def attention_factor(scaling: RopeScaling | None) -> float:
+    """How much RoPE scales q and k (1 but for YaRN): the attention scale takes its square."""
+    return scaling.attention() if isinstance(scaling, YarnScaling) else 1.0
+
+
 def inv_freq(head_dim: int, theta: float = 10000.0,
-             scaling: Llama3Scaling | None = None) -> np.ndarray:
+             scaling: RopeScaling | None = None) -> np.ndarray:
     """(head_dim / 2,) float32 inverse frequencies, as Hugging Face computes them."""
     if head_dim % 2:
         raise ValueError(f"head_dim must be even, got {head_dim}")
     f = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim)
     f = f.astype(np.float32)
-    if scaling is None:
+    if scaling is None or isinstance(scaling, DynamicScaling):
         return f
-    s = scaling
+    if isinstance(scaling, LinearScaling):
+        return (f / np.float32(scaling.factor)).astype(np.float32)
+    if isinstance(scaling, YarnScaling):
+        return _yarn(head_dim, theta, scaling)
+    return _llama3(f, scaling)
+
+
+def _llama3(f: np.ndarray, s: Llama3Scaling) -> np.ndarray:
     low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
     high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
     wavelen = 2 * math.pi / f
@@ -47,6 +108,24 @@ def inv_freq(head_dim: int, theta: float = 10000.0,
     smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
     return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def _yarn(dim: int, theta: float, s: YarnScaling) -> np.ndarray:
+    def correction(rotations: float) -> float:  # the dimension that turns `rotations` times
+        return dim * math.log(s.original_max_position_embeddings / (rotations * 2 * math.pi)) \
+            / (2 * math.log(theta))
+
+    low, high = correction(s.beta_fast), correction(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as Hugging Face: no zero-width ramp
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+    keep = (1 - ramp).astype(np.float32)  # 1: extrapolate (original), 0: interpolate (/ factor)
+    pos = (theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim)).astype(np.float32)
+    original, interpolated = 1 / pos, 1 / (np.float32(s.factor) * pos)
+    return (interpolated * (1 - keep) + original * keep).astype(np.float32)
 
 
 def check_freqs(freqs: Any, head_dim: int) -> None:

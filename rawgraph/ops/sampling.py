@@ -3,6 +3,8 @@ top-k / top-p sampling with per-row parameters in device memory."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,10 +111,26 @@ def _check_handoff(h: Handoff, n: int, symbols: Symbols | None) -> None:
         raise ValueError(f"handoff advance = {h.advance!r} must be 0 or 1")
 
 
+def _real(v: Any, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{what} must be a number, got {type(v).__name__} {v!r}")
+    if not math.isfinite(v):
+        raise ValueError(f"{what} must be finite, got {v}")
+    return float(v)
+
+
+def _integer(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{what} must be an integer, got {type(v).__name__} {v!r}")
+    return int(v)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How one request picks its tokens: temperature <= 1e-6 is greedy; top_k <= 0 and
-    top_p >= 1 switch those cuts off; `seed` makes the draws reproducible."""
+    top_p >= 1 switch those cuts off; `seed` makes the draws reproducible. Checked when made:
+    TypeError for a wrong type (a float seed, a string), ValueError for a value out of range
+    (temperature finite and >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= seed < 2**64)."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -120,7 +138,13 @@ class SamplingParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0 and 0 < self.top_p <= 1 and self.top_k >= 0
-                and 0 <= self.seed < 2**64):
-            raise ValueError(f"bad sampling parameters {self}: temperature >= 0, top_k >= 0, "
-                             f"0 < top_p <= 1, 0 <= seed < 2**64")
+        t, p = _real(self.temperature, "temperature"), _real(self.top_p, "top_p")
+        k, seed = _integer(self.top_k, "top_k"), _integer(self.seed, "seed")
+        for ok, what in ((t >= 0, f"temperature = {t} must be >= 0"),
+                         (0 <= k < 2**31, f"top_k = {k} must be in [0, 2**31) (0: off)"),
+                         (0 < p <= 1, f"top_p = {p} must be in (0, 1]"),
+                         (0 <= seed < 2**64, f"seed = {seed} must be in [0, 2**64)")):
+            if not ok:
+                raise ValueError(what)
+        for name, v in (("temperature", t), ("top_k", k), ("top_p", p), ("seed", seed)):
+            object.__setattr__(self, name, v)  # plain Python numbers from here on
