@@ -93,7 +93,7 @@ def _bench(args: argparse.Namespace) -> int:
     else:
         from rawgraph.bench.decode import run
     rows = run(args.only) if args.only else run()
-    path = results.save(args.name, rows, args.out)
+    path = results.save(args.name, rows, args.out, args.only)
     if args.name == "decode" and not args.only.startswith("profile"):
         from rawgraph.bench.decode import plot
 
@@ -158,8 +158,8 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=_info)
     q = sub.add_parser("bench", help="run a benchmark (GPU), print a table, save JSON")
     q.add_argument("name", choices=BENCHES, help="which benchmark")
-    q.add_argument("--out", default=None, help="directory for the JSON (default: "
-                   "benchmarks/results/)")
+    q.add_argument("--out", default=None, help="directory for the JSON (default: a full "
+                   "run replaces benchmarks/NAME.json, a partial one goes to .scratch/bench/)")
     q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,"
                    "attention,elementwise,gemm,prefill,sample; model, decode: a preset "
                    "name; decode: profile:BATCH:CONTEXT for a per-kernel breakdown")

@@ -65,7 +65,7 @@ def sized_copy_gbps(traffic: int, s: Any) -> float:
     the kernels are: graph replays rotating through ROTATE_BYTES of buffers. A transfer of
     tens of MB pays its start and drain like any kernel: on the H200 a copy of 33.5 MB of
     traffic (a 2048x8192 weight's bytes) reaches ~80% of the 1 GiB rate, of 134 MB ~96%
-    (benchmarks/NOTES.md, session 10)."""
+    (benchmarks/NOTES.md, "How to measure")."""
     n = max(8, traffic // 4)  # fp16 elements a side: traffic = 2 sides x 2 bytes
     k = max(2, math.ceil(ROTATE_BYTES / (4 * n)))
     src = [cupy.ones(n, np.float16) for _ in range(k)]
@@ -104,8 +104,9 @@ def sized_read_gbps(nbytes: int, s: Any) -> float:
     """Read-only bandwidth (bytes read) when each read moves `nbytes`, timed as the kernels
     are: graph replays of `stream_read` rotating through ROTATE_BYTES of buffers. Reads
     stream faster than copies, but short ones also pay their start and drain: on the H200
-    ~84% of the 1 GiB copy's rate at 32 MiB, ~91% at 48 MiB (benchmarks/NOTES.md, session
-    13): for a 2048x8192 fp16 weight read on its own, 85% of that rate is beyond a read."""
+    ~84% of the 1 GiB copy's rate at 32 MiB, ~91% at 48 MiB (benchmarks/NOTES.md, "How to
+    measure"): for a 2048x8192 fp16 weight read on its own, 85% of that rate is beyond a
+    read."""
     n = max(16, nbytes // 16 * 16)
     k = max(2, math.ceil(ROTATE_BYTES / n))
     bufs = [cupy.ones(n // 2, np.float16) for _ in range(k)]

@@ -1,4 +1,6 @@
-"""Benchmark result files: JSON with date, commit and GPU, under benchmarks/results/."""
+"""Benchmark result files: JSON with date, commit and GPU. A full run is the benchmark's
+current result, `benchmarks/<name>.json` (history lives in git); a partial run (`--only`)
+is an experiment and goes under `.scratch/bench/`."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from typing import Any
 
 from rawgraph.cuda.device import info
 
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = ROOT / "benchmarks"
+SCRATCH_DIR = ROOT / ".scratch" / "bench"
 
 
 def commit() -> str:
@@ -25,14 +29,21 @@ def commit() -> str:
         return "unknown"
 
 
-def save(name: str, rows: list[dict[str, Any]], out_dir: str | Path | None = None) -> Path:
-    """Write {bench, date, commit, device, rows} to <out_dir>/<name>-<date>.json."""
+def save(name: str, rows: list[dict[str, Any]], out_dir: str | Path | None = None,
+         only: str = "") -> Path:
+    """Write {bench, only, date, commit, device, rows}: a full run (no `only`, no
+    `out_dir`) to benchmarks/<name>.json, replacing the last; otherwise a dated file in
+    `out_dir` (default .scratch/bench/)."""
     now = datetime.datetime.now(datetime.timezone.utc)
-    doc = {"bench": name, "date": now.isoformat(timespec="seconds"), "commit": commit(),
-           "device": info(), "rows": rows}
-    out = Path(out_dir or RESULTS_DIR)
+    doc = {"bench": name, "only": only, "date": now.isoformat(timespec="seconds"),
+           "commit": commit(), "device": info(), "rows": rows}
+    if out_dir is None and not only:
+        out, path_name = RESULTS_DIR, f"{name}.json"
+    else:
+        tag = "-" + "".join(c if c.isalnum() else "_" for c in only) if only else ""
+        out, path_name = Path(out_dir or SCRATCH_DIR), f"{name}{tag}-{now:%Y%m%d-%H%M%S}.json"
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}-{now:%Y%m%d-%H%M%S}.json"
+    path = out / path_name
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
 

@@ -1,4 +1,4 @@
-"""A whole decode loop in one graph launch (seed 000, section 7): a WHILE conditional node
+"""A whole decode loop in one graph launch: a WHILE conditional node
 whose body is a bucket's decode step, its sampler handing each token on as the next step's
 input (position and cache length moved on, on the device), plus `decode_advance`, which
 records the sampled tokens, stops rows at their stop id or budget and sets the loop

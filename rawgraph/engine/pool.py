@@ -1,5 +1,5 @@
 """A pool of executable graphs: acquire by key (capturing on a miss), LRU eviction when the
-pool holds more graphs or device memory than its budget (seed 000, section 6.3)."""
+pool holds more graphs or device memory than its budget."""
 
 from __future__ import annotations
 

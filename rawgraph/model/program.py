@@ -512,8 +512,8 @@ class Model:
         def attend(kc: Any, vc: Any) -> None:
             # Attention launches as an ordinary kernel, ending the programmatic chain once a
             # layer: an unbroken chain of PDL launches ran the small-batch step up to 26%
-            # slower (benchmarks/NOTES.md, session 7); breaking it at any one kernel from
-            # attention to gate_up recovered that, here costs least.
+            # slower (benchmarks/NOTES.md, "The programmatic chain"); breaking it at any
+            # one kernel from attention to gate_up recovered that, here costs least.
             with programmatic(False):
                 ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                      m["slots"], a["attn"].reshape(q3.shape), self.workspace,

@@ -67,9 +67,8 @@ def decode_smem(head_dim: int) -> int:
 
 SPLIT_ALIGN = DECODE_WARPS * DECODE_CHUNK  # tokens: splits are cut at whole warp steps
 SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
-# Splits a row takes at most: in the decode graph of one row more never paid (LLaMA-1B /
-# 8B shapes on the H200, graph ms at ctx 1024 / 4096: 48 splits 0.901 / 0.967 and 4.494 /
-# 4.724, 16 splits 0.897 / 0.942 and 4.485 / 4.655; benchmarks/NOTES.md, session 8)
+# Splits a row takes at most: one row's step is latency-bound, and more splits never paid in
+# its decode graph (benchmarks/NOTES.md, "Decode attention")
 SPLIT_CAP = 16
 
 

@@ -58,7 +58,7 @@ GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(
         for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
 # The same tiles on Hopper's warpgroup tensor cores fed by TMA (x and W as descriptors,
 # rawgraph.cuda.tensormap): 2.3-2.7x the mma.sync GEMM with cp.async loads, 1.0-1.4x more
-# with TMA and a producer warp (benchmarks/NOTES.md, sessions 4 and 9)
+# with TMA and a producer warp (benchmarks/NOTES.md, "Prefill")
 _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap, "
           "const {t}* residual, {t}* y, int m, int n, int k")
 GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG90.format(t=t))
@@ -81,36 +81,20 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
     (n, k) weight and an x tile; `segments`: W read in 128-byte row segments through a
     transpose in shared memory (gemv.cu), else in the mma fragments' 64-byte pieces.
 
-    Up to 8 rows, measured where it counts, in the decode graph's programmatic chain (GPU ms
-    of the 1B / 8B step at B=1 ctx 1024 and B=8 ctx 4096, benchmarks/NOTES.md sessions 11,
-    14, 15 and 16):
-    - a grid of at most one block per SM, rows of 8192 and longer: 16 warps with 8 in
-      flight in segments, which take the whole register file (128 KB of W in flight per
-      SM) and hide each other's transposes. 1B down_proj (128 blocks) in a programmatic
-      chain: 74 -> 81% of the copy at one row, 62 -> 78% at eight (alone: 66 -> 64% at
-      one row, 57 -> 62% at eight); the 1B step 0.828 -> 0.812 ms at B=1, 1.197 -> 1.172
-      at B=8 ctx 4096;
-    - a grid of at most one block per SM, shorter rows: 8 warps with 8 chunks in flight,
-      64-byte pieces. Each block prefetches 64 KB of W while the kernel before it ends
-      (1B down_proj, 128 blocks: 0.842 -> 0.824 ms against clusters of 2), and no other
-      warp would hide a transpose (segments for every weight made the 1B step slower: B=1
-      0.833 -> 0.848 ms; 16 warps on 1B o_proj's rows of 2048 too, one step a warp: 0.832
-      -> 0.836 ms, against 0.833 -> 0.813 with 16 warps on down_proj alone);
-    - one to two blocks per SM: 8 in flight (124 registers, 2 blocks per SM), in segments
-      for rows of 4096 and longer (8B o_proj, down_proj; 1B qkv_proj's rows of 2048 keep the
-      pieces). Segments stream faster than pieces (6144 x 4096 read alone: 90.7% of the copy
-      vs 80.2%); they replaced clusters of 2 with 2 in flight, which had won with pieces;
+    Chosen where it counts, by the decode graph's GPU time in the programmatic chain
+    (benchmarks/NOTES.md, "Decode GEMV"), up to 8 rows:
+    - at most one block per SM, rows of 8192 and longer: 16 warps with 8 in flight in
+      segments (the whole register file: 128 KB of W in flight per SM; the warps hide each
+      other's transposes);
+    - at most one block per SM, shorter rows: 8 warps with 8 in flight in 64-byte pieces
+      (each block prefetches 64 KB of W while the kernel before it ends, and no other warp
+      would hide a transpose);
+    - one to two blocks per SM: 8 in flight (2 blocks per SM), in segments for rows of 4096
+      and longer (segments stream faster than pieces);
     - more than two blocks per SM: 4 in flight in segments (80 registers, 3 blocks per SM),
-      whose extra warps hide the transpose (8B qkv_proj's 384 blocks fit one wave; gate_up
-      and the LM heads alone: 1B gate_up 88.7% of the copy vs 82.1% with 8 in flight).
-    Against session 14's rule (clusters, 8 in flight on wide weights), same run: 8B step
-    3.976 -> 3.924 ms at B=1, 5.347 -> 5.173 at B=8 ctx 4096; 1B level at B=1 (0.822),
-    1.182 -> 1.189 at B=8.
+      whose extra warps hide the transpose.
     16 rows: 64-byte pieces, in clusters of 4 when n gives too few blocks and rows are long;
-    at most one block per SM on rows of 8192 and longer, 16 warps in segments instead (1B
-    down_proj: 57 -> 74% of the copy in a programmatic chain at 12 rows; the 1B step at B=16
-    1.286 -> 1.238 ms at ctx 1024, 1.652 -> 1.603 at ctx 4096, B=12 1.269 -> 1.220; clusters
-    of 2 instead of 4: 1.250 at B=16, and 8B down_proj 78 -> 73%)."""
+    at most one block per SM on rows of 8192 and longer, 16 warps in segments instead."""
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
         if blocks > 2 * SMS:
