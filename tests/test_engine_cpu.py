@@ -147,3 +147,22 @@ def test_engine_stats_stay_bounded():
     st.record(IterStats(decode_rows=1, prefill_tokens=5), 2)
     assert len(st.iters) == RECENT and st.decode_steps == RECENT + 100
     assert st.tokens == RECENT + 102 and st.summary()["ms/step"] == 101 + (RECENT - 2) / 2
+
+
+def test_admissions_are_undone_exactly():
+    s = _sched(max_seqs=4, num_blocks=12)
+    a, b, c = Request([1] * 60, 40), Request([1] * 30, 2), Request([1], 1, arrival=3)
+    for r in (a, b, c):
+        s.add(r)
+    s.admit(0)
+    d = Request([1] * 5, 5)
+    s.add(d)
+    before = (list(s.waiting), list(s.running), *s.books())
+    books, admitted = s.books(), []
+    assert s.admit(3, admitted) == [c, d] == admitted and c.slot >= 0 and d.slot >= 0
+    s.unadmit(admitted, books)
+    assert (list(s.waiting), list(s.running), *s.books()) == before
+    assert c.slot == d.slot == -1
+    s.admit(3)
+    assert [r.slot for r in s.running] == [0, 1, 2, 3]  # the same slots as before the undo
+    assert s.drop(d) is False and s.drop(Request([2], 1)) is False

@@ -67,12 +67,13 @@ class EngineStats:
 class _Mark:
     """What an iteration may change, as it was before: enough to roll the iteration back."""
 
-    outputs: dict[int, tuple[Request, int, int, str, int, int]]  # id -> (r, len, prefilled, ...)
+    requests: list[tuple[Request, int, int, str, int, int]]  # (r, len(output), prefilled, ...)
     lens: Any                 # the cache's host lengths
     active: set[int]          # cache slots in use
     ahead: tuple[list[Request], Pending] | None
     unread: list[Pending]
     turn: int
+    books: tuple[list[int], int]  # the scheduler's free slots and reserved blocks
     admitted: list[Request] = field(default_factory=list)
 
 
@@ -149,7 +150,7 @@ class Engine:
             request.finish = "abort"
             return True
         if request in self.scheduler.running:
-            if request not in self._aborts:
+            if request not in self._aborts:  # ends at the next step boundary
                 self._aborts.append(request)
             return True
         return False
@@ -164,14 +165,17 @@ class Engine:
         t0 = time.perf_counter()
         self._retire()  # what an interrupted earlier iteration left to free
         done: list[Request] = []
-        self._end_aborts(done)
         mark = self._mark()
         try:
-            mark.admitted = self.scheduler.admit(self.steps)
+            for r in self._aborts:  # a decode step on its way with them is read, not followed
+                r.finish = "abort"
+                done.append(r)
+            self.scheduler.admit(self.steps, mark.admitted)
             st, emitted = self._iterate(done)
         except BaseException:
             self._rollback(mark)
             raise
+        self._aborts.clear()
         wall = time.perf_counter() - t0
         if st is not None:  # an iteration was launched: it is timed by this call
             st.wall_ms = wall * 1e3
@@ -243,9 +247,10 @@ class Engine:
 
     def _mark(self) -> _Mark:
         t, run = self.model.kv.tables, self.runner
-        return _Mark({id(r): (r, len(r.output), r.prefilled, r.finish, r.first_step,
-                              r.last_step) for r in self.scheduler.running},
-                     t.lens.copy(), set(t.active), self._ahead, list(run._unread), run._turn)
+        return _Mark([(r, len(r.output), r.prefilled, r.finish, r.first_step, r.last_step)
+                      for r in self.scheduler.running],
+                     t.lens.copy(), set(t.active), self._ahead, list(run._unread), run._turn,
+                     self.scheduler.books())
 
     def _rollback(self, mark: _Mark) -> None:
         """Undo an iteration that raised: wait for what it queued on the GPU, give back the
@@ -257,7 +262,7 @@ class Engine:
                 cupy_stream(s).synchronize()
             except Exception:  # a sticky CUDA error: the host state is put back regardless
                 pass
-        for r, n, prefilled, finish, first, last in mark.outputs.values():
+        for r, n, prefilled, finish, first, last in mark.requests:
             del r.output[n:]
             r.prefilled, r.finish, r.first_step, r.last_step = prefilled, finish, first, last
         for s in sorted(t.active):
@@ -265,7 +270,7 @@ class Engine:
                 t.free(s)
             elif t.lens[s] > mark.lens[s]:
                 t.truncate(s, int(mark.lens[s]))
-        self.scheduler.unadmit(mark.admitted)
+        self.scheduler.unadmit(mark.admitted, mark.books)
         for r in mark.admitted:  # back to how they were queued
             r.output.clear()
             r.prefilled, r.finish, r.first_step, r.last_step = 0, "", -1, -1
@@ -283,24 +288,6 @@ class Engine:
             if r.slot in t.active:
                 self.model.free(r.slot)
             self.scheduler.finish(r, r.finish)
-
-    def _end_aborts(self, done: list[Request]) -> None:
-        """Aborted requests end here, at a step boundary. One still in a decode step on its
-        way ends the chain of continued steps: that step is read (the other rows keep their
-        tokens) before its slot is freed."""
-        if not self._aborts:
-            return
-        if self._ahead is not None and any(r in self._aborts for r in self._ahead[0]):
-            rows, pending = self._ahead
-            for r in self._aborts:
-                r.finish = r.finish or "abort"  # its token in that step is dropped
-            self._ahead = None
-            self.stats.tokens += self._read(rows, pending, done)
-        for r in self._aborts:
-            r.finish = r.finish or "abort"
-            done.append(r)
-        self._aborts.clear()
-        self._retire()
 
     # -- driving ---------------------------------------------------------------------------
 

@@ -53,33 +53,38 @@ class Scheduler:
         self.check(r)
         self.waiting.append(r)
 
-    def admit(self, step: int) -> list[Request]:
+    def admit(self, step: int, admitted: list[Request] | None = None) -> list[Request]:
         """Move arrived requests into free slots while their worst case fits the cache;
-        returns them (in order: `unadmit` takes them back)."""
-        admitted = []
+        returns them, appended to `admitted` as each enters (`unadmit` takes them back, also
+        after an interruption part way)."""
+        admitted = [] if admitted is None else admitted
         while self.waiting and self._free_slots and self.waiting[0].arrival <= step:
             r = self.waiting[0]
             if self._reserved + self._blocks(r) > self.num_blocks:
                 break  # FIFO: later requests wait behind it
+            admitted.append(r)
             r.slot = self._free_slots[-1]
             self.running.append(r)
             self._reserved += self._blocks(r)
             self._free_slots.pop()
             self.waiting.popleft()
-            admitted.append(r)
         return admitted
 
-    def unadmit(self, admitted: list[Request]) -> None:
-        """Undo `admit` (a failed iteration): the requests wait at the front again, in order,
-        their slots and blocks free."""
+    def books(self) -> tuple[list[int], int]:
+        """The free slots and reserved blocks, for `unadmit` to put back."""
+        return list(self._free_slots), self._reserved
+
+    def unadmit(self, admitted: list[Request], books: tuple[list[int], int]) -> None:
+        """Undo `admit` (a failed iteration, possibly interrupted inside `admit`): the
+        requests wait at the front again, in order, and the free slots and reserved blocks
+        are what `books()` said before."""
         for r in reversed(admitted):
             if r in self.running:
                 self.running.remove(r)
-                self._free_slots.append(r.slot)
-                self._reserved -= self._blocks(r)
             if r not in self.waiting:
                 self.waiting.appendleft(r)
             r.slot = -1
+        self._free_slots, self._reserved = list(books[0]), books[1]
 
     def drop(self, r: Request) -> bool:
         """Take a waiting request out of the queue; False if it is not waiting."""

@@ -33,6 +33,7 @@ from rawgraph.memory.staging import Staging
 from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.config import LlamaConfig
 from rawgraph.model.safetensors import CheckpointError
+from rawgraph.model.weights import shapes
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import SKINNY_ROWS
 from rawgraph.ops.linear import path as linear_path
@@ -89,6 +90,19 @@ _NONFINITE = {"float16": 0x7C00, "bfloat16": 0x7F80}  # exponent bits all set: i
 def _count_nonfinite() -> cupy.ReductionKernel:
     return cupy.ReductionKernel("uint16 x, uint16 mask", "int64 y", "(x & mask) == mask",
                                 "a + b", "y = a", "0", "rawgraph_count_nonfinite")
+
+
+def _check_tensors(cfg: LlamaConfig, tensors: dict[str, np.ndarray]) -> None:
+    """ValueError naming a tensor the config needs that is missing, or has another shape or
+    dtype than the config's storage (checkpoint.load has checked its own already)."""
+    st = np.dtype(storage_dtype(cfg.dtype))
+    for name, shape in shapes(cfg).items():
+        t = tensors.get(name)
+        if t is None:
+            raise ValueError(f"tensor {name!r} is missing")
+        if tuple(getattr(t, "shape", ())) != shape or getattr(t, "dtype", None) != st:
+            raise ValueError(f"tensor {name!r} is {getattr(t, 'dtype', type(t).__name__)} "
+                             f"{tuple(getattr(t, 'shape', ()))}; the config needs {st} {shape}")
 
 
 def _check_finite(views: list[tuple[str, cupy.ndarray]], dtype: str,
@@ -230,6 +244,8 @@ class Model:
     def _load(self, tensors: dict[str, np.ndarray] | None, seed: int,
               files: dict[str, Any]) -> None:
         cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
+        if tensors is not None:
+            _check_tensors(cfg, tensors)
         lay = layout(cfg)
         self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + (1 << 20),
                            "weights")
