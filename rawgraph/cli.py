@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import sys
 from typing import Any, NoReturn
 
@@ -104,15 +103,15 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _check_kernels(args: argparse.Namespace) -> int:
-    from rawgraph.cuda.nvcc import compile_all
+    from rawgraph.cuda import nvcc
 
     if not re.fullmatch(r"sm_\d+a?", args.arch):
         raise UsageError(f"check-kernels --arch {args.arch!r}: a target such as sm_90")
-    if args.compiler != "nvrtc" and shutil.which("nvcc") is None:
+    if args.compiler != "nvrtc" and nvcc.nvcc_path() is None:
         raise UsageError("check-kernels: nvcc is not on PATH (install the CUDA toolkit, or "
                          "check with --compiler nvrtc alone)")
-    reports = compile_all(args.arch, nvcc=args.compiler != "nvrtc",
-                          nvrtc=args.compiler != "nvcc")
+    reports = nvcc.compile_all(args.arch, nvcc=args.compiler != "nvrtc",
+                               nvrtc=args.compiler != "nvcc")
     bad = [r for r in reports if not r.ok]
     for r in reports:
         print(r.summary())

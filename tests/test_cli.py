@@ -1,6 +1,6 @@
 """The command line works without a GPU."""
 
-import shutil
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +13,68 @@ def test_info_runs_anywhere(capsys):
     assert "cuda-bindings" in out and "device" in out
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_check_kernels(capsys):
+def test_check_kernels_reports(capsys, monkeypatch):
+    # the compiles themselves are tests/test_nvcc.py's (once per file); here the command
+    from rawgraph.cuda import nvcc
+
+    ok = nvcc.Report(Path("a.cu"), 0, "", {"k": 40}, {"k": 0})
+    spills = nvcc.Report(Path("b.cu"), 0, "ptxas: spills", {"j": 255}, {"j": 24})
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: "/usr/bin/nvcc")
+    monkeypatch.setattr(nvcc, "compile_all", lambda arch, nvcc, nvrtc: [ok])
     assert main(["check-kernels"]) == 0
-    assert "no spills" in capsys.readouterr().out
+    assert "all 1 kernel files compile for sm_90 with nvcc and NVRTC with no spills" in \
+        capsys.readouterr().out
+    monkeypatch.setattr(nvcc, "compile_all", lambda arch, nvcc, nvrtc: [ok, spills])
+    assert main(["check-kernels", "--compiler", "nvrtc"]) == 1
+    captured = capsys.readouterr()
+    assert "SPILLS b.cu" in captured.out and "1 of 2 kernel files failed" in captured.err
+
+
+def _error(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["demo", "--preset", "nosuch"], "--preset 'nosuch': choose one of tiny"),
+    (["demo", "--model", "/nonexistent"], "--model /nonexistent: not a directory"),
+    (["demo", "--max-batch", "0"], "--max-batch: 0 must be at least 1"),
+    (["demo", "--max-batch", "65"], "--max-batch 65: 1 to 64"),
+    (["demo", "--requests", "many"], "'many' is not an integer"),
+    (["demo", "--max-context", "100", "--chunk", "64"], "need up to 448 tokens"),
+    (["bench", "nosuch"], "invalid choice: 'nosuch'"),
+    (["bench", "decode", "--only", "profile:x:y"], "profile:BATCH:CONTEXT"),
+    (["bench", "decode", "--only", "llama-70b"], "matches no preset"),
+    (["bench", "kernels", "--only", "gemv,nope"], "unknown parts \\['nope'\\]"),
+    (["bench", "memory", "--only", "x"], "takes no --only"),
+    (["check-kernels", "--arch", "ampere"], "--arch 'ampere'"),
+    (["nosuch"], "invalid choice"),
+])
+def test_user_errors_are_one_line_and_exit_2(capsys, argv, match):
+    import re
+
+    assert re.search(match, _error(capsys, argv))
+
+
+def test_gpu_commands_without_a_gpu(capsys, monkeypatch):
+    from rawgraph import cli
+
+    monkeypatch.setattr(cli, "available", lambda: (False, "no CUDA driver"))
+    assert "bench decode needs a CUDA GPU (no CUDA driver)" in _error(capsys, ["bench", "decode"])
+    assert main(["demo"]) == 0  # the README's main job: says so, runs nothing
+    assert "nothing ran" in capsys.readouterr().out
+    from rawgraph.cuda import nvcc
+
+    monkeypatch.setattr(nvcc, "nvcc_path", lambda: None)
+    assert "nvcc is not on PATH" in _error(capsys, ["check-kernels"])
+
+
+def test_plain_rawgraph_prints_the_help_with_every_default(capsys):
+    assert main([]) == 0
+    assert "COMMAND" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    out = capsys.readouterr().out
+    assert "(default: tiny)" in out and "(default: 1024)" in out and "(default: 256)" in out

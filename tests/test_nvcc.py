@@ -38,12 +38,6 @@ def test_kernel_compiles_for_sm90_without_spills(path):
     assert not any(r.spills.values()), f"spills: {r.spills}\n{r.log}"
 
 
-@pytest.mark.parametrize("path", sorted(KERNELS_DIR.glob("*.cu")), ids=lambda p: p.name)
-def test_kernel_compiles_with_nvrtc(path):
-    ok, log = nvrtc_compile(path)
-    assert ok, log
-
-
 def test_nvrtc_log_leaves_shared_bytes_alone(tmp_path):
     ok_src = tmp_path / "ok.cu"
     ok_src.write_text('extern "C" __global__ void k(float* y) { y[0] = 1.f; }\n')
@@ -65,7 +59,8 @@ WEIGHT_READERS = {"gemv.cu", "gemm.cu", "embedding.cu", "rmsnorm.cu", "rope.cu",
 
 
 @pytest.mark.parametrize("path", sorted(KERNELS_DIR.glob("*.cu")), ids=lambda p: p.name)
-def test_only_weights_go_through_the_read_only_cache(path):
+def test_kernel_compiles_with_nvrtc_and_reads_only_weights_through_the_read_only_cache(path):
+    # NVRTC is what compiles at run time (nvrtc_ptx raises with its log if it fails).
     # Under programmatic dependent launch a kernel starts while the previous one still
     # writes; ld.global.nc of such data can hit stale lines (1B decode tokens once varied
     # from run to run that way). const __restrict__ lets the compiler pick it, so activation

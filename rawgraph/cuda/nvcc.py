@@ -56,10 +56,15 @@ def parse_ptxas(log: str) -> tuple[dict[str, int], dict[str, int]]:
     return regs, spills
 
 
+def nvcc_path() -> str | None:
+    """The nvcc on PATH, if any."""
+    return shutil.which("nvcc")
+
+
 def compile_file(path: Path, arch: str = "sm_90") -> Report:
     """nvcc -cubin one file with -Xptxas -v (ARCH_SPECIFIC files for their exact target)."""
     arch = _target(path, arch)
-    nvcc = shutil.which("nvcc")
+    nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found on PATH")
     with tempfile.TemporaryDirectory() as tmp:

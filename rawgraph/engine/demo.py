@@ -30,6 +30,10 @@ TEXT_PROMPTS = ["The capital of France is", "CUDA graphs make small kernels chea
                 "In a paged KV cache, each sequence", "The quick brown fox"]
 
 
+PROMPT_LENGTHS, NEW_TOKENS = (3, 17, 60, 130, 400), (4, 12, 24, 48)
+LONGEST = max(PROMPT_LENGTHS) + max(NEW_TOKENS)
+
+
 def script(vocab: int, n: int = 12, seed: int = 0, prompts: list[list[int]] | None = None,
            stop: tuple[int, ...] = ()) -> list[Request]:
     """`n` requests: prompt lengths 3..400 tokens, 4..48 new tokens, every third sampled,
@@ -40,11 +44,11 @@ def script(vocab: int, n: int = 12, seed: int = 0, prompts: list[list[int]] | No
         if prompts:
             prompt = prompts[i % len(prompts)]
         else:
-            length = int(rng.choice([3, 17, 60, 130, 400]))
+            length = int(rng.choice(PROMPT_LENGTHS))
             prompt = [int(t) for t in rng.integers(0, vocab, length)]
         sampling = SamplingParams(0.8, 40, 0.9, seed=1000 + i) if i % 3 == 2 else \
             SamplingParams()
-        out.append(Request(prompt, int(rng.choice([4, 12, 24, 48])), sampling,
+        out.append(Request(prompt, int(rng.choice(NEW_TOKENS)), sampling,
                            frozenset(stop), arrival=i * (i - 1) // 4, name=f"req{i:02d}"))
     return out
 
@@ -60,24 +64,26 @@ def check(args: Any) -> None:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {SKINNY_ROWS}")
     if args.chunk > args.max_context:
         raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
+    if args.max_context < LONGEST:
+        raise ValueError(f"--max-context {args.max_context}: the script's requests need up to "
+                         f"{LONGEST} tokens (prompt and output)")
 
 
 def setup(args: Any) -> tuple[Model, LlamaConfig, Any]:
     """The demo's model (and tokenizer): ValueError (CheckpointError included) for a
     checkpoint or options the model refuses."""
-    tok = None
+    tok, files = None, None
     if args.model:
         ck = load(args.model)
-        cfg, tensors = ck.config, ck.tensors
+        cfg, tensors, files = ck.config, ck.tensors, ck.files
         if ck.tokenizer is not None:
             tok = Tokenizer(ck.tokenizer)
-        make = lambda **kw: Model.from_checkpoint(ck, **kw)  # noqa: E731
     else:
         cfg = preset(args.preset)
         tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
-        make = lambda **kw: Model(cfg, tensors, **kw)  # noqa: E731
-    model = make(max_batch=args.max_batch, max_context=args.max_context,
-                 max_chunk=args.chunk, max_chunk_seqs=min(8, args.max_batch), seed=args.seed)
+    model = Model(cfg, tensors, max_batch=args.max_batch, max_context=args.max_context,
+                  max_chunk=args.chunk, max_chunk_seqs=min(8, args.max_batch), seed=args.seed,
+                  files=files)
     return model, cfg, tok
 
 
