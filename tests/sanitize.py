@@ -6,7 +6,8 @@ compute-sanitizer's four tools, and print one summary line per tool.
 
 Each tool runs pytest over KERNEL_TESTS (every op family against its NumPy reference, the
 stream-ordering test, and tests/test_replay_gpu.py: a decode graph and a prefill chunk graph
-replayed), one process per test file (`--shard`), as many side by side as `--jobs`. Exit
+replayed), one tool after another, each over one process per test file (`--shard`), as many
+side by side as `--jobs`. Exit
 status 0 only when every tool reports 0 errors (racecheck: 0 hazards) and every test passes
 under each.
 """
@@ -53,9 +54,10 @@ def summarize(tool: str, log: str, returncode: int) -> tuple[bool, str]:
     return clean, f"{tool:10s} {what if seen else 'no summary'}; {result}"
 
 
-def run_one(tool: str, tests: list[str], extra: list[str], log: Path) -> tuple[int, str]:
+def run_one(tool: str, tests: list[str], extra: list[str], log: Path
+            ) -> tuple[int, str, float]:
     """One compute-sanitizer run of pytest over `tests`, its output streamed to `log` (what
-    it printed survives a timeout); (return code, output)."""
+    it printed survives a timeout); (return code, output, seconds)."""
     # memcheck also reports failed driver calls; rawgraph checks each of its own (a failure
     # fails the test), and one fails by design: counting a kernel's parameters by asking
     # until the driver refuses (Kernel.param_info; CUDA 13.0 has no cuFuncGetParamCount)
@@ -63,22 +65,26 @@ def run_one(tool: str, tests: list[str], extra: list[str], log: Path) -> tuple[i
     cmd = ["compute-sanitizer", "--tool", tool, *api, "--error-exitcode", "97",
            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
            *tests, *extra]
+    t0 = time.perf_counter()
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
-    return rc, log.read_text(errors="replace")
+    return rc, log.read_text(errors="replace"), time.perf_counter() - t0
 
 
 def run_tool(tool: str, shards: list[list[str]], extra: list[str], logs: Path,
              pool: ThreadPoolExecutor) -> tuple[bool, str]:
-    """A tool over every shard of the tests (side by side); one summary line."""
+    """A tool over every shard of the tests (side by side); one summary line, with the
+    slowest shard."""
     t0 = time.perf_counter()
     futures = [pool.submit(run_one, tool, shard, extra,
                            logs / f"{tool}-{Path(shard[0]).stem}.log") for shard in shards]
     runs = [f.result() for f in futures]
-    clean, line = summarize(tool, "\n".join(out for _, out in runs),
-                            max(rc for rc, _ in runs))
-    return clean, f"{line} [{len(shards)} processes, {time.perf_counter() - t0:.0f} s wall]"
+    clean, line = summarize(tool, "\n".join(out for _, out, _ in runs),
+                            max(rc for rc, _, _ in runs))
+    slow = max(range(len(runs)), key=lambda i: runs[i][2])
+    return clean, (f"{line} [{time.perf_counter() - t0:.0f} s; slowest "
+                   f"{Path(shards[slow][0]).stem} {runs[slow][2]:.0f} s]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,11 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     tests = [str(here / t) for t in KERNEL_TESTS]
     shards = [[t] for t in tests] if args.shard == "file" else [tests]
     args.logs.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(args.jobs) as pool, ThreadPoolExecutor(len(tools)) as outer:
-        results = list(outer.map(lambda t: run_tool(t, shards, args.extra, args.logs, pool),
-                                 tools))
-    for _, line in results:
-        print(line)
+    results = []
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for tool in tools:  # one tool at a time, its shards side by side
+            results.append(run_tool(tool, shards, args.extra, args.logs, pool))
+            print(results[-1][1], flush=True)
     return 0 if all(ok for ok, _ in results) else 1
 
 
