@@ -1,10 +1,13 @@
 """config.json in both spellings (classic and transformers 5), every RoPE type, and every
 field that changes the math read or refused by name (CPU)."""
 
+import json
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rawgraph.model.config import LlamaConfig, preset
 from rawgraph.ops.rope import (
@@ -126,6 +129,8 @@ def _change(base: dict, **kw) -> dict:
     (_change(V5, rope_parameters={**V5["rope_parameters"], "rope_type": "longrope"}),
      "rope_type 'longrope' is not supported"),
     (_change(V5, rope_parameters={**V5["rope_parameters"], "rope_type": "su"}), "'su'"),
+    (_change(V5, rope_parameters={**V5["rope_parameters"], "rope_type": ["llama3"]}),
+     "rope_type \\['llama3'\\] is not supported"),
     (_change(V5, rope_parameters={k: v for k, v in V5["rope_parameters"].items()
                                   if k != "factor"}), "rope_parameters.factor is missing"),
     (_change(CLASSIC, rope_scaling={k: v for k, v in CLASSIC["rope_scaling"].items()
@@ -158,3 +163,27 @@ def test_config_refusals_name_the_field(cfg, match):
 def test_llama_config_checks_its_fields(fields, match):
     with pytest.raises(ValueError, match=match):
         preset("tiny").replace(**fields)
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40)
+                     | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=6),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+_KEYS = st.sampled_from([*V5, *V5["rope_parameters"], *CLASSIC, "type", "head_dim",
+                         "partial_rotary_factor", "quantization_config"])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(changes=st.lists(st.tuples(st.booleans(), _KEYS, _JSON), min_size=1, max_size=3),
+       base=st.sampled_from([V5, CLASSIC]))
+def test_any_config_reads_or_is_refused_with_a_value_error(changes, base):
+    cfg = json.loads(json.dumps(base))
+    for in_rope, key, value in changes:
+        rope_field = "rope_parameters" if "rope_parameters" in cfg else "rope_scaling"
+        target = cfg[rope_field] if in_rope and isinstance(cfg.get(rope_field), dict) else cfg
+        target[key] = value
+    try:
+        got = LlamaConfig.from_hf(cfg)
+    except ValueError:
+        return
+    assert got.vocab > 0 and got.heads % got.kv_heads == 0 and got.rope_theta > 0

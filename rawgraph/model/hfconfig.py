@@ -109,7 +109,7 @@ def rope(cfg: dict, max_position: int) -> tuple[float, RopeScaling | None]:
                          f"supported")
     w = f"{field}."
     kind = p.get("rope_type", p.get("type", "default"))
-    if kind not in _ROPE_KEYS:
+    if not isinstance(kind, str) or kind not in _ROPE_KEYS:
         raise ValueError(f"{w}rope_type {kind!r} is not supported (one of "
                          f"{', '.join(sorted(_ROPE_KEYS))})")
     extra = sorted(set(p) - _COMMON - _ROPE_KEYS[kind])
@@ -149,7 +149,7 @@ def dtype_of(cfg: dict) -> str:
     """The storage dtype: the checkpoint's float16 or bfloat16; float32 (or none named)
     runs in float16."""
     name = cfg.get("dtype", cfg.get("torch_dtype"))
-    if name not in _DTYPES:
+    if not (name is None or isinstance(name, str)) or name not in _DTYPES:
         raise ValueError(f"dtype {name!r} is not supported (float16, bfloat16 or float32)")
     return _DTYPES[name]
 
