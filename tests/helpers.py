@@ -1,5 +1,6 @@
 """Test helpers: random device tensors in rawgraph storage, poisoned outputs, a paged cache
-of random keys and values, a linear layer checked against its reference."""
+of random keys and values, a linear layer checked against its reference, and driving an
+engine through injected faults."""
 
 from __future__ import annotations
 
@@ -70,3 +71,38 @@ def check_linear(stream, rng: np.random.Generator, dtype: str, m: int, n: int, k
     np.testing.assert_allclose(host(y, dtype)[:m], want, rtol=2 * ULP[dtype],
                                atol=2 * ULP[dtype])
     assert (cupy.asnumpy(y.view(np.uint16))[m:] == POISON[dtype]).all()
+
+
+def drive(engine, requests) -> int:
+    """Queue `requests` (arrivals counted from now) and step until they finish, carrying on
+    after each exception a step raises (RuntimeError, KeyboardInterrupt); how many raised."""
+    start = engine.steps
+    for r in requests:
+        r.arrival += start
+        engine.add(r)
+    faults = 0
+    while not engine.scheduler.idle:
+        try:
+            engine.step()
+        except (KeyboardInterrupt, RuntimeError):
+            faults += 1
+    engine.drain()
+    return faults
+
+
+def inject(monkeypatch, owner, name: str, at: int, after: bool, error: BaseException) -> dict:
+    """Make owner.name raise `error` at its `at`-th call, before or after doing its work;
+    returns the call counter ({"n": calls so far})."""
+    original, calls = getattr(owner, name), {"n": 0}
+
+    def wrapper(*args, **kw):
+        calls["n"] += 1
+        if calls["n"] == at and not after:
+            raise error
+        out = original(*args, **kw)
+        if calls["n"] == at:
+            raise error
+        return out
+
+    monkeypatch.setattr(owner, name, wrapper)
+    return calls

@@ -12,6 +12,7 @@ from rawgraph.model.config import preset
 from rawgraph.model.program import Model
 from rawgraph.model.weights import random_weights
 from rawgraph.ops import SamplingParams
+from tests.helpers import drive, inject
 
 pytestmark = pytest.mark.gpu
 CFG = preset("tiny")
@@ -44,26 +45,12 @@ def _idle(engine):
             and len(engine.scheduler._free_slots) == engine.model.max_batch)
 
 
-def _drive(engine, reqs):
-    """Run to the end, carrying on after each exception a step raises; how many raised."""
-    start = engine.steps
-    for r in reqs:
-        r.arrival += start
-        engine.add(r)
-    faults = 0
-    while not engine.scheduler.idle:
-        try:
-            engine.step()
-        except (KeyboardInterrupt, RuntimeError):
-            faults += 1
-    engine.drain()
-    return faults
 
 
 @pytest.fixture(scope="module")
 def want(engine):
     reqs = _requests()
-    assert _drive(engine, reqs) == 0
+    assert drive(engine, reqs) == 0
     return [(r.output, r.finish) for r in reqs]
 
 
@@ -71,22 +58,6 @@ class _Injected(RuntimeError):
     pass
 
 
-def _inject(monkeypatch, owner, name, at, after, error):
-    """Make owner.name raise `error` at its `at`-th call (before or after doing its work)."""
-    original = getattr(owner, name)
-    calls = {"n": 0}
-
-    def wrapper(*args, **kw):
-        calls["n"] += 1
-        if calls["n"] == at and not after:
-            raise error
-        out = original(*args, **kw)
-        if calls["n"] == at:
-            raise error
-        return out
-
-    monkeypatch.setattr(owner, name, wrapper)
-    return calls
 
 
 POINTS = [  # (what, attribute path from the engine, after its work)
@@ -108,15 +79,15 @@ POINTS = [  # (what, attribute path from the engine, after its work)
 def test_a_step_that_raises_is_rolled_back(engine, want, monkeypatch, what, path, after, at):
     error = KeyboardInterrupt() if at == 2 else _Injected(what)
     if path is None:
-        calls = _inject(monkeypatch, GraphExec, "launch", at, after, error)
+        calls = inject(monkeypatch, GraphExec, "launch", at, after, error)
     else:
         owner = engine
         for attr in path[:-1]:
             owner = getattr(owner, attr)
-        calls = _inject(monkeypatch, owner, path[-1], at, after, error)
+        calls = inject(monkeypatch, owner, path[-1], at, after, error)
     rollbacks = engine.stats.rollbacks
     reqs = _requests()
-    faults = _drive(engine, reqs)
+    faults = drive(engine, reqs)
     monkeypatch.undo()
     assert calls["n"] >= at and faults == 1 and engine.stats.rollbacks == rollbacks + 1
     assert [(r.output, r.finish) for r in reqs] == want

@@ -15,6 +15,7 @@ from rawgraph.engine.request import Request
 from rawgraph.engine.runner import IterStats
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.ops.sampling import SamplingParams
+from tests.helpers import drive, inject
 
 VOCAB = 97
 
@@ -120,42 +121,15 @@ def _idle(e):
             and e.scheduler._reserved == 0)
 
 
-def _drive(e, reqs):
-    start = e.steps
-    for r in reqs:
-        r.arrival += start
-        e.add(r)
-    faults = 0
-    while not e.scheduler.idle:
-        try:
-            e.step()
-        except (KeyboardInterrupt, RuntimeError):
-            faults += 1
-    e.drain()
-    return faults
 
 
 def _want(make):
     e = make()
     reqs = _requests()
-    assert _drive(e, reqs) == 0 and _idle(e)
+    assert drive(e, reqs) == 0 and _idle(e)
     return [(r.output, r.finish) for r in reqs]
 
 
-def _inject(monkeypatch, owner, name, at, after, error):
-    original, calls = getattr(owner, name), {"n": 0}
-
-    def wrapper(*args, **kw):
-        calls["n"] += 1
-        if calls["n"] == at and not after:
-            raise error
-        out = original(*args, **kw)
-        if calls["n"] == at:
-            raise error
-        return out
-
-    monkeypatch.setattr(owner, name, wrapper)
-    return calls
 
 
 POINTS = [("runner.launch", "runner", "launch", False),
@@ -176,9 +150,9 @@ def test_an_iteration_that_raises_is_rolled_back(make, monkeypatch, what, owner,
     target = {"runner": e.runner, "tables": e.model.kv.tables, "scheduler": e.scheduler,
               "engine": e}[owner]
     error = KeyboardInterrupt() if at % 2 == 0 else RuntimeError(what)
-    calls = _inject(monkeypatch, target, name, at, after, error)
+    calls = inject(monkeypatch, target, name, at, after, error)
     reqs = _requests()
-    faults = _drive(e, reqs)
+    faults = drive(e, reqs)
     assert calls["n"] >= at and faults == 1 and e.stats.rollbacks == 1
     assert [(r.output, r.finish) for r in reqs] == want
     assert _idle(e)
@@ -198,7 +172,7 @@ def test_every_other_launch_failing_loses_nothing(make, monkeypatch):
 
     monkeypatch.setattr(e.runner, "launch", flaky)
     reqs = _requests()
-    assert _drive(e, reqs) > 10
+    assert drive(e, reqs) > 10
     assert [(r.output, r.finish) for r in reqs] == want and _idle(e)
 
 
@@ -235,7 +209,7 @@ def test_an_abort_survives_a_rolled_back_step(make, monkeypatch):
     while not (reqs[0].decoding and len(reqs[0].output) >= 2):
         e.step()
     e.abort(reqs[0])
-    _inject(monkeypatch, e.runner, "collect", 1, False, KeyboardInterrupt())
+    inject(monkeypatch, e.runner, "collect", 1, False, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         e.step()
     assert reqs[0].finish == "" and reqs[0] in e.scheduler.running  # not yet: rolled back
