@@ -4,6 +4,7 @@ once (every such skip is raised here, so `pytest -ra` folds them into one line).
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -33,6 +34,13 @@ def stream():
     with s:
         yield s
     s.synchronize()
+
+
+@pytest.fixture
+def sanitizing() -> bool:
+    """True under tests/sanitize.py (it sets RAWGRAPH_SANITIZER to the tool): a test whose
+    size serves only its statistics runs smaller there, the same code on fewer rows."""
+    return bool(os.environ.get("RAWGRAPH_SANITIZER"))
 
 
 @pytest.fixture

@@ -1,5 +1,8 @@
 """tests/sanitize.py's summary of compute-sanitizer output (CPU)."""
 
+from pathlib import Path
+
+from tests import sanitize
 from tests.sanitize import summarize
 
 
@@ -15,3 +18,12 @@ def test_clean_runs_are_clean_and_errors_or_failures_are_not():
                          1)[0]
     assert summarize("initcheck", "Segmentation fault", -11) == (
         False, "initcheck  no summary; no pytest summary (crashed?)")
+
+
+def test_racecheck_filter_names_every_kernel_rawgraph_defines():
+    # the filter keeps racecheck on rawgraph's kernels: a kernel it missed would go unchecked
+    root = Path(__file__).resolve().parent.parent / "kernels_cu"
+    names = sanitize.rawgraph_kernels(root)
+    defined = sum(s.count("__global__") for s in (f.read_text() for f in root.glob("*.cu")))
+    assert len(names) == len(set(names)) == defined > 50
+    assert {"rmsnorm_f16", "gemv_bf16_n16_c4_u4", "sample_bf16"} <= set(names)
