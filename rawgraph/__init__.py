@@ -18,15 +18,30 @@ from rawgraph.cuda.device import available, info
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.launch import Launch
 from rawgraph.cuda.stream import new_stream
+from rawgraph.cuda.timing import device_us, host_us, wall_ms
+from rawgraph.engine.engine import Engine, EngineStats
+from rawgraph.engine.request import Request
+from rawgraph.engine.runner import Runner
 from rawgraph.graph.capture import Capture, CaptureAllocationError, CaptureError, capture
-from rawgraph.graph.exec import GraphExec, UpdateResult
-from rawgraph.graph.graph import Graph, Node
-from rawgraph.graph.verify import VerifyError
+from rawgraph.graph.draw import draw
+from rawgraph.graph.graph import Graph, GraphExec, Node, UpdateResult
+from rawgraph.graph.verify import VerifyError, verify
+from rawgraph.model.checkpoint import Checkpoint
+from rawgraph.model.checkpoint import load as load_checkpoint
+from rawgraph.model.config import PRESETS, LlamaConfig, preset
+from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.model.safetensors import CheckpointError
+from rawgraph.model.tokenizer import Tokenizer
+from rawgraph.model.weights import random_weights
+from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Pointer, Range, Sym, Symbols, cdiv, smax, smin
 
 __all__ = [
-    "Capture", "CaptureAllocationError", "CaptureError", "CompileError", "CudaError", "Graph",
-    "GraphExec", "Kernel", "Launch", "Node", "Pointer", "Range", "Sym", "Symbols",
-    "UpdateResult", "VerifyError", "available", "capture", "cdiv", "check", "info",
-    "new_stream", "ops", "smax", "smin",
+    "PRESETS", "Capture", "CaptureAllocationError", "CaptureError", "Checkpoint",
+    "CheckpointError", "CompileError", "CudaError", "Engine", "EngineStats", "Graph",
+    "GraphExec", "Kernel", "Launch", "LlamaConfig", "Model", "Node", "Pointer", "PrefillPiece",
+    "Range", "Request", "Runner", "SamplingParams", "Sym", "Symbols", "Tokenizer",
+    "UpdateResult", "VerifyError", "available", "capture", "cdiv", "check", "device_us",
+    "draw", "host_us", "info", "load_checkpoint", "new_stream", "ops", "preset",
+    "random_weights", "smax", "smin", "verify", "wall_ms",
 ]

@@ -13,8 +13,8 @@ import re
 import sys
 from typing import Any, NoReturn
 
+from rawgraph import demo
 from rawgraph.cuda.device import available, info
-from rawgraph.engine import demo
 from rawgraph.model.config import PRESETS
 from rawgraph.model.safetensors import CheckpointError
 

@@ -4,7 +4,7 @@ request checks, the demo script, bucket and chunk sizes, the tokenizer wrapper, 
 import numpy as np
 import pytest
 
-from rawgraph.engine.demo import script
+from rawgraph.demo import script
 from rawgraph.engine.request import Request
 from rawgraph.engine.runner import _sizes
 from rawgraph.engine.scheduler import Scheduler

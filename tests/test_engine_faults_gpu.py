@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rawgraph.engine import Engine, Request
-from rawgraph.graph.exec import GraphExec
+from rawgraph.graph.graph import GraphExec
 from rawgraph.model.config import preset
 from rawgraph.model.program import Model
 from rawgraph.model.weights import random_weights

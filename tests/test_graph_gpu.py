@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rawgraph import capture
+from rawgraph import capture, verify
 from rawgraph.graph.capture import capture_status
 from rawgraph.ops.elementwise import ADD
 from tests.layer import DIM, buffers, layer, snapshot
@@ -29,7 +29,7 @@ def test_replay_equals_eager_over_many_replays(stream, rng):
             stream.synchronize()
             for got, want in zip(snapshot(b.outputs()), eager):
                 np.testing.assert_array_equal(got, want)
-        ex.verify(b.all(), stream)
+        verify(ex, b.all(), stream)
 
 
 def test_nodes_are_inspectable(stream, rng):

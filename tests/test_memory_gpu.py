@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from rawgraph import CaptureAllocationError, capture, ops
+from rawgraph.graph.ledger import Ledger, graph_pool, trim_graph_pool
 from rawgraph.memory.arena import Arena
 from rawgraph.memory.layout import ArenaFullError
-from rawgraph.memory.ledger import Ledger, graph_pool, trim_graph_pool
 from rawgraph.memory.scratch import Scratch, ScratchBusyError
 from tests.helpers import poisoned, randn
 

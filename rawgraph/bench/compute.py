@@ -16,8 +16,9 @@ import cupy
 import numpy as np
 
 from rawgraph import ops
-from rawgraph.bench.kernels import SHAPES
-from rawgraph.bench.timing import device_us
+from rawgraph.bench.shapes import SHAPES
+from rawgraph.cuda.timing import device_us
+from rawgraph.memory.paged import PagedKVCache
 
 Row = Callable[..., None]
 F16 = np.float16
@@ -67,8 +68,6 @@ def gemm(row: Row, s: Any) -> None:
 
 def prefill_attention(row: Row, s: Any) -> None:
     """Causal prefill of one sequence at LLaMA head shapes (32 query / 8 kv heads)."""
-    from rawgraph.memory.paged import PagedKVCache
-
     for d in (64, 128):
         for n in (1024, 4096, 8192):
             bs = 16

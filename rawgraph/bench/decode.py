@@ -20,8 +20,10 @@ from typing import Any
 import cupy
 
 from rawgraph.bench.kernels import copy_gbps
-from rawgraph.bench.timing import device_us
+from rawgraph.bench.profile import per_kernel
 from rawgraph.cuda.stream import new_stream
+from rawgraph.cuda.timing import device_us
+from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
 from rawgraph.model.program import Model, PrefillPiece
@@ -104,8 +106,6 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
     """Generating LOOP_STEPS tokens: host-driven graph steps (tokens back to the host after
     each) vs one WHILE-node launch, each with and without programmatic dependent launch
     (tokens compared: all four must agree)."""
-    from rawgraph.engine.loop import DecodeLoop
-
     out = []
     for batch in (1, 32):
         row: dict[str, Any] = {"preset": name, "B": f"{batch} x {LOOP_STEPS} tokens",
@@ -307,8 +307,6 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
 
 def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dict[str, Any]]:
     """Per-kernel GPU time of one decode graph (rawgraph.bench.profile)."""
-    from rawgraph.bench.profile import per_kernel
-
     model = Model(preset(name), None, max_batch=batch, max_context=ctx + 64, max_chunk=64,
                   max_chunk_seqs=1)
     runner = Runner(model, graphs=True, buckets=[batch], chunks=[64])

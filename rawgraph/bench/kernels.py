@@ -22,22 +22,20 @@ import cupy
 import numpy as np
 
 from rawgraph import ops
-from rawgraph.bench.timing import device_us
+from rawgraph.bench import compute
+from rawgraph.bench.shapes import SHAPES
 from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.launch import programmatic
 from rawgraph.cuda.stream import new_stream
+from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
+from rawgraph.memory.paged import PagedKVCache
 from rawgraph.ops import shapes
+from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import takes_skinny
 
 # [out, in] weight shapes of one decoder layer and the LM head
-SHAPES = {
-    "llama-1b": {"qkv": (3072, 2048), "o": (2048, 2048), "gate_up": (16384, 2048),
-                 "down": (2048, 8192), "lm_head": (128256, 2048)},
-    "llama-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096),
-                 "down": (4096, 14336), "lm_head": (128256, 4096)},
-}
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
 F16 = np.float16
 
@@ -125,9 +123,6 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
 
 def _attention(rows: list, row: Callable, s: Any) -> None:
     """Decode attention at LLaMA-1B (32/8 heads of 64) and 8B (32/8 of 128) shapes."""
-    from rawgraph.memory.paged import PagedKVCache
-    from rawgraph.ops.attention import default_splits
-
     for model, d in (("llama-1b", 64), ("llama-8b", 128)):
         for batch, ctx in ((1, 4096), (8, 4096), (32, 4096), (8, 16384), (64, 4096)):
             splits = default_splits(batch, 8, "float16", d)  # as the engine splits
@@ -168,8 +163,6 @@ PARTS = ("gemv", "attention", "elementwise", "gemm", "prefill", "sample")
 
 def run(only: str = "") -> list[dict[str, Any]]:
     """Measure; returns result rows. `only`: comma-separated parts of PARTS (default all)."""
-    from rawgraph.bench import compute
-
     parts = set(only.split(",")) if only else set(PARTS)
     if parts - set(PARTS):
         raise ValueError(f"unknown parts {sorted(parts - set(PARTS))}; choose from {PARTS}")

@@ -21,10 +21,10 @@ import cupy
 import numpy as np
 
 from rawgraph import ops
-from rawgraph.bench.timing import device_us, host_us
 from rawgraph.cuda.stream import new_stream
+from rawgraph.cuda.timing import device_us, host_us
 from rawgraph.graph.capture import capture
-from rawgraph.memory.ledger import Ledger, graph_pool, trim_graph_pool
+from rawgraph.graph.ledger import Ledger, graph_pool, trim_graph_pool
 from rawgraph.memory.paged import PagedKVCache
 from rawgraph.memory.scratch import Scratch
 

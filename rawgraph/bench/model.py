@@ -13,8 +13,8 @@ from typing import Any
 import cupy
 
 from rawgraph.bench.kernels import copy_gbps
-from rawgraph.bench.timing import device_us
 from rawgraph.cuda.stream import new_stream
+from rawgraph.cuda.timing import device_us
 from rawgraph.model.config import preset
 from rawgraph.model.program import Model, PrefillPiece
 

@@ -19,9 +19,9 @@ import numpy as np
 from cuda.bindings import driver
 
 from rawgraph import ops
-from rawgraph.bench.timing import device_us, host_us, wall_ms
 from rawgraph.cuda.launch import Launch
 from rawgraph.cuda.stream import new_stream
+from rawgraph.cuda.timing import device_us, host_us, wall_ms
 from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import Graph
 from rawgraph.ops.elementwise import ADD, ADD_BLOCK

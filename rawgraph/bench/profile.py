@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from rawgraph.bench.timing import device_us
+from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
-from rawgraph.graph.exec import GraphExec
+from rawgraph.graph.graph import GraphExec
 
 
 def per_kernel(ex: GraphExec, stream: Any, reps: int = 10) -> list[dict[str, Any]]:

@@ -13,17 +13,27 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cuda.bindings import driver
 
 from rawgraph.cuda.check import CudaError
-from rawgraph.cuda.signature import ArgPack, convert_value, int_bounds
+from rawgraph.cuda.signature import ArgPack, Signature, convert_value, int_bounds
 from rawgraph.cuda.stream import stream_handle
 from rawgraph.symbols import Expr, Symbols
 
-if TYPE_CHECKING:
-    from rawgraph.cuda.kernel import Kernel
+
+class Launchable(Protocol):
+    """What a launch needs of a kernel (`rawgraph.cuda.kernel.Kernel` is the one there is):
+    launches sit below kernels, which launch through them."""
+
+    name: str
+    sig: Signature
+
+    @property
+    def function(self) -> driver.CUfunction: ...
+
+    def allow_shared_memory(self, nbytes: int) -> None: ...
 
 Dims = tuple[int, int, int]
 _GRID_MAX = (2**31 - 1, 65535, 65535)
@@ -74,7 +84,7 @@ def _check_dims(d: tuple, limits: Dims, what: str, kernel: str) -> Dims:
     return d  # type: ignore[return-value]
 
 
-def _geometry(kernel: Kernel, grid: Any, block: Any, smem: Any) -> tuple[Dims, Dims]:
+def _geometry(kernel: Launchable, grid: Any, block: Any, smem: Any) -> tuple[Dims, Dims]:
     name = kernel.name
     block = _check_dims(_as_dims(block, "block"), _BLOCK_MAX, "block", name)
     if block[0] * block[1] * block[2] > 1024:
@@ -91,7 +101,7 @@ def _pdl_attrs() -> list:
     return [attr]
 
 
-def launch_now(kernel: Kernel, grid: Any, block: Any, args: tuple, stream: Any = None, *,
+def launch_now(kernel: Launchable, grid: Any, block: Any, args: tuple, stream: Any = None, *,
                smem: int = 0, pdl: bool = False) -> None:
     """Launch with concrete values and keep no record (the eager fast path).
 
@@ -132,7 +142,7 @@ def _render(t: Any, ref: Callable[[str], str] | None = None) -> str:
 class Launch:
     """One launch of one kernel: grid, block, shared memory, arguments, PDL flag."""
 
-    def __init__(self, kernel: Kernel, grid: Any, block: Any, args: tuple, *, smem: int = 0,
+    def __init__(self, kernel: Launchable, grid: Any, block: Any, args: tuple, *, smem: int = 0,
                  pdl: bool = False, symbols: Symbols | None = None):
         name = kernel.name
         self.kernel = kernel

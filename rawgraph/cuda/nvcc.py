@@ -14,6 +14,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuda.bindings import nvrtc
+
+from rawgraph.cuda.check import check
 from rawgraph.cuda.kernel import ARCH_SPECIFIC, KERNELS_DIR
 
 _FUNC = re.compile(r"Compiling entry function '(\w+)'")
@@ -134,10 +137,6 @@ def _target(path: Path, arch: str) -> str:
 
 
 def _nvrtc(path: Path, arch: str) -> tuple[bool, str, str]:
-    from cuda.bindings import nvrtc
-
-    from rawgraph.cuda.check import check
-
     arch = _target(path, arch)
     opts = [b"-std=c++17", f"-I{KERNELS_DIR}".encode(), f"--gpu-architecture={arch}".encode()]
     inc = cuda_include()

@@ -9,9 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rawgraph.graph.exec import GraphExec
-from rawgraph.graph.graph import Graph
-from rawgraph.memory.ledger import free_bytes
+from rawgraph.graph.graph import Graph, GraphExec
+from rawgraph.graph.ledger import free_bytes
 
 
 @dataclass

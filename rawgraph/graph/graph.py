@@ -1,4 +1,5 @@
-"""Graph: owns a cudaGraph_t; its nodes, edges, a readable table and a DOT picture."""
+"""Graph: owns a cudaGraph_t; its nodes, edges, a readable table and a DOT picture.
+GraphExec: an instantiated graph; launch, upload, patch in place, ExecUpdate."""
 
 from __future__ import annotations
 
@@ -6,17 +7,17 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cuda.bindings import driver
 
-from rawgraph.cuda.check import check
+from rawgraph.cuda.check import CudaError, check
 from rawgraph.cuda.kernel import kernel_for_handle
 from rawgraph.cuda.launch import Launch
 from rawgraph.cuda.signature import decode
-
-if TYPE_CHECKING:
-    from rawgraph.graph.exec import GraphExec
+from rawgraph.cuda.stream import stream_handle
+from rawgraph.graph.plan import PatchPlan
+from rawgraph.graph.program import Program, compile_program
 
 _KERNEL = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
 
@@ -140,8 +141,6 @@ class Graph:
     # ---- lifetime ---------------------------------------------------------------------
     def instantiate(self, upload_stream: Any = None) -> GraphExec:
         """An executable graph (uploaded to the device when `upload_stream` is given)."""
-        from rawgraph.graph.exec import GraphExec
-
         return GraphExec(self, upload_stream=upload_stream)
 
     def _alive(self) -> None:
@@ -156,6 +155,173 @@ class Graph:
             self.handle = None
 
     def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_UPDATE_REASONS = {
+    "CU_GRAPH_EXEC_UPDATE_ERROR": "the update failed for an unlisted reason",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED": "the graph's topology changed "
+                                                   "(nodes or edges added, removed or reordered)",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED": "a node's type changed",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED": "a kernel node's function changed",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED": "a node's parameters changed in a way "
+                                                     "that cannot be updated",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED": "a node's type or configuration is not "
+                                                "supported by update",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE": "a kernel's function changed in "
+                                                              "an unsupported way",
+    "CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED": "a node's attributes changed",
+}
+
+
+def _explain(old: Graph, new: Graph, info: Any) -> str:
+    """Why cudaGraphExecUpdate refused `new`: from the driver's result info when the binding
+    returns it (it does not on failure), else by comparing the two graphs the same way."""
+    if info is not None and int(info.result) != 0:
+        reason = _UPDATE_REASONS.get(info.result.name, info.result.name)
+        bad = next((n for n in new.nodes if int(n.handle) == int(info.errorNode or 0)), None)
+        return reason + (f" (at node {bad.index}: {bad.describe()})" if bad else "")
+    a, b = old.nodes, new.nodes
+    if len(a) != len(b) or old.edges != new.edges:
+        return (f"{_UPDATE_REASONS['CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED']}: "
+                f"{len(a)} nodes/{len(old.edges)} edges before, {len(b)}/{len(new.edges)} now")
+    for x, y in zip(a, b):
+        if x.type != y.type:
+            return f"node {x.index}'s type changed ({x.type} -> {y.type})"
+        if x.kernel != y.kernel:
+            return f"node {x.index}'s kernel changed ({x.kernel} -> {y.kernel})"
+    return _UPDATE_REASONS["CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED"]
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """How `GraphExec.update` went: in place, or re-instantiated with the reason."""
+
+    in_place: bool
+    reason: str = ""
+
+
+class GraphExec:
+    """An executable graph, patchable through the symbols its launches were captured with."""
+
+    def __init__(self, graph: Graph, upload_stream: Any = None):
+        self._instantiate(graph)
+        self.patched_total = 0  # nodes patched over this executable's life
+        self.patched_last = 0   # nodes patched by the last set()
+        if upload_stream is not None:
+            self.upload(upload_stream)
+
+    # ---- running ----------------------------------------------------------------------
+    def launch(self, stream: Any = None) -> None:
+        """Launch the whole graph on `stream`: one host call."""
+        err, = driver.cuGraphLaunch(self.handle, driver.CUstream(stream_handle(stream)))
+        if err:
+            raise CudaError(err, f"launch graph {self.graph.name!r}")
+
+    def upload(self, stream: Any = None) -> None:
+        """Upload the executable to the device ahead of the first launch."""
+        check(driver.cuGraphUpload(self.handle, driver.CUstream(stream_handle(stream))),
+              f"upload graph {self.graph.name!r}")
+
+    # ---- patching ---------------------------------------------------------------------
+    @property
+    def symbols(self) -> dict[str, int]:
+        """The symbol values the executable currently computes with."""
+        return dict(self.plan.env)
+
+    def set(self, **values: Any) -> int:
+        """Set symbols; patch in place only the nodes whose grid or arguments change.
+
+        Returns the number of nodes patched. Unknown symbols, wrong types and values outside
+        the declared ranges raise before anything is patched.
+        """
+        key = tuple(values)
+        prog = self._programs.get(key)
+        if prog is None:
+            driver_call = (self.handle, self._node_params, driver.cuGraphExecKernelNodeSetParams)
+            prog = self._programs[key] = (compile_program(self.plan, key, driver_call)
+                                          or self.plan.apply)
+        n = prog(values, self._set_node)
+        self.patched_last = n
+        self.patched_total += n
+        return n
+
+    def _instantiate(self, graph: Graph) -> None:
+        graph._alive()
+        self.handle = check(driver.cuGraphInstantiate(graph.handle, 0),
+                            f"instantiate graph {graph.name!r}")
+        self.graph = graph
+        graph._execs += 1  # the graph stays alive while executables made from it are open
+        self._use(PatchPlan(graph.records))
+
+    def _use(self, plan: PatchPlan) -> None:
+        self.plan = plan
+        self._programs: dict[tuple[str, ...], Program] = {}  # compiled set() per symbol names
+
+    @staticmethod
+    def _node_params(L: Launch) -> driver.CUDA_KERNEL_NODE_PARAMS:
+        """The driver params struct of L's node; its kernelParams point at L's storage."""
+        p = L.node_params
+        if p is None:
+            p = L.node_params = driver.CUDA_KERNEL_NODE_PARAMS()
+            p.func = L.kernel.function
+            p.kernelParams = L.pack.address
+            p.extra = 0
+            p.blockDimX, p.blockDimY, p.blockDimZ = L.block
+            p.sharedMemBytes = L.smem
+            L.node_grid = None
+        return p
+
+    def _set_node(self, node: Any, L: Launch) -> None:
+        """Patch one node from L's current values (the generic path and rollbacks)."""
+        p = self._node_params(L)
+        if L.grid != L.node_grid:  # most patches change arguments only
+            p.gridDimX, p.gridDimY, p.gridDimZ = L.node_grid = L.grid
+        err, = driver.cuGraphExecKernelNodeSetParams(self.handle, node, p)
+        if err:
+            raise CudaError(err, f"patch {L.kernel.name} in graph {self.graph.name!r}")
+
+    def launches(self) -> list[Launch]:
+        """Every captured launch in order, with the values this executable uses now."""
+        return self.plan.launches(self.graph.records)
+
+    # ---- whole-graph update -----------------------------------------------------------
+    def update(self, graph: Graph) -> UpdateResult:
+        """Take `graph`'s parameters: cudaGraphExecUpdate, else re-instantiate from `graph`.
+
+        Patchable nodes afterwards follow `graph`'s launches (matched to this executable's
+        nodes by position).
+        """
+        graph._alive()
+        err, info = driver.cuGraphExecUpdate(self.handle, graph.handle)
+        if err == driver.CUresult.CUDA_SUCCESS:
+            by_pos = {int(n.handle): i for i, n in enumerate(graph.nodes)}
+            mine = self.graph.nodes
+            self._use(PatchPlan([(mine[by_pos[int(node)]].handle, L)
+                                 for node, L in graph.records]))
+            return UpdateResult(True)
+        reason = _explain(self.graph, graph, info)
+        self._close_handle()
+        self._instantiate(graph)
+        return UpdateResult(False, reason)
+
+    # ---- lifetime ---------------------------------------------------------------------
+    def _close_handle(self) -> None:
+        check(driver.cuGraphExecDestroy(self.handle), "destroy executable graph")
+        self.handle = None
+        self.graph._execs -= 1
+        if self.graph._closed:
+            self.graph.close()
+
+    def close(self) -> None:
+        """Destroy the executable graph."""
+        if self.handle is not None:
+            self._close_handle()
+
+    def __enter__(self) -> GraphExec:
         return self
 
     def __exit__(self, *exc: object) -> None:

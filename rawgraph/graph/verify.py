@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cupy
 
 from rawgraph.cuda.stream import cupy_stream
-
-if TYPE_CHECKING:
-    from rawgraph.graph.exec import GraphExec
+from rawgraph.graph.graph import GraphExec
 
 
 class VerifyError(AssertionError):

@@ -1,1 +1,13 @@
-"""The LLaMA-architecture decoder: configuration, checkpoints, and a NumPy reference."""
+"""The LLaMA-architecture decoder: configuration, checkpoints, the model on the GPU, and a
+NumPy reference."""
+
+from rawgraph.model import reference
+from rawgraph.model.checkpoint import Checkpoint, load, save
+from rawgraph.model.config import PRESETS, LlamaConfig, preset
+from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.model.safetensors import CheckpointError
+from rawgraph.model.tokenizer import Tokenizer
+from rawgraph.model.weights import random_weights
+
+__all__ = ["PRESETS", "Checkpoint", "CheckpointError", "LlamaConfig", "Model", "PrefillPiece",
+           "Tokenizer", "load", "preset", "random_weights", "reference", "save"]

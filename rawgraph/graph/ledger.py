@@ -15,8 +15,7 @@ from cuda.bindings import driver, runtime
 from rawgraph.cuda.check import check
 from rawgraph.cuda.device import ensure_context
 from rawgraph.cuda.stream import cupy_stream
-from rawgraph.graph.exec import GraphExec
-from rawgraph.graph.graph import Graph
+from rawgraph.graph.graph import Graph, GraphExec
 
 _ATTRS = {
     "used": driver.CUgraphMem_attribute.CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT,
