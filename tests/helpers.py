@@ -11,6 +11,7 @@ from rawgraph.dtypes import storage_dtype, to_float32, to_storage
 
 POISON = {"float16": 0x7E00, "bfloat16": 0x7FC1}  # NaN bit patterns no kernel writes
 ULP = {"float16": 2.0**-10, "bfloat16": 2.0**-7}  # one unit in the last place at 1.0
+DTYPES = ("float16", "bfloat16")  # the storage types every kernel takes
 
 
 def randn(rng: np.random.Generator, shape: tuple, dtype: str, scale: float = 1.0):
@@ -22,6 +23,16 @@ def randn(rng: np.random.Generator, shape: tuple, dtype: str, scale: float = 1.0
 def poisoned(shape: tuple, dtype: str):
     """A device array filled with a NaN pattern: unwritten elements stay visible."""
     return cupy.full(shape, POISON[dtype], dtype=np.uint16).view(storage_dtype(dtype))
+
+
+def bits(arr) -> np.ndarray:
+    """A 16-bit device array's raw bits on the host (bit-for-bit comparisons)."""
+    return cupy.asnumpy(arr.view(np.uint16))
+
+
+def unwritten(arr, dtype: str) -> np.ndarray:
+    """Where a poisoned array still holds the poison (what no kernel wrote)."""
+    return bits(arr) == POISON[dtype]
 
 
 def host(arr, dtype: str) -> np.ndarray:

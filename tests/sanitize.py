@@ -5,8 +5,8 @@ compute-sanitizer's four tools, and print one summary line per tool.
                               [--logs DIR] [-- extra pytest arguments]
 
 Each tool runs pytest over KERNEL_TESTS (every op family against its NumPy reference, the
-stream-ordering test, and tests/test_replay_gpu.py: a decode graph and a prefill chunk graph
-replayed), one process per tool and test file (`--shard`), as many side by side as `--jobs`
+stream-ordering test, and tests/model/test_replay_gpu.py: a decode graph and a prefill chunk
+graph replayed), one process per tool and test file (`--shard`), as many side by side as `--jobs`
 (each log ends with its slowest tests). racecheck checks rawgraph's kernels only. Exit status
 0 only when every tool reports 0 errors (racecheck: 0 hazards) and every test passes under
 each.
@@ -25,9 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-KERNEL_TESTS = ("test_ops_gpu.py", "test_ops2_gpu.py", "test_attention_gpu.py",
-                "test_prefill_gpu.py", "test_sample_gpu.py", "test_rope_append_gpu.py",
-                "test_ordering_gpu.py", "test_replay_gpu.py")
+KERNEL_TESTS = ("cuda/test_kernels_gpu.py", "ops/test_elementwise_gpu.py", "ops/test_norm_gpu.py",
+                "ops/test_rope_gpu.py", "ops/test_linear_gpu.py", "ops/test_gemm_gpu.py",
+                "ops/test_decode_attention_gpu.py", "ops/test_prefill_attention_gpu.py",
+                "ops/test_qkv_gpu.py", "ops/test_sample_gpu.py", "ops/test_ordering_gpu.py",
+                "memory/test_paged_gpu.py", "cuda/test_stream_read_gpu.py",
+                "model/test_replay_gpu.py")
 _ERRORS = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
 _HAZARDS = re.compile(r"=+ RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, "
                       r"(\d+) warnings?\)")

@@ -14,7 +14,7 @@ def test_info_runs_anywhere(capsys):
 
 
 def test_check_kernels_reports(capsys, monkeypatch):
-    # the compiles themselves are tests/test_nvcc.py's (once per file); here the command
+    # the compiles themselves are tests/cuda/test_nvcc.py's (once per file); here the command
     from rawgraph.cuda import nvcc
 
     ok = nvcc.Report(Path("a.cu"), 0, "", {"k": 40}, {"k": 0})

@@ -1,4 +1,5 @@
-"""RoPE fused into the KV-cache append (rope_append) against rope then kv_append."""
+"""The QKV path: RoPE fused into the KV-cache append (rope_append) against rope then kv_append,
+qkv_rope against linear then rope_append, and fused QKV views read and written in place."""
 
 import cupy
 import numpy as np
@@ -8,14 +9,18 @@ from cupy.lib.stride_tricks import as_strided
 from rawgraph import ops
 from rawgraph.ops import reference as ref
 from rawgraph.ops.linear import path as linear_path
-from tests.helpers import POISON, ULP, host, paged_cache, poisoned, randn
+from tests.helpers import (
+    DTYPES,
+    POISON,
+    ULP,
+    bits,
+    host,
+    paged_cache,
+    poisoned,
+    randn,
+)
 
 pytestmark = pytest.mark.gpu
-DTYPES = ["float16", "bfloat16"]
-
-
-def _bits(a) -> np.ndarray:
-    return cupy.asnumpy(a.view(np.uint16))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -35,18 +40,18 @@ def test_rope_append_equals_rope_then_append(stream, rng, dtype, q_heads, kv_hea
         return q, a[:, q_heads * d:(q_heads + kv_heads) * d], a[:, (q_heads + kv_heads) * d:]
 
     (q, k, v), (q2, k2, v2) = views(qkv), views(qkv2)
-    k_before = _bits(k)
+    k_before = bits(k)
     cupy.cuda.Device().synchronize()
     ops.rope_append(q, k, v, cache[0], cache[1], tables, slots, pos, f, stream=stream)
     k2h = as_strided(k2, (n, kv_heads, d), (k2.strides[0], d * k2.itemsize, k2.itemsize))
     ops.rope(q2, k2h, pos, f, stream=stream)
     ops.kv_append(k2, v2, cache[2], cache[3], tables, slots, pos, stream=stream)
     stream.synchronize()
-    np.testing.assert_array_equal(_bits(q), _bits(q2))
-    np.testing.assert_array_equal(_bits(cache[0]), _bits(cache[2]))
-    np.testing.assert_array_equal(_bits(cache[1]), _bits(cache[3]))
-    np.testing.assert_array_equal(_bits(k), k_before)  # k itself is not rotated
-    assert (_bits(cache[0]) != POISON[dtype]).any()
+    np.testing.assert_array_equal(bits(q), bits(q2))
+    np.testing.assert_array_equal(bits(cache[0]), bits(cache[2]))
+    np.testing.assert_array_equal(bits(cache[1]), bits(cache[3]))
+    np.testing.assert_array_equal(bits(k), k_before)  # k itself is not rotated
+    assert (bits(cache[0]) != POISON[dtype]).any()
 
 
 def test_rope_append_rejects_bad_input(rng):
@@ -98,11 +103,11 @@ def test_qkv_rope_equals_linear_then_rope_append(stream, rng, dtype, m, q_heads,
     ops.rope_append(q2, k2, v2, cache[2], cache[3], tables, slots, positions, f, m,
                     stream=stream)
     stream.synchronize()
-    np.testing.assert_array_equal(_bits(qkv), _bits(qkv2))
-    np.testing.assert_array_equal(_bits(cache[0]), _bits(cache[2]))
-    np.testing.assert_array_equal(_bits(cache[1]), _bits(cache[3]))
-    assert (_bits(qkv)[m:] == POISON[dtype]).all()
-    assert (_bits(cache[0]) != POISON[dtype]).any()
+    np.testing.assert_array_equal(bits(qkv), bits(qkv2))
+    np.testing.assert_array_equal(bits(cache[0]), bits(cache[2]))
+    np.testing.assert_array_equal(bits(cache[1]), bits(cache[3]))
+    assert (bits(qkv)[m:] == POISON[dtype]).all()
+    assert (bits(cache[0]) != POISON[dtype]).any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -135,12 +140,12 @@ def test_qkv_rope_of_normalized_x(stream, rng, dtype, m, q_heads, kv_heads, d, k
     got, tol = host(qkv, dtype), 4 * ULP[dtype]
     np.testing.assert_allclose(got[:m, :q_heads * d], q.reshape(m, -1), rtol=tol, atol=tol)
     np.testing.assert_allclose(got[:m, q_heads * d:], proj[:, q_heads * d:], rtol=tol, atol=tol)
-    assert (_bits(qkv)[m:] == POISON[dtype]).all()
+    assert (bits(qkv)[m:] == POISON[dtype]).all()
     kc, vc = host(cache[0], dtype), host(cache[1], dtype)
     np.testing.assert_allclose(kc[np.arange(m), pos[:m]], kr.reshape(m, -1), rtol=tol, atol=tol)
     np.testing.assert_allclose(vc[np.arange(m), pos[:m]], proj[:, -kv:], rtol=tol, atol=tol)
     gemv = linear_path(m, width) == "gemv"
-    assert (_bits(normed) == POISON[dtype]).all() == gemv
+    assert (bits(normed) == POISON[dtype]).all() == gemv
 
 
 def test_qkv_views_and_qkv_rope_reject_bad_input(rng):
@@ -166,3 +171,58 @@ def test_qkv_views_and_qkv_rope_reject_bad_input(rng):
         ops.qkv_rope(cupy.zeros((40, 64), np.float16), w, cupy.zeros((40, 12 * 64), np.float16),
                      kv.k[0], kv.v[0], kv.block_tables, cupy.zeros(40, np.int32),
                      cupy.zeros(40, np.int32), f, heads=8, head_dim=64, norm_eps=1e-5)
+
+
+def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
+    """rope, kv_append and both attentions take strided row views of one (n, q + 2 kv)
+    projection output, and give what they give on contiguous copies."""
+    from cupy.lib.stride_tricks import as_strided
+
+    from rawgraph.memory.paged import PagedKVCache
+
+    n, H, KV, D = 24, 8, 2, 64
+    width = (H + 2 * KV) * D
+    qkv, _ = randn(rng, (n, width), "float16")
+    item = qkv.itemsize
+    q = as_strided(qkv, (n, H, D), (width * item, D * item, item))
+    kf = qkv[:, H * D:(H + KV) * D]
+    k = as_strided(kf, (n, KV, D), (width * item, D * item, item))
+    v = qkv[:, (H + KV) * D:]
+    qc, kc, vc = q.copy(), k.copy(), cupy.ascontiguousarray(v)
+    pos = cupy.arange(n, dtype=np.int32)
+    f = cupy.asarray(ops.inv_freq(D))
+    ops.rope(q, k, pos, f, stream=stream)
+    ops.rope(qc, kc, pos, f, stream=stream)
+    stream.synchronize()
+    assert (q == qc).all() and (k == kc).all()
+    caches = []
+    for k_new, v_new in ((kf, v), (kc.reshape(n, KV * D), vc)):
+        kv = PagedKVCache(layers=1, kv_heads=KV, head_dim=D, block_size=16, num_blocks=8,
+                          max_seqs=1, max_blocks_per_seq=8)
+        kv.tables.add(0)
+        kv.tables.append(0, n)
+        kv.sync(stream)
+        slots = cupy.zeros(n, np.int32)
+        ops.kv_append(k_new, v_new, kv.k[0], kv.v[0], kv.block_tables, slots, pos,
+                      stream=stream)
+        caches.append(kv)
+    stream.synchronize()
+    a, b = caches
+    for cache in ("k", "v"):  # blocks 0 and 1 hold the 24 tokens (16 + 8)
+        x, y = getattr(a, cache)[0], getattr(b, cache)[0]
+        assert (x[0] == y[0]).all() and (x[1, :8] == y[1, :8]).all(), cache
+    outs = []
+    for qq in (q, qc):
+        out = cupy.zeros((n, H, D), np.float16)
+        ops.prefill_attention(qq, a.k[0], a.v[0], a.block_tables, a.seq_lens,
+                              cupy.array([0, n], np.int32), cupy.zeros(1, np.int32), out, n,
+                              stream=stream)
+        dec = cupy.zeros((1, H, D), np.float16)
+        ws = cupy.zeros(ops.workspace_floats(1, H, D, 3), np.float32)
+        ops.decode_attention(qq[n - 1:], a.k[0], a.v[0], a.block_tables, a.seq_lens,
+                             cupy.zeros(1, np.int32), dec, ws, n, splits=3, stream=stream)
+        outs.append((out, dec))
+    stream.synchronize()
+    assert (outs[0][0] == outs[1][0]).all() and (outs[0][1] == outs[1][1]).all()
+    # the decode kernel agrees with the prefill kernel's last row (P rounded to fp16 there)
+    np.testing.assert_allclose(outs[0][1][0].get(), outs[0][0][n - 1].get(), atol=4e-3)

@@ -1,6 +1,5 @@
-"""Prefill kernels against float64 references: the tensor-core GEMMs, wgmma and mma.sync (odd
-shapes, residual, symbolic rows), and causal attention over the paged cache (GQA, varlen,
-chunked)."""
+"""Causal prefill attention over the paged cache against a float64 reference: GQA, varlen,
+chunked, random lengths, the grid patched in a graph, refused input."""
 
 import cupy
 import numpy as np
@@ -10,72 +9,13 @@ from hypothesis import strategies as st
 
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
-from tests.helpers import POISON, ULP, check_linear, host, paged_cache, poisoned, randn
+from tests.helpers import DTYPES, POISON, host, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
-DTYPES = ["float16", "bfloat16"]
+
+
 # attention: fp32 softmax, P rounded to the storage type before P V (as FlashAttention does)
 ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
-
-
-@pytest.fixture(params=["wgmma", "mma.sync"])
-def gemm_path(request, monkeypatch):
-    """Both GEMMs: Hopper's wgmma kernel, and the mma.sync one other GPUs take."""
-    import importlib
-
-    from rawgraph.cuda.device import compute_capability
-
-    linear = importlib.import_module("rawgraph.ops.linear")  # the module, not ops.linear
-
-    wgmma = request.param == "wgmma"
-    if wgmma and compute_capability() != (9, 0):
-        pytest.skip("wgmma needs compute capability 9.0")
-    monkeypatch.setattr(linear, "hopper", lambda: wgmma)
-    return request.param
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("m", "n", "k"), [(65, 64, 64), (128, 128, 32), (300, 2048, 2048),
-                                           (512, 3072, 2048), (129, 130, 200), (1000, 258, 72),
-                                           (700, 3000, 1000), (1024, 384, 4096),
-                                           # the Hopper GEMM's tile groups of 8 row tiles:
-                                           # 14 row tiles of 128 x 128, 33 of 128 x 256
-                                           (1669, 1000, 64), (4100, 520, 136)])
-@pytest.mark.parametrize("fused", [False, True])
-def test_gemm(stream, rng, gemm_path, dtype, m, n, k, fused):
-    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(m=st.integers(65, 400), n=st.integers(1, 200).map(lambda v: 2 * v),
-       k=st.integers(1, 80).map(lambda v: 8 * v), dtype=st.sampled_from(DTYPES),
-       fused=st.booleans())
-def test_gemm_ragged_shapes(m, n, k, dtype, fused):
-    stream = cupy.cuda.Stream(non_blocking=True)
-    check_linear(stream, np.random.default_rng(m * n + k), dtype, m, n, k, fused, rows=m)
-
-
-def test_gemm_rows_patched_in_a_graph(stream, rng):
-    x, xh = randn(rng, (512, 256), "bfloat16")
-    w, wh = randn(rng, (384, 256), "bfloat16", 1 / 16)
-    y = cupy.zeros((512, 384), np.uint16)
-    S = Symbols(m=Range(17, 512))
-    S.set(m=512)
-    cupy.cuda.Device().synchronize()
-    with capture(stream) as cap:
-        ops.linear(x, w, y, m=S.m, stream=stream, symbols=S)
-    with cap.graph as g, g.instantiate() as ex:
-        for m in (100, 37, 512, 100):
-            y.fill(0)
-            stream.synchronize()
-            ex.set(m=m)
-            ex.launch(stream)
-            ex.launch(stream)
-            stream.synchronize()
-            got = host(y, "bfloat16")
-            np.testing.assert_allclose(got[:m], ref.linear(xh[:m], wh, "bfloat16"),
-                                       rtol=2 * ULP["bfloat16"], atol=2 * ULP["bfloat16"])
-            assert not got[m:].any()
 
 
 def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs):

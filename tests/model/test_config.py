@@ -187,3 +187,11 @@ def test_any_config_reads_or_is_refused_with_a_value_error(changes, base):
     except ValueError:
         return
     assert got.vocab > 0 and got.heads % got.kv_heads == 0 and got.rope_theta > 0
+
+
+def test_eos_ids_from_config_json():
+    hf = preset("tiny").to_hf()
+    assert LlamaConfig.from_hf(hf).eos == ()
+    assert LlamaConfig.from_hf({**hf, "eos_token_id": 7}).eos == (7,)
+    cfg = LlamaConfig.from_hf({**hf, "eos_token_id": [1, 2]})
+    assert cfg.eos == (1, 2) and LlamaConfig.from_hf(cfg.to_hf()).eos == (1, 2)

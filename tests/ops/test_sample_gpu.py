@@ -1,5 +1,6 @@
-"""Seeded sampling on the device: greedy rows equal argmax, the drawn tokens follow the
-reference distribution after temperature / top-k / top-p, draws are reproducible."""
+"""argmax and seeded sampling on the device: greedy rows equal argmax (ties, NaN, the LM head's
+row maxima), drawn tokens follow the reference distribution after temperature / top-k /
+top-p, draws are reproducible."""
 
 import cupy
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from rawgraph import ops
 from rawgraph.dtypes import to_float32, to_storage
 from rawgraph.ops import reference as ref
+from tests.helpers import DTYPES, randn
 
 pytestmark = pytest.mark.gpu
 
@@ -28,6 +30,37 @@ def _draw(stream, logits_host, dtype, temperature, top_k, top_p, seeds, position
                stream=stream)
     stream.synchronize()
     return out.get(), to_float32(stored, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_argmax(stream, rng, dtype):
+    logits, lh = randn(rng, (7, 128256), dtype, 3.0)
+    lh = lh.copy()
+    lh[1, 7] = lh[1, 9] = lh[1].max() + 10   # tie: smallest index wins
+    lh[0, 17] = lh[0, 19] = lh[0].max() + 10  # ... within one 8-token piece
+    lh[3, 3 + 8192] = lh[3, 3] = lh[3].max() + 10  # ... across one thread's pieces
+    lh[4, 128255] = lh[4, 20000] = lh[4].max() + 10  # ... far apart, the last token
+    lh[2, :] = np.nan
+    lh[2, 1234] = 1.0
+    lh[5, :] = np.nan  # nothing: 0
+    from rawgraph.dtypes import to_storage
+
+    logits = cupy.asarray(to_storage(lh, dtype))
+    out = cupy.full(7, -7, np.int32)
+    ops.argmax(logits, out, 6, stream=stream)
+    stream.synchronize()
+    got = out.get()
+    np.testing.assert_array_equal(got[:5], ref.argmax(lh[:5]))
+    assert got.tolist() == [17, 7, 1234, 3, 20000, 0, -7]
+    # vocabularies that end inside a piece, rows not 16-byte aligned
+    for vocab in (1001, 9, 64):
+        x, xh = randn(rng, (3, vocab), dtype)
+        o = cupy.full(3, -7, np.int32)
+        ops.argmax(x, o, stream=stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(o.get(), ref.argmax(xh))
+    with pytest.raises(ValueError, match="out must be a contiguous int32"):
+        ops.argmax(logits, cupy.zeros(7, np.int64))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
