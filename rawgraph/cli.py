@@ -1,4 +1,4 @@
-"""The `rawgraph` command: info, demo, bench, check-kernels.
+"""The `rawgraph` command: info, demo, serve, bench, check-kernels.
 
 Options are checked before anything looks for a GPU; a user error (a bad option, a missing
 checkpoint, a command that needs a GPU on a machine without one) is one line on stderr and
@@ -17,6 +17,7 @@ from rawgraph import demo
 from rawgraph.cuda.device import available, info
 from rawgraph.model.config import PRESETS
 from rawgraph.model.safetensors import CheckpointError
+from rawgraph.serve import options as serve_options
 
 BENCHES = ("primitives", "memory", "kernels", "model", "decode")
 
@@ -142,6 +143,30 @@ def _demo(args: argparse.Namespace) -> int:
     return demo.main(args, *setup)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        serve_options.check(args)
+    except ValueError as e:
+        raise UsageError(str(e), "rawgraph serve") from None
+    if not args.reference:
+        ok, why = available()
+        if not ok:
+            raise UsageError(f"needs a CUDA GPU ({why}); --reference serves the NumPy "
+                             f"decoder on the CPU", "rawgraph serve")
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise UsageError(f"needs the serve extra ({e.name} is missing): "
+                         f"pip install 'rawgraph[serve]'", "rawgraph serve") from None
+    from rawgraph.serve import command  # imports the serve extra's packages: only for serve
+
+    try:
+        return command.run(args)
+    except ValueError as e:  # a checkpoint or options the model refuses
+        raise UsageError(str(e), "rawgraph serve") from None
+
+
 def _need_gpu(what: str) -> None:
     ok, why = available()
     if not ok:
@@ -164,6 +189,7 @@ def parser() -> argparse.ArgumentParser:
                    "name; decode: profile:BATCH:CONTEXT for a per-kernel breakdown")
     q.set_defaults(fn=_bench)
     demo.add_parser(sub).set_defaults(fn=_demo)
+    serve_options.add_parser(sub).set_defaults(fn=_serve)
     q = sub.add_parser("check-kernels", help="compile kernels_cu/*.cu with nvcc (failing "
                        "on register spills) and NVRTC; no GPU needed")
     q.add_argument("--arch", default="sm_90", help="target architecture")

@@ -24,6 +24,7 @@ from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.ops.linear import SKINNY_ROWS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
+from rawgraph.options import at_least, positive
 
 TEXT_PROMPTS = ["The capital of France is", "CUDA graphs make small kernels cheap because",
                 "Write a haiku about memory bandwidth:", "1, 2, 3, 4, 5,",
@@ -126,21 +127,6 @@ def main(args: Any, model: Model, cfg: LlamaConfig, tok: Any) -> int:
     return 0 if same else 1
 
 
-def _at_least(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"{v} must be at least {low}")
-        return v
-    return parse
-
-
-_positive = _at_least(1)
-
-
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """The `demo` subcommand's options (the caller sets what runs it)."""
     q = sub.add_parser("demo", help="scripted requests through the engine, eager vs graphs")
@@ -148,13 +134,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    f"{', '.join(PRESETS)}")
     q.add_argument("--model", type=Path, help="a checkpoint directory (config.json, "
                    "*.safetensors, optional tokenizer.json); overrides --preset")
-    q.add_argument("--requests", type=_positive, default=12, help="requests in the script")
-    q.add_argument("--max-batch", type=_positive, default=8,
+    q.add_argument("--requests", type=positive, default=12, help="requests in the script")
+    q.add_argument("--max-batch", type=positive, default=8,
                    help="sequences decoding at once (decode graph buckets up to it)")
-    q.add_argument("--max-context", type=_positive, default=1024,
+    q.add_argument("--max-context", type=positive, default=1024,
                    help="tokens per sequence, prompt and output")
-    q.add_argument("--chunk", type=_positive, default=256, help="largest prefill chunk")
+    q.add_argument("--chunk", type=positive, default=256, help="largest prefill chunk")
     q.add_argument("--streams", type=int, default=2, choices=(1, 2),
                    help="prefill beside decode on two streams, or one")
-    q.add_argument("--seed", type=_at_least(0), default=0, help="seed of the script and weights")
+    q.add_argument("--seed", type=at_least(0), default=0, help="seed of the script and weights")
     return q

@@ -44,6 +44,12 @@ def _error(capsys, argv):
     (["demo", "--max-batch", "65"], "--max-batch 65: 1 to 64"),
     (["demo", "--requests", "many"], "'many' is not an integer"),
     (["demo", "--max-context", "100", "--chunk", "64"], "need up to 448 tokens"),
+    (["serve", "--preset", "nosuch"], "--preset 'nosuch': choose one of tiny"),
+    (["serve", "--model", "/nonexistent"], "--model /nonexistent: not a directory"),
+    (["serve", "--preset", "llama-8b", "--reference"], "--reference runs the NumPy decoder"),
+    (["serve", "--port", "70000"], "--port 70000: 1 to 65535"),
+    (["serve", "--max-queue", "0"], "--max-queue: 0 must be at least 1"),
+    (["serve", "--max-context", "64"], "--chunk 256 exceeds --max-context 64"),
     (["bench", "nosuch"], "invalid choice: 'nosuch'"),
     (["bench", "decode", "--only", "profile:x:y"], "profile:BATCH:CONTEXT"),
     (["bench", "decode", "--only", "llama-70b"], "matches no preset"),
@@ -63,6 +69,7 @@ def test_gpu_commands_without_a_gpu(capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "available", lambda: (False, "no CUDA driver"))
     assert "bench decode needs a CUDA GPU (no CUDA driver)" in _error(capsys, ["bench", "decode"])
+    assert "--reference serves the NumPy decoder on the CPU" in _error(capsys, ["serve"])
     assert main(["demo"]) == 0  # the README's main job: says so, runs nothing
     assert "nothing ran" in capsys.readouterr().out
     from rawgraph.cuda import nvcc

@@ -86,19 +86,21 @@ class Engine:
     decoding, each step is launched before the previous step's tokens are read (they feed
     it on the device), so the host's work per step hides behind the GPU's; a request that
     stops at a stop id has one step computed past it, which is discarded. Tokens are the
-    same either way. One thread drives an engine.
+    same either way. One thread drives an engine. `runner`: one to use instead of building
+    a `Runner` for `model` (`engine.reference`: the NumPy decoder on the host).
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, capture: str = "upfront",
                  buckets: Sequence[int] | None = None, chunks: Sequence[int] | None = None,
                  streams: int = 2, progress: bool = True, max_graphs: int = 64,
-                 max_graph_bytes: int = 1 << 30, pdl: bool = True, overlap: bool = True):
+                 max_graph_bytes: int = 1 << 30, pdl: bool = True, overlap: bool = True,
+                 runner: Any = None):
         if capture not in ("upfront", "lazy"):
             raise ValueError(f"capture = {capture!r}: 'upfront' or 'lazy'")
         self.model = model
-        self.runner = Runner(model, graphs=graphs, buckets=buckets, chunks=chunks,
-                             streams=streams, max_graphs=max_graphs,
-                             max_graph_bytes=max_graph_bytes, pdl=pdl)
+        self.runner = runner if runner is not None else Runner(
+            model, graphs=graphs, buckets=buckets, chunks=chunks, streams=streams,
+            max_graphs=max_graphs, max_graph_bytes=max_graph_bytes, pdl=pdl)
         kv = model.kv
         self.scheduler = Scheduler(max_seqs=model.max_batch,
                                    chunk_tokens=self.runner.chunks[-1],

@@ -28,11 +28,12 @@ class Tokenizer:
                                   f"reads ({e})") from None
         self.path = path
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text` (with the tokenizer's special tokens, such as BOS)."""
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """Token ids of `text`; `special`: with the tokenizer's special tokens, such as BOS
+        (a rendered chat template has its own)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self._tok.encode(text).ids
+        return self._tok.encode(text, add_special_tokens=special).ids
 
     def decode(self, ids: list[int]) -> str:
         """Text of token ids, special tokens dropped."""

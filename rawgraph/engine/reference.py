@@ -1,0 +1,174 @@
+"""The engine on the host: the NumPy reference decoder behind the runner's interface.
+
+`ReferenceModel` and `ReferenceRunner` stand where `Model` and `Runner` stand, so an
+`Engine` (scheduling, overlapped steps, rollback, aborts) runs without a GPU on a real
+decoder: `model.reference.forward` in float32, one cache of keys and values per slot that
+follows the block tables (a rollback's truncation included). Greedy rows take the argmax;
+sampled rows draw from `ops.reference.sample_probs` seeded by (seed, position), so draws are
+reproducible (not the GPU sampler's bits). What it is for: servers and tools tested on a
+machine without a GPU, and tiny models served on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rawgraph.engine.engine import Engine
+from rawgraph.engine.runner import IterStats
+from rawgraph.memory.blocks import BlockAllocator, BlockTables
+from rawgraph.model.config import LlamaConfig
+from rawgraph.model.program import PrefillPiece, final_tokens
+from rawgraph.model.reference import KVState, float_weights, forward
+from rawgraph.ops.reference import sample_probs
+from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
+
+
+@dataclass
+class HostCache:
+    """The block tables of a host-side cache (what the engine reads of `Model.kv`)."""
+
+    tables: BlockTables
+    block_size: int
+
+
+class ReferenceModel:
+    """What the engine uses of a `Model`, on the host: sizes, block tables, `free`, and the
+    float32 weights and per-slot keys and values the runner computes with."""
+
+    def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
+                 max_context: int = 1024, max_chunk: int = 256, max_chunk_seqs: int = 8,
+                 block_size: int = 16):
+        for name, v in (("max_batch", max_batch), ("max_context", max_context),
+                        ("max_chunk", max_chunk), ("max_chunk_seqs", max_chunk_seqs)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} = {v!r} must be a positive integer")
+        self.cfg = cfg
+        self.max_batch, self.max_context = max_batch, max_context
+        self.max_chunk, self.max_chunk_seqs = max_chunk, min(max_chunk_seqs, max_batch)
+        self.w = float_weights(cfg, tensors)
+        per_seq = math.ceil(max_context / block_size)
+        self.kv = HostCache(BlockTables(BlockAllocator(max_batch * per_seq), block_size,
+                                        max_batch, per_seq), block_size)
+        self.states: dict[int, KVState] = {}
+        self.sampling: dict[int, SamplingParams] = {}
+
+    def free(self, slot: int) -> None:
+        """Release a finished sequence's slot and blocks."""
+        self.kv.tables.free(slot)
+        self.states.pop(slot, None)
+        self.sampling.pop(slot, None)
+
+    def forget_handoff(self) -> None:
+        """Nothing to forget: the host runner hands tokens over on the host."""
+
+    def logits(self, slot: int, tokens: Sequence[int]) -> np.ndarray:
+        """The next-token logits after feeding `tokens` to `slot`'s sequence (its cache
+        trimmed to the tables' length first, so a rolled-back step leaves no trace)."""
+        t = self.kv.tables
+        st = self.states.setdefault(slot, KVState())
+        keep = int(t.lens[slot]) - len(tokens)  # the tables already count the new tokens
+        if st.length > keep:
+            st.k = [k[:keep] for k in st.k]
+            st.v = [v[:keep] for v in st.v]
+        return forward(self.cfg, self.w, np.asarray(tokens), st)[-1]
+
+    def close(self) -> None:
+        """Nothing to free on the host."""
+
+
+def pick(logits: np.ndarray, s: SamplingParams, position: int) -> int:
+    """The token a row takes: argmax when greedy, else a draw seeded by (seed, position)."""
+    if s.temperature <= GREEDY_TEMPERATURE:
+        return int(np.argmax(np.where(np.isnan(logits), -np.inf, logits)))
+    p = sample_probs(logits, s.temperature, s.top_k, s.top_p)
+    return int(np.random.default_rng([s.seed, position]).choice(p.size, p=p / p.sum()))
+
+
+@dataclass
+class HostPending:
+    """A launched iteration: its tokens are computed already, read by `collect`."""
+
+    pieces: list[PrefillPiece]
+    rows: int
+    st: IterStats
+    first: list[int]
+    out: list[int]
+    tokens: list[int] | None = field(default=None)
+
+
+class ReferenceRunner:
+    """The runner's interface (`launch`, `collect`, the two streams, buckets and chunks) over
+    a `ReferenceModel`: each launch grows the block tables as the GPU runner does and computes
+    its tokens at once."""
+
+    def __init__(self, model: ReferenceModel):
+        self.model = model
+        self.chunks = (model.max_chunk,)
+        self.buckets = (model.max_batch,)
+        self.decode_stream = self.prefill_stream = None
+        self._unread: list[HostPending] = []
+        self._turn = 0
+        self._last: dict[int, int] = {}  # each slot's token from its last decode step
+
+    def capture_all(self, progress: bool = True) -> dict[str, Any]:
+        """No graphs on the host."""
+        return {}
+
+    def launch(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+               tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
+               *, follow: bool = False) -> HostPending:
+        """One iteration: a prefill chunk of `pieces` and a decode step of `slots` (`follow`:
+        fed the tokens the last decode step of the same slots produced)."""
+        m, t = self.model, self.model.kv.tables
+        while len(self._unread) > (1 if follow else 0):
+            self.collect(self._unread[0])
+        if follow:
+            tokens = [self._last[s] for s in slots]
+        elif slots and tokens is None:
+            raise ValueError("tokens are needed unless the step follows the last one")
+        first = []
+        for p in pieces:
+            if p.slot not in t.active:
+                t.add(p.slot)
+            t.append(p.slot, len(p.tokens))
+            m.sampling[p.slot] = p.sampling
+            logits = m.logits(p.slot, p.tokens)
+            first.append(pick(logits, p.sampling, p.start + len(p.tokens)) if p.final else -1)
+        out = []
+        for i, (s, tok) in enumerate(zip(slots, tokens or [])):
+            t.append(s, 1)
+            params = sampling[i] if sampling is not None else m.sampling[s]
+            out.append(pick(m.logits(s, [tok]), params, int(t.lens[s])))
+        self._last.update(zip(slots, out))
+        st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces),
+                       eager=["the reference decoder on the host"])
+        pending = HostPending(list(pieces), len(slots), st, final_tokens(first, pieces), out)
+        if slots:
+            self._unread.append(pending)
+        return pending
+
+    def collect(self, p: HostPending) -> tuple[list[int], list[int], IterStats]:
+        """(next token per piece, -1 for pieces that are not final; next token per decode
+        row; stats)."""
+        if p.rows and p.tokens is None:
+            p.tokens = p.out
+            self._unread.remove(p)
+        return p.first, p.tokens or [], p.st
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def reference_engine(cfg: LlamaConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
+                     max_context: int = 1024, max_chunk: int = 256, max_chunk_seqs: int = 8,
+                     overlap: bool = True) -> Engine:
+    """An `Engine` over the reference decoder on the host (no GPU)."""
+    model = ReferenceModel(cfg, tensors, max_batch=max_batch, max_context=max_context,
+                           max_chunk=max_chunk, max_chunk_seqs=max_chunk_seqs)
+    return Engine(model, graphs=False, progress=False, overlap=overlap,
+                  runner=ReferenceRunner(model))

@@ -1,0 +1,264 @@
+"""The HTTP side: an ASGI app (Starlette) with OpenAI's routes over a `Worker`.
+
+    POST /v1/completions, POST /v1/chat/completions   (streamed as server-sent events or not)
+    GET /v1/models, GET /health, GET /metrics
+
+Handlers are asynchronous and never touch the engine: a request is checked, turned into
+token ids, submitted, and its events relayed. A client that disconnects (or outlives
+`timeout_s`) has its request aborted, freeing its slot and cache blocks at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rawgraph.engine.request import Request
+from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
+from rawgraph.serve import protocol
+from rawgraph.serve.protocol import APIError, Generation
+from rawgraph.serve.text import ChatTemplate, TextStream
+from rawgraph.serve.worker import Job, Worker
+
+FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+@dataclass
+class ModelInfo:
+    """What the handlers need to know of the model: its name and limits, the tokenizer
+    (None: prompts as token ids only) and chat template (None: no chat)."""
+
+    model_id: str
+    vocab: int
+    max_context: int
+    tokenizer: Any = None
+    template: ChatTemplate | None = None
+    eos: tuple[int, ...] = ()
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+def _error(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+def _prompt_ids(g: Generation, info: ModelInfo) -> list[int]:
+    tok = info.tokenizer
+    if g.chat:
+        if info.template is None or tok is None:
+            raise APIError(400, f"model {info.model_id!r} has no chat template "
+                           f"(tokenizer_config.json) and tokenizer; use /v1/completions",
+                           "messages")
+        try:
+            text = info.template.render(g.messages)
+        except ValueError as e:
+            raise APIError(400, str(e), "messages") from None
+        return tok.encode(text, special=False)  # the template wrote the special tokens
+    if isinstance(g.prompt, str):
+        if tok is None:
+            raise APIError(400, f"model {info.model_id!r} has no tokenizer.json; send the "
+                           f"prompt as token ids", "prompt")
+        return tok.encode(g.prompt)
+    return g.prompt
+
+
+def _request(g: Generation, info: ModelInfo) -> Request:
+    """The engine request for a checked generation; APIError for a prompt or length the
+    model cannot take."""
+    ids = _prompt_ids(g, info)
+    if not ids:
+        raise APIError(400, "the prompt encodes to no tokens", "prompt")
+    bad = max(ids)
+    if bad >= info.vocab:
+        raise APIError(400, f"token id {bad} is outside the vocabulary [0, {info.vocab})",
+                       "prompt")
+    room = info.max_context - len(ids)
+    if room < 1:
+        raise APIError(400, f"the prompt is {len(ids)} tokens; this server's context holds "
+                       f"{info.max_context} (prompt and output)",
+                       "messages" if g.chat else "prompt")
+    if g.max_tokens is not None and g.max_tokens > room:
+        raise APIError(400, f"max_tokens = {g.max_tokens}: the prompt's {len(ids)} tokens "
+                       f"leave room for {room} in the context of {info.max_context}",
+                       "max_tokens")
+    if any(t >= info.vocab for t in g.stop_ids):
+        raise APIError(400, f"stop token ids must be < {info.vocab}", "stop")
+    temperature = 0.0 if g.temperature <= GREEDY_TEMPERATURE else g.temperature
+    seed = protocol.random_seed() if g.seed is None else g.seed
+    sampling = SamplingParams(temperature, g.top_k, g.top_p, seed)
+    return Request(ids, g.max_tokens or room, sampling, [*g.stop_ids, *info.eos])
+
+
+class _Relay:
+    """A job's events turned into text and token ids (stop ids and stop strings applied),
+    with its latency metrics."""
+
+    def __init__(self, g: Generation, job: Job, info: ModelInfo, worker: Worker,
+                 http: HTTPRequest, timeout_s: float | None):
+        self.g, self.job, self.worker, self.http = g, job, worker, http
+        self.stops = set(job.request.stop)
+        decode = info.tokenizer.decode if info.tokenizer is not None else (lambda ids: "")
+        self.text = TextStream(decode, g.stop)
+        self.ids: list[int] = []
+        self.generated = 0
+        self.finish: str | None = None
+        self.t0 = time.monotonic()
+        self.last: float | None = None
+        self.deadline = None if timeout_s is None else self.t0 + timeout_s
+
+    async def next(self) -> tuple[str, list[int]] | None:
+        """The next piece of output (text, token ids), or None once finished (`finish`
+        set); raises APIError for a failure after acceptance."""
+        while True:
+            wait = 0.5 if self.deadline is None else min(0.5, self.deadline - time.monotonic())
+            try:
+                event = await asyncio.wait_for(self.job.events.get(), max(wait, 0.0))
+            except asyncio.TimeoutError:
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    self.worker.abort(self.job)
+                    self.deadline = None  # the abort's finish event follows
+                elif not self.g.stream and await self.http.is_disconnected():
+                    self.worker.abort(self.job)
+                continue
+            if event[0] == "error":
+                raise event[1]
+            if event[0] == "finish":
+                self.finish = self.finish or FINISH.get(event[1], event[1])
+                return None
+            if event[0] == "tokens" and self.finish is None:
+                return self._tokens(event[1])
+
+    def _tokens(self, new: list[int]) -> tuple[str, list[int]]:
+        now = time.monotonic()
+        m = self.worker.metrics
+        with m.lock:
+            if self.last is None:
+                m.ttft.observe(now - self.t0)
+            else:
+                m.itl.observe((now - self.last) / len(new), len(new))
+        self.last = now
+        self.generated += len(new)
+        shown = [t for t in new if t not in self.stops]  # a stop id ends the output unseen
+        text = self.text.push(shown)
+        if self.text.stopped:  # a stop string: the text ends before it
+            self.finish = "stop"
+            self.worker.abort(self.job)
+        self.ids += shown
+        return text, shown
+
+    def rest(self) -> str:
+        """Text held back until the end."""
+        return self.text.finish()
+
+
+def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = None) -> Starlette:
+    """The ASGI app over a started `worker`."""
+
+    async def generate(http: HTTPRequest, chat: bool) -> Response:
+        try:
+            try:
+                body = await http.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise APIError(400, "the request body is not valid JSON") from None
+            g = protocol.parse(body, chat, info.model_id)
+            job = Job(_request(g, info), asyncio.get_running_loop())
+            worker.submit(job)
+            event = await job.events.get()
+            if event[0] == "error":
+                raise event[1]
+        except APIError as e:
+            return _error(e)
+        relay = _Relay(g, job, info, worker, http, timeout_s)
+        rid = protocol.new_id(chat)
+        if g.stream:
+            return StreamingResponse(_stream(relay, rid), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await _whole(relay, rid)
+
+    async def _whole(relay: _Relay, rid: str) -> Response:
+        text = []
+        try:
+            while (piece := await relay.next()) is not None:
+                text.append(piece[0])
+        except APIError as e:
+            return _error(e)
+        finally:
+            if relay.finish is None:
+                worker.abort(relay.job)
+        text.append(relay.rest())
+        return JSONResponse(protocol.response(
+            relay.g, rid, info.model_id, "".join(text), relay.ids, relay.finish,
+            len(relay.job.request.prompt), relay.generated))
+
+    async def _stream(relay: _Relay, rid: str) -> AsyncIterator[str]:
+        g, created = relay.g, int(time.time())
+
+        def sse(obj: dict) -> str:
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        try:
+            if g.chat:
+                yield sse(protocol.chunk(g, rid, info.model_id, created, None, [], None, True))
+            try:
+                while (piece := await relay.next()) is not None:
+                    text, ids = piece
+                    if text or (ids and not g.chat):
+                        yield sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
+                                                 None))
+            except APIError as e:
+                yield sse(e.body())
+                yield "data: [DONE]\n\n"
+                return
+            rest = relay.rest()
+            yield sse(protocol.chunk(g, rid, info.model_id, created, rest or None, [],
+                                     relay.finish))
+            if g.include_usage:
+                yield sse(protocol.usage_chunk(g, rid, info.model_id, created,
+                                               len(relay.job.request.prompt), relay.generated))
+            yield "data: [DONE]\n\n"
+        finally:  # the client went away (the stream was cancelled) or the stream ended
+            if relay.finish is None:
+                worker.abort(relay.job)
+
+    async def completions(http: HTTPRequest) -> Response:
+        return await generate(http, chat=False)
+
+    async def chat_completions(http: HTTPRequest) -> Response:
+        return await generate(http, chat=True)
+
+    async def models(http: HTTPRequest) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": info.model_id, "object": "model", "created": info.created,
+             "owned_by": "rawgraph", "max_model_len": info.max_context}]})
+
+    async def health(http: HTTPRequest) -> Response:
+        if not worker.admitting:
+            return JSONResponse({"status": "shutting down"}, status_code=503)
+        running, waiting = worker.load
+        return JSONResponse({"status": "ok", "running": running, "waiting": waiting})
+
+    async def metrics(http: HTTPRequest) -> Response:
+        return PlainTextResponse(worker.metrics.render(),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def http_error(http: HTTPRequest, e: Exception) -> Response:
+        assert isinstance(e, HTTPException)
+        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
+        return _error(APIError(e.status_code, f"{http.method} {http.url.path}: {e.detail}",
+                               kind=kind))
+
+    routes = [Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]),
+              Route("/health", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"])]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})

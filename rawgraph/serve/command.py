@@ -1,0 +1,91 @@
+"""`rawgraph serve`: the model, the engine's thread and the HTTP server, and a graceful end.
+
+SIGTERM (or Ctrl-C) stops admitting (new requests get 503), lets running requests finish
+for `--grace` seconds, ends the rest with finish "abort" (each stream gets its final event),
+then the server exits with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from rawgraph.engine.engine import Engine
+from rawgraph.engine.reference import reference_engine
+from rawgraph.model.checkpoint import load
+from rawgraph.model.config import preset
+from rawgraph.model.program import Model
+from rawgraph.model.tokenizer import Tokenizer
+from rawgraph.model.weights import random_weights
+from rawgraph.serve.app import ModelInfo, create_app
+from rawgraph.serve.metrics import Metrics
+from rawgraph.serve.text import ChatTemplate
+from rawgraph.serve.worker import Worker
+
+log = logging.getLogger("rawgraph.serve")
+
+
+def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
+    """The engine (on the GPU, or the reference decoder with --reference) and what the
+    handlers know of the model; ValueError (CheckpointError included) for a checkpoint or
+    options the model refuses."""
+    tok = template = files = None
+    if args.model is not None:
+        ck = load(args.model)
+        cfg, tensors, files = ck.config, ck.tensors, ck.files
+        if ck.tokenizer is not None:
+            tok = Tokenizer(ck.tokenizer)
+            template = ChatTemplate.from_config(Path(args.model) / "tokenizer_config.json")
+        name = Path(args.model).resolve().name
+    else:
+        cfg = preset(args.preset)
+        tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
+        name = args.preset
+    sizes = {"max_batch": args.max_batch, "max_context": args.max_context,
+             "max_chunk": args.chunk, "max_chunk_seqs": min(8, args.max_batch)}
+    if args.reference:
+        engine = reference_engine(cfg, tensors, **sizes)
+    else:
+        model = Model(cfg, tensors, seed=args.seed, files=files, **sizes)
+        engine = Engine(model, progress=False)
+    info = ModelInfo(args.name or name, cfg.vocab, args.max_context, tok, template, cfg.eos)
+    return engine, info
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or Ctrl-C; 0 after a graceful end."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    engine, info = build(args)
+    worker = Worker(engine, Metrics(), max_queue=args.max_queue)
+    worker.start()
+    app = create_app(worker, info, timeout_s=args.request_timeout)
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, draining the engine when told to stop; a stop by signal is the
+        expected end (exit status 0), so the signal is not raised again afterwards."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit:  # a second signal: stop now
+                self.force_exit = True
+                return
+            log.info("stopping: no new requests; %.0f s for the running ones", args.grace)
+            threading.Thread(target=worker.drain_and_stop, args=(args.grace,),
+                             daemon=True).start()
+            self.should_exit = True
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+                            timeout_graceful_shutdown=int(args.grace) + 5)
+    log.info("serving %s (context %d, batch %d) on http://%s:%d", info.model_id,
+             info.max_context, args.max_batch, args.host, args.port)
+    try:
+        Server(config).run()
+    finally:
+        worker.stop()
+        engine.close()
+        engine.model.close()
+    return 0

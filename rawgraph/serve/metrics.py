@@ -1,0 +1,111 @@
+"""The server's counters, gauges and latency histograms, written in Prometheus' text format.
+
+Updated from two sides (the engine's thread and the HTTP handlers), so every change takes
+the lock; `render()` reads a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import deque
+
+# seconds: time to first token and inter-token latency
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+PREFIX = "rawgraph_"
+
+
+class Histogram:
+    """Cumulative buckets, a sum and a count (Prometheus' histogram)."""
+
+    def __init__(self, buckets: tuple[float, ...] = BUCKETS):
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum, self.count = 0.0, 0
+
+    def observe(self, v: float, times: int = 1) -> None:
+        """Record `times` observations of `v`."""
+        self.counts[bisect.bisect_left(self.buckets, v)] += times
+        self.sum += v * times
+        self.count += times
+
+    def lines(self, name: str) -> list[str]:
+        """Its exposition lines."""
+        out, acc = [], 0
+        for le, c in zip((*map(str, self.buckets), "+Inf"), self.counts):
+            acc += c
+            out.append(f'{name}_bucket{{le="{le}"}} {acc}')
+        return [*out, f"{name}_sum {self.sum}", f"{name}_count {self.count}"]
+
+
+class Metrics:
+    """What /metrics reports."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests = {"completed": 0, "aborted": 0, "refused": 0, "failed": 0}
+        self.prompt_tokens = self.generation_tokens = 0
+        self.running = self.waiting = self.batch = 0
+        self.kv_blocks_used = self.kv_blocks_total = 0
+        self.iterations = {"graph": 0, "eager": 0}
+        self.decode_steps = self.nodes_patched = 0
+        self.step_failures = 0
+        self.ttft, self.itl = Histogram(), Histogram()
+        self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
+
+    def tokens_out(self, n: int) -> None:
+        """`n` tokens generated now."""
+        with self.lock:
+            self.generation_tokens += n
+            now = time.monotonic()
+            self._recent.append((now, n))
+            while self._recent and self._recent[0][0] < now - 10:
+                self._recent.popleft()
+
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second over the last 10 s."""
+        now = time.monotonic()
+        return sum(n for t, n in self._recent if t >= now - 10) / 10
+
+    def render(self) -> str:
+        """The exposition text."""
+        with self.lock:
+            lines: list[str] = []
+
+            def metric(name: str, kind: str, help_: str, values: list[str]) -> None:
+                lines.extend([f"# HELP {PREFIX}{name} {help_}", f"# TYPE {PREFIX}{name} {kind}"])
+                lines.extend(f"{PREFIX}{v}" for v in values)
+
+            metric("requests_total", "counter", "Requests by how they ended.",
+                   [f'requests_total{{status="{k}"}} {v}' for k, v in self.requests.items()])
+            metric("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+                   [f"prompt_tokens_total {self.prompt_tokens}"])
+            metric("generation_tokens_total", "counter", "Tokens generated.",
+                   [f"generation_tokens_total {self.generation_tokens}"])
+            metric("generation_tokens_per_second", "gauge", "Tokens generated per second, "
+                   "over the last 10 s.", [f"generation_tokens_per_second {self.tokens_per_s()}"])
+            metric("requests_running", "gauge", "Requests in the batch.",
+                   [f"requests_running {self.running}"])
+            metric("requests_waiting", "gauge", "Requests queued for admission.",
+                   [f"requests_waiting {self.waiting}"])
+            metric("batch_size", "gauge", "Decode rows in the last step.",
+                   [f"batch_size {self.batch}"])
+            metric("kv_blocks_used", "gauge", "KV cache blocks in use.",
+                   [f"kv_blocks_used {self.kv_blocks_used}"])
+            metric("kv_blocks_total", "gauge", "KV cache blocks.",
+                   [f"kv_blocks_total {self.kv_blocks_total}"])
+            metric("iterations_total", "counter", "Engine iterations, by graph replay or "
+                   "eager fallback.", [f'iterations_total{{mode="{k}"}} {v}'
+                                       for k, v in self.iterations.items()])
+            metric("decode_steps_total", "counter", "Decode-only iterations.",
+                   [f"decode_steps_total {self.decode_steps}"])
+            metric("nodes_patched_total", "counter", "Graph kernel nodes patched.",
+                   [f"nodes_patched_total {self.nodes_patched}"])
+            metric("step_failures_total", "counter", "Iterations that raised (rolled back).",
+                   [f"step_failures_total {self.step_failures}"])
+            metric("time_to_first_token_seconds", "histogram", "Arrival to first token.",
+                   self.ttft.lines("time_to_first_token_seconds"))
+            metric("inter_token_latency_seconds", "histogram", "Between streamed tokens.",
+                   self.itl.lines("inter_token_latency_seconds"))
+            return "\n".join(lines) + "\n"

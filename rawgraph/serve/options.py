@@ -1,0 +1,56 @@
+"""`rawgraph serve`'s options and their checks (no import of the serve extra's packages, so
+the command line's help works without them)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rawgraph.model.config import PRESETS
+from rawgraph.ops.linear import SKINNY_ROWS
+from rawgraph.options import at_least, positive
+
+
+def check(args: argparse.Namespace) -> None:
+    """ValueError naming the option unless the options make sense (no GPU needed)."""
+    if args.model is None and args.preset not in PRESETS:
+        raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
+    if args.model is not None and not Path(args.model).is_dir():
+        raise ValueError(f"--model {args.model}: not a directory")
+    if args.reference and args.model is None and args.preset != "tiny":
+        raise ValueError("--reference runs the NumPy decoder on the CPU: --preset tiny or a "
+                         "--model checkpoint small enough for it")
+    if not 1 <= args.max_batch <= SKINNY_ROWS:
+        raise ValueError(f"--max-batch {args.max_batch}: 1 to {SKINNY_ROWS}")
+    if args.chunk > args.max_context:
+        raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port {args.port}: 1 to 65535")
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """The `serve` subcommand's options (the caller sets what runs it)."""
+    q = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over the engine")
+    q.add_argument("--model", type=Path, help="a checkpoint directory (config.json, "
+                   "*.safetensors, tokenizer.json and tokenizer_config.json for text and chat)")
+    q.add_argument("--preset", default="tiny", help=f"random weights of a named shape: "
+                   f"{', '.join(PRESETS)} (prompts as token ids)")
+    q.add_argument("--name", default=None, help="the model id clients send (default: the "
+                   "checkpoint directory's name, or the preset)")
+    q.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    q.add_argument("--port", type=int, default=8000, help="port to listen on")
+    q.add_argument("--max-batch", type=positive, default=8, help="sequences decoding at once")
+    q.add_argument("--max-context", type=positive, default=2048,
+                   help="tokens per sequence, prompt and output")
+    q.add_argument("--chunk", type=positive, default=256, help="largest prefill chunk")
+    q.add_argument("--max-queue", type=positive, default=256,
+                   help="requests waiting for admission before new ones get 429")
+    q.add_argument("--request-timeout", type=float, default=None,
+                   help="seconds before a request is aborted (none: no limit)")
+    q.add_argument("--grace", type=float, default=30.0,
+                   help="seconds running requests get to finish on SIGTERM")
+    q.add_argument("--seed", type=at_least(0), default=0, help="seed of random weights")
+    q.add_argument("--reference", action="store_true",
+                   help="serve the NumPy reference decoder on the CPU (no GPU; tiny models)")
+    return q

@@ -1,0 +1,271 @@
+"""The OpenAI HTTP protocol: request bodies checked field by field into a `Generation`, and
+the response, chunk and error objects.
+
+Every field OpenAI defines is either honoured or refused by name (`n > 1`, `logprobs`,
+penalties, tools, ...): a client never gets a silent approximation. Extensions, as vLLM
+spells them: `top_k`, `stop_token_ids`, prompts as token ids, and `token_ids` in each
+completion choice.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_STOP = 16  # stop strings per request
+
+
+class APIError(Exception):
+    """A refusal in OpenAI's error format: HTTP `status`, the offending `param`."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 kind: str = "invalid_request_error", headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body OpenAI's clients parse."""
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": None}}
+
+
+def _bad(param: str, message: str) -> APIError:
+    return APIError(400, f"{param}: {message}", param)
+
+
+@dataclass
+class Generation:
+    """One request, checked: the prompt (text or token ids; chat messages), how to sample,
+    when to stop, how to answer."""
+
+    chat: bool
+    prompt: str | list[int] | None = None      # completions
+    messages: list[dict[str, str]] | None = None  # chat
+    max_tokens: int | None = None              # None: up to the context
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_ids: list[int] = field(default_factory=list)
+    stream: bool = False
+    include_usage: bool = False
+
+
+# fields accepted, and those refused unless they hold their neutral value
+_COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+           "stop_token_ids", "stream", "stream_options", "user", "n", "logprobs",
+           "presence_penalty", "frequency_penalty", "logit_bias", "best_of"}
+_COMPLETION = _COMMON | {"prompt", "echo", "suffix"}
+_CHAT = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                   "response_format", "parallel_tool_calls", "stream_options"}
+_NEUTRAL = {"n": (1,), "best_of": (1,), "logprobs": (None, False), "top_logprobs": (None, 0),
+            "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "echo": (False,),
+            "suffix": (None, ""), "logit_bias": (None,), "tools": (None,),
+            "tool_choice": (None, "none"), "parallel_tool_calls": (None,)}
+_WHY = {"n": "one choice per request", "best_of": "one choice per request",
+        "logprobs": "log probabilities are not computed", "top_logprobs":
+        "log probabilities are not computed", "presence_penalty": "penalties are not applied",
+        "frequency_penalty": "penalties are not applied", "echo": "the prompt is not echoed",
+        "suffix": "no suffix (insertion) mode", "logit_bias": "logit biases are not applied",
+        "tools": "tool calls are not supported", "tool_choice": "tool calls are not supported",
+        "parallel_tool_calls": "tool calls are not supported"}
+
+
+def _int(body: dict, name: str, low: int, high: int | None = None) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise _bad(name, f"must be an integer, got {type(v).__name__} {v!r}")
+    if v < low or (high is not None and v > high):
+        raise _bad(name, f"{v} must be in [{low}, {high}]" if high is not None
+                   else f"{v} must be >= {low}")
+    return int(v)
+
+
+def _float(body: dict, name: str, low: float, high: float, default: float) -> float:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v:
+        raise _bad(name, f"must be a number, got {type(v).__name__} {v!r}")
+    if not low <= v <= high:
+        raise _bad(name, f"{v} must be in [{low}, {high}]")
+    return float(v)
+
+
+def _token_ids(v: Any, name: str) -> list[int]:
+    if not v or any(isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0
+                    for t in v):
+        raise _bad(name, "token ids must be a non-empty list of integers >= 0")
+    return [int(t) for t in v]
+
+
+def _stops(body: dict) -> tuple[list[str], list[int]]:
+    v = body.get("stop")
+    items = [] if v is None else [v] if isinstance(v, str) else v
+    if not isinstance(items, list):
+        raise _bad("stop", f"a string or a list of strings (or token ids), got "
+                   f"{type(v).__name__}")
+    strings = [s for s in items if isinstance(s, str)]
+    ids = [s for s in items if not isinstance(s, str)]
+    if any(s == "" for s in strings):
+        raise _bad("stop", "stop strings must not be empty")
+    ids = _token_ids(ids, "stop") if ids else []
+    extra = body.get("stop_token_ids")
+    if extra is not None:
+        if not isinstance(extra, list):
+            raise _bad("stop_token_ids", f"a list of token ids, got {type(extra).__name__}")
+        ids += _token_ids(extra, "stop_token_ids") if extra else []
+    if len(strings) > MAX_STOP:
+        raise _bad("stop", f"at most {MAX_STOP} stop strings, got {len(strings)}")
+    return strings, ids
+
+
+def _messages(v: Any) -> list[dict[str, str]]:
+    if not isinstance(v, list) or not v:
+        raise _bad("messages", "a non-empty list of {role, content} objects")
+    out = []
+    for i, m in enumerate(v):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _bad(where, "an object with a string role")
+        if set(m) - {"role", "content", "name"}:
+            raise _bad(where, f"unsupported fields {sorted(set(m) - {'role', 'content', 'name'})}")
+        content = m.get("content")
+        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+            if not all(isinstance(p, dict) and p.get("type") == "text"
+                       and isinstance(p.get("text"), str) for p in content):
+                raise _bad(f"{where}.content", "only text parts are supported")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise _bad(f"{where}.content", "a string (or a list of text parts)")
+        out.append({"role": m["role"], "content": content}
+                   | ({"name": m["name"]} if isinstance(m.get("name"), str) else {}))
+    return out
+
+
+def parse(body: Any, chat: bool, model_id: str) -> Generation:
+    """A request body (parsed JSON) as a `Generation`; APIError naming the field if any is
+    wrong, unknown or unsupported."""
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    known = _CHAT if chat else _COMPLETION
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise _bad(unknown[0], f"unknown field{'s' if len(unknown) > 1 else ''} "
+                   f"{', '.join(unknown)}")
+    model = body.get("model")
+    if model is not None and model != model_id:
+        raise APIError(404, f"model {model!r} is not served here (this server: {model_id!r})",
+                       "model", "not_found_error")
+    for name, ok in _NEUTRAL.items():
+        if name in body and body[name] not in ok:
+            raise _bad(name, f"{body[name]!r} is not supported ({_WHY[name]})")
+    if chat:
+        fmt = body.get("response_format")
+        if fmt is not None and fmt != {"type": "text"}:
+            raise _bad("response_format", "only {\"type\": \"text\"} is supported")
+    g = Generation(chat=chat)
+    if chat:
+        g.messages = _messages(body.get("messages"))
+        if "max_tokens" in body and "max_completion_tokens" in body:
+            raise _bad("max_completion_tokens", "give max_tokens or max_completion_tokens")
+        g.max_tokens = _int(body, "max_completion_tokens", 1) or _int(body, "max_tokens", 1)
+    else:
+        g.prompt = _prompt(body.get("prompt"))
+        g.max_tokens = _int(body, "max_tokens", 1)
+        g.max_tokens = 16 if g.max_tokens is None else g.max_tokens  # OpenAI's default
+    g.temperature = _float(body, "temperature", 0.0, 2.0, 1.0)
+    g.top_p = _float(body, "top_p", 1e-9, 1.0, 1.0)
+    top_k = _int(body, "top_k", -1, 2**31 - 1)
+    g.top_k = 0 if top_k is None or top_k == -1 else top_k  # -1 or 0: off (vLLM spells -1)
+    g.seed = _int(body, "seed", 0, 2**64 - 1)
+    g.stop, g.stop_ids = _stops(body)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream", f"must be true or false, got {stream!r}")
+    g.stream = stream
+    opts = body.get("stream_options")
+    if opts is not None:
+        if not stream:
+            raise _bad("stream_options", "only with stream: true")
+        if not isinstance(opts, dict) or set(opts) - {"include_usage"} \
+                or not isinstance(opts.get("include_usage", False), bool):
+            raise _bad("stream_options", "{\"include_usage\": true|false}")
+        g.include_usage = opts.get("include_usage", False)
+    return g
+
+
+def _prompt(v: Any) -> str | list[int]:
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, list)):
+        v = v[0]  # a batch of one
+    if isinstance(v, str):
+        if not v:
+            raise _bad("prompt", "must not be empty")
+        return v
+    if isinstance(v, list) and v and all(isinstance(p, (str, list)) for p in v):
+        raise _bad("prompt", "one prompt per request (a batch of prompts is not supported)")
+    if isinstance(v, list):
+        return _token_ids(v, "prompt")
+    raise _bad("prompt", f"a string or a list of token ids, got {type(v).__name__}")
+
+
+def new_id(chat: bool) -> str:
+    """A response id in OpenAI's style."""
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def random_seed() -> int:
+    """A seed for a request that gave none (draws differ between requests, as OpenAI's)."""
+    return int.from_bytes(os.urandom(8), "little")
+
+
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    """The usage object."""
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+def response(g: Generation, rid: str, model: str, text: str, ids: list[int],
+             finish: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """A whole (non-streamed) completion or chat completion."""
+    if g.chat:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "logprobs": None, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                  "token_ids": ids}
+    return {"id": rid, "object": "chat.completion" if g.chat else "text_completion",
+            "created": int(time.time()), "model": model, "choices": [choice],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
+          ids: list[int], finish: str | None, role: bool = False) -> dict[str, Any]:
+    """One streamed chunk: new text (and token ids), or the final one with the finish
+    reason; `role`: the chat stream's first chunk, which names the assistant."""
+    if g.chat:
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else \
+            ({} if text is None else {"content": text})
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        kind = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish,
+                  "token_ids": ids}
+        kind = "text_completion"
+    return {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice]}
+
+
+def usage_chunk(g: Generation, rid: str, model: str, created: int, prompt_tokens: int,
+                completion_tokens: int) -> dict[str, Any]:
+    """The last chunk of a stream that asked for usage: no choices, the counts."""
+    return {"id": rid, "object": "chat.completion.chunk" if g.chat else "text_completion",
+            "created": created, "model": model, "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens)}

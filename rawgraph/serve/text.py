@@ -1,0 +1,122 @@
+"""Text for the server: chat templates rendered as transformers renders them, and generated
+text released as it becomes final (whole characters, nothing that may turn out to begin a stop
+string).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from rawgraph.model.safetensors import CheckpointError
+
+
+def _raise(message: str) -> None:
+    raise ValueError(message)
+
+
+class ChatTemplate:
+    """A checkpoint's chat template (tokenizer_config.json's `chat_template`, a string or the
+    list of named templates, "default" taken) rendered with Jinja2 in a sandbox, with the
+    environment transformers gives it: trim_blocks, lstrip_blocks, loop controls, `tojson`,
+    `raise_exception`, `strftime_now`, `bos_token` and `eos_token`."""
+
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
+        try:
+            from jinja2 import TemplateError
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError as e:  # an optional dependency
+            raise ImportError("chat templates need jinja2: pip install 'rawgraph[serve]'") \
+                from e
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(
+            x, ensure_ascii=False, indent=indent, sort_keys=kw.get("sort_keys", False))
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        try:
+            self._template = env.from_string(source)
+        except TemplateError as e:
+            raise CheckpointError(f"chat_template does not compile: {e}") from None
+        self._errors = TemplateError
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    @classmethod
+    def from_config(cls, path: Path) -> ChatTemplate | None:
+        """The template of a tokenizer_config.json (None: the file or its template is
+        absent); CheckpointError for a file that is not what it should be."""
+        if not path.is_file():
+            return None
+        try:
+            cfg = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{path}: not readable JSON ({e})") from None
+        if not isinstance(cfg, dict):
+            raise CheckpointError(f"{path}: not a JSON object")
+        src = cfg.get("chat_template")
+        if isinstance(src, list):  # [{"name": ..., "template": ...}]
+            named = {t.get("name"): t.get("template") for t in src if isinstance(t, dict)}
+            src = named.get("default")
+        if src is None:
+            return None
+        if not isinstance(src, str):
+            raise CheckpointError(f"{path}: chat_template must be a string")
+
+        def token(name: str) -> str:
+            v = cfg.get(name) or ""
+            return v.get("content", "") if isinstance(v, dict) else str(v)
+
+        return cls(src, token("bos_token"), token("eos_token"))
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text for `messages`, ending where the assistant's answer begins;
+        ValueError with the template's own message when it refuses them."""
+        try:
+            return self._template.render(messages=messages, add_generation_prompt=True,
+                                         bos_token=self.bos_token, eos_token=self.eos_token,
+                                         tools=None)
+        except self._errors as e:
+            raise ValueError(f"the chat template failed: {e}") from None
+
+
+class TextStream:
+    """Generated token ids in, text out as it becomes final: text is decoded from all ids
+    (so characters spread over several tokens come out whole) and held back while it ends in
+    an incomplete character or could still be the start of a stop string. A stop string ends
+    the text before it (`stopped`)."""
+
+    def __init__(self, decode: Callable[[list[int]], str], stop: list[str]):
+        self.decode, self.stop = decode, stop
+        self.ids: list[int] = []
+        self.text = ""   # all decoded text
+        self.sent = 0    # characters released
+        self.stopped = False
+        self._hold = max((len(s) for s in stop), default=1) - 1
+
+    def push(self, ids: list[int]) -> str:
+        """Add tokens; the text that is now final (possibly "")."""
+        if self.stopped:
+            return ""
+        self.ids += ids
+        self.text = self.decode(self.ids)
+        start = max(0, self.sent - self._hold)
+        hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+        if hits:
+            self.stopped = True
+            return self._release(min(hits))
+        end = len(self.text) - self._hold
+        if self.text.endswith("\ufffd"):  # a character still missing bytes
+            end = min(end, len(self.text.rstrip("\ufffd")))
+        return self._release(end)
+
+    def finish(self) -> str:
+        """The rest, once no more tokens come (a trailing incomplete character included)."""
+        return "" if self.stopped else self._release(len(self.text))
+
+    def _release(self, end: int) -> str:
+        if end <= self.sent:
+            return ""
+        out, self.sent = self.text[self.sent:end], end
+        return out

@@ -1,0 +1,223 @@
+"""The thread that owns the engine (and so the GPU): requests in through a lock-guarded inbox,
+tokens out to each request's asyncio queue as each iteration commits.
+
+The HTTP side never touches the engine. `submit` queues a job and returns at once; the
+worker admits it (the engine's own checks decide: an "error" event, or "accepted"), steps
+the engine while anything runs, and after every committed iteration sends each job its new
+tokens ("tokens") and, when it ends, "finish" with the reason. `abort` ends a job at the next
+step boundary (a client gone, a stop string met, a deadline passed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rawgraph.engine.engine import Engine
+from rawgraph.engine.request import Request
+from rawgraph.serve.metrics import Metrics
+from rawgraph.serve.protocol import APIError
+
+log = logging.getLogger("rawgraph.serve")
+FAILURES = 3  # iterations in a row that raise before the running requests are failed
+
+
+@dataclass(eq=False)
+class Job:
+    """A request on its way through the worker, and where its events go."""
+
+    request: Request
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    sent: int = 0  # tokens already sent
+    done: bool = False
+
+    def put(self, *event: Any) -> None:
+        """Send an event to the job's handler (from any thread)."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the handler's loop has closed: nobody is listening
+            pass
+
+
+class Worker:
+    """Runs `engine` on its own thread; `max_queue` jobs may wait for admission."""
+
+    def __init__(self, engine: Engine, metrics: Metrics, *, max_queue: int = 256,
+                 idle_s: float = 0.05):
+        self.engine, self.metrics, self.max_queue, self.idle_s = engine, metrics, max_queue, \
+            idle_s
+        self._lock = threading.Condition()
+        self._inbox: list[Job] = []
+        self._aborts: list[Job] = []
+        self._jobs: list[Job] = []   # admitted, not finished
+        self._counted = 0            # engine iterations counted into the metrics
+        self._admitting = True
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="rawgraph-engine", daemon=True)
+        t = engine.model.kv.tables
+        metrics.kv_blocks_total = t.alloc.num_blocks
+
+    def start(self) -> None:
+        """Start the engine's thread."""
+        self._thread.start()
+
+    @property
+    def admitting(self) -> bool:
+        """Whether new requests are taken (False once shutting down)."""
+        return self._admitting
+
+    @property
+    def load(self) -> tuple[int, int]:
+        """(jobs running, jobs waiting)."""
+        with self._lock:
+            return len(self._jobs), len(self._inbox) + len(self.engine.scheduler.waiting)
+
+    def submit(self, job: Job) -> None:
+        """Queue a job; APIError 503 when shutting down, 429 when the queue is full."""
+        with self._lock:
+            if not self._admitting:
+                raise APIError(503, "the server is shutting down", kind="server_error")
+            waiting = len(self._inbox) + len(self.engine.scheduler.waiting)
+            if waiting >= self.max_queue:
+                raise APIError(429, f"{waiting} requests are waiting (--max-queue "
+                               f"{self.max_queue}); retry shortly", kind="rate_limit_error",
+                               headers={"Retry-After": "1"})
+            self._inbox.append(job)
+            self._lock.notify()
+
+    def abort(self, job: Job) -> None:
+        """End a job at the next step boundary (nothing if it has ended)."""
+        with self._lock:
+            if not job.done:
+                self._aborts.append(job)
+                self._lock.notify()
+
+    def drain_and_stop(self, grace_s: float) -> None:
+        """Stop admitting; let running jobs finish for up to `grace_s`, abort the rest (their
+        streams end with finish "abort"), then stop the thread."""
+        with self._lock:
+            self._admitting = False
+            for job in self._inbox:  # queued, never admitted
+                job.done = True
+                job.put("error", APIError(503, "the server is shutting down",
+                                          kind="server_error"))
+            self._inbox.clear()
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.load[0]:
+            time.sleep(0.01)
+        with self._lock:
+            self._aborts.extend(self._jobs)
+            self._lock.notify()
+        while self.load[0] and self._thread.is_alive():
+            time.sleep(0.01)
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the thread (jobs still running get no more events)."""
+        with self._lock:
+            self._stop = True
+            self._lock.notify()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # -- the engine's thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            with self._lock:
+                busy = self._inbox or self._aborts or not self.engine.scheduler.idle
+                if not busy and not self._stop:
+                    self._lock.wait(self.idle_s)
+                if self._stop:
+                    return
+                inbox, self._inbox = self._inbox, []
+                aborts, self._aborts = self._aborts, []
+            self._admit(inbox)
+            for job in aborts:
+                self.engine.abort(job.request)
+            if self.engine.scheduler.idle:
+                self.engine.drain()  # a step launched past the last tokens
+                self._publish()
+                continue
+            try:
+                self.engine.step()
+                failures = 0
+            except Exception:  # rolled back by the engine; try again, then give up on them
+                failures += 1
+                log.exception("an engine iteration failed (%d in a row)", failures)
+                with self.metrics.lock:
+                    self.metrics.step_failures += 1
+                if failures >= FAILURES:
+                    self._fail_all()
+                    failures = 0
+            self._publish()
+
+    def _admit(self, inbox: list[Job]) -> None:
+        for job in inbox:
+            try:
+                self.engine.add(job.request)
+            except (TypeError, ValueError) as e:
+                job.done = True
+                with self.metrics.lock:
+                    self.metrics.requests["refused"] += 1
+                job.put("error", APIError(400, str(e)))
+                continue
+            self._jobs.append(job)
+            with self.metrics.lock:
+                self.metrics.prompt_tokens += len(job.request.prompt)
+            job.put("accepted")
+
+    def _publish(self) -> None:
+        """Each job's new tokens; the end of those that finished."""
+        m, sch = self.metrics, self.engine.scheduler
+        sent = 0
+        for job in self._jobs:
+            r = job.request
+            new = r.output[job.sent:]
+            if new:
+                job.sent += len(new)
+                sent += len(new)
+                job.put("tokens", new)
+            if r.finish and r not in sch.running:  # retired: its slot and blocks are free
+                job.done = True
+                job.put("finish", r.finish)
+                with m.lock:
+                    m.requests["aborted" if r.finish == "abort" else "completed"] += 1
+        with self._lock:
+            self._jobs = [j for j in self._jobs if not j.done]
+        if sent:
+            m.tokens_out(sent)
+        st, last = self.engine.stats, self.engine.stats.iters
+        with m.lock:
+            m.running, m.waiting = len(sch.running), len(sch.waiting)
+            m.batch = last[-1].decode_rows if last else 0
+            t = self.engine.model.kv.tables
+            m.kv_blocks_used = t.alloc.num_blocks - t.alloc.num_free
+            m.iterations = {"graph": st.iterations - st.eager_iterations,
+                            "eager": st.eager_iterations}
+            m.decode_steps = st.decode_steps
+            new = min(st.iterations - self._counted, len(last))  # iterations since the last
+            m.nodes_patched += sum(last[-i].patched for i in range(1, new + 1))
+        self._counted = st.iterations
+
+    def _fail_all(self) -> None:
+        """Iterations keep failing: end every running job with an error (aborted in the
+        engine, so their slots and blocks come back)."""
+        for job in self._jobs:
+            self.engine.abort(job.request)
+            job.done = True
+            job.put("error", APIError(500, "the engine failed repeatedly on this batch",
+                                      kind="server_error"))
+            with self.metrics.lock:
+                self.metrics.requests["failed"] += 1
+        self._jobs = []
+        try:
+            self.engine.step()  # the aborts take effect: slots and blocks free
+        except Exception:
+            log.exception("an engine iteration failed while ending the failed requests")

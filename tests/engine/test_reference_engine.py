@@ -1,0 +1,65 @@
+"""The engine on the host's reference decoder (CPU): greedy tokens equal the NumPy reference
+decoding one request alone, whatever else is in the batch; seeded draws repeat; an abort or a
+rolled-back iteration leaves no trace in the cache."""
+
+import pytest
+
+from rawgraph.engine.reference import reference_engine
+from rawgraph.engine.request import Request
+from rawgraph.model.config import preset
+from rawgraph.model.reference import float_weights, greedy
+from rawgraph.model.weights import random_weights
+from rawgraph.ops.sampling import SamplingParams
+
+CFG = preset("tiny")
+W = random_weights(CFG, 3)
+PROMPTS = [[1, 2, 3], list(range(5, 70)), [7] * 10, [400]]
+
+
+def _engine(**kw):
+    return reference_engine(CFG, W, max_batch=3, max_context=128, max_chunk=32, **kw)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_greedy_tokens_are_the_references(overlap):
+    fw = float_weights(CFG, W)
+    want = [greedy(CFG, fw, p, 10) for p in PROMPTS]
+    assert _engine(overlap=overlap).generate(PROMPTS, max_new_tokens=10) == want
+
+
+def test_seeded_draws_repeat_and_differ_by_seed():
+    def draw(seed):
+        return _engine().run([Request([1, 2, 3], 12, SamplingParams(0.9, 40, 0.95, seed))]
+                             )[0].output
+    assert draw(5) == draw(5) and draw(5) != draw(6)
+
+
+def test_an_abort_and_a_rollback_leave_the_cache_as_it_was():
+    eng = _engine()
+    t = eng.model.kv.tables
+    a, b = Request(PROMPTS[1], 30), Request(PROMPTS[0], 30)
+    eng.add(a)
+    eng.add(b)
+    for _ in range(4):
+        eng.step()
+    assert eng.abort(a)
+    step = eng.runner.launch
+    calls = []
+
+    def flaky(*args, **kw):  # the next launch raises after its tables grew
+        out = step(*args, **kw)
+        if not calls:
+            calls.append(1)
+            raise RuntimeError("injected")
+        return out
+    eng.runner.launch = flaky
+    with pytest.raises(RuntimeError, match="injected"):
+        eng.step()
+    eng.runner.launch = step
+    while not eng.scheduler.idle:
+        eng.step()
+    eng.drain()
+    assert a.finish == "abort" and b.finish == "length"
+    fw = float_weights(CFG, W)
+    assert b.output == greedy(CFG, fw, PROMPTS[0], 30)
+    assert t.alloc.num_free == t.alloc.num_blocks and not eng.model.states

@@ -1,0 +1,100 @@
+"""OpenAI request bodies checked field by field (CPU): what is honoured, what is refused by
+name, and the shapes of responses and chunks."""
+
+import pytest
+
+from rawgraph.serve import protocol
+from rawgraph.serve.protocol import APIError, parse
+
+
+def _refused(body, chat=False, status=400):
+    with pytest.raises(APIError) as e:
+        parse(body, chat, "m")
+    assert e.value.status == status
+    return e.value
+
+
+def test_a_completion_body_is_read_with_openai_defaults():
+    g = parse({"model": "m", "prompt": "hello"}, False, "m")
+    assert (g.prompt, g.max_tokens, g.temperature, g.top_p, g.top_k, g.seed) == \
+        ("hello", 16, 1.0, 1.0, 0, None)
+    g = parse({"prompt": [[1, 2, 3]], "max_tokens": 5, "temperature": 0, "top_k": -1,
+               "seed": 7, "stop": ["\n", 9], "stop_token_ids": [4], "stream": True,
+               "stream_options": {"include_usage": True}}, False, "m")
+    assert g.prompt == [1, 2, 3] and g.max_tokens == 5 and g.temperature == 0.0
+    assert g.top_k == 0 and g.seed == 7 and g.stop == ["\n"] and g.stop_ids == [9, 4]
+    assert g.stream and g.include_usage
+
+
+def test_a_chat_body_takes_text_parts_and_either_token_limit():
+    g = parse({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                          {"type": "text", "text": "b"}]}],
+               "max_completion_tokens": 3}, True, "m")
+    assert g.messages == [{"role": "user", "content": "ab"}] and g.max_tokens == 3
+    assert parse({"messages": [{"role": "user", "content": "x"}]}, True, "m").max_tokens is None
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"prompt": "x", "n": 2}, "n"), ({"prompt": "x", "logprobs": 1}, "logprobs"),
+    ({"prompt": "x", "echo": True}, "echo"), ({"prompt": "x", "best_of": 3}, "best_of"),
+    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
+    ({"prompt": "x", "frequency_penalty": -1}, "frequency_penalty"),
+    ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
+    ({"prompt": "x", "suffix": "y"}, "suffix"), ({"prompt": "x", "bogus": 1}, "bogus"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 2.5}, "max_tokens"),
+    ({"prompt": "x", "max_tokens": True}, "max_tokens"),
+    ({"prompt": "x", "temperature": 3}, "temperature"),
+    ({"prompt": "x", "temperature": "hot"}, "temperature"),
+    ({"prompt": "x", "top_p": 0}, "top_p"), ({"prompt": "x", "top_k": -2}, "top_k"),
+    ({"prompt": "x", "seed": -1}, "seed"), ({"prompt": "x", "seed": 2**64}, "seed"),
+    ({"prompt": "x", "stop": [""]}, "stop"), ({"prompt": "x", "stop": 5}, "stop"),
+    ({"prompt": "x", "stop": ["a"] * 17}, "stop"),
+    ({"prompt": "x", "stop_token_ids": [-1]}, "stop_token_ids"),
+    ({"prompt": "x", "stream": "yes"}, "stream"),
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"prompt": ""}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": [1.5]}, "prompt"),
+    ({"prompt": [True]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({}, "prompt"),
+    ({"prompt": {"text": "x"}}, "prompt")])
+def test_bad_completion_fields_are_refused_by_name(body, param):
+    e = _refused(body)
+    assert e.param == param and e.message.startswith(param)
+    assert e.body()["error"]["param"] == param and e.body()["error"]["type"]
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": []}, "messages"), ({"messages": "hi"}, "messages"),
+    ({"messages": [{"content": "x"}]}, "messages[0]"),
+    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+     "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages[0]"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+     "tools"),
+    ({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json"}},
+     "response_format"),
+    ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
+      "max_completion_tokens": 3}, "max_completion_tokens"),
+    ({"messages": [{"role": "user", "content": "x"}], "prompt": "x"}, "prompt")])
+def test_bad_chat_fields_are_refused_by_name(body, param):
+    assert _refused(body, chat=True).param == param
+
+
+def test_another_model_is_404_and_a_non_object_is_400():
+    assert _refused({"model": "other", "prompt": "x"}, status=404).param == "model"
+    assert _refused([1, 2]).param is None
+
+
+def test_response_and_chunk_shapes():
+    g = parse({"prompt": [1]}, False, "m")
+    r = protocol.response(g, "cmpl-1", "m", "hi", [5, 6], "stop", 1, 2)
+    assert r["object"] == "text_completion" and r["choices"][0]["text"] == "hi"
+    assert r["choices"][0]["token_ids"] == [5, 6] and r["usage"]["total_tokens"] == 3
+    c = parse({"messages": [{"role": "user", "content": "x"}], "stream": True}, True, "m")
+    first = protocol.chunk(c, "id", "m", 0, None, [], None, role=True)
+    assert first["object"] == "chat.completion.chunk"
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    last = protocol.chunk(c, "id", "m", 0, None, [], "length")
+    assert last["choices"][0]["delta"] == {} and last["choices"][0]["finish_reason"] == "length"
+    assert protocol.usage_chunk(c, "id", "m", 0, 4, 5)["choices"] == []
+    assert protocol.new_id(True).startswith("chatcmpl-")

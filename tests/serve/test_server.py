@@ -1,0 +1,347 @@
+"""The server end to end on the CPU: the real ASGI app under uvicorn over a real decoder (the
+NumPy reference of the tiny preset, behind the engine), driven over HTTP with httpx:
+completions and chat, streamed and whole, the tokens `Engine.generate` gives, refusals with
+OpenAI's error JSON, stop strings, a full queue, clients that leave, and SIGTERM."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+tokenizers = pytest.importorskip("tokenizers")
+
+from rawgraph.engine.reference import reference_engine  # noqa: E402
+from rawgraph.model.checkpoint import save  # noqa: E402
+from rawgraph.model.config import preset  # noqa: E402
+from rawgraph.model.tokenizer import Tokenizer  # noqa: E402
+from rawgraph.model.weights import random_weights  # noqa: E402
+from rawgraph.serve.app import ModelInfo, create_app  # noqa: E402
+from rawgraph.serve.metrics import Metrics  # noqa: E402
+from rawgraph.serve.text import ChatTemplate  # noqa: E402
+from rawgraph.serve.worker import Worker  # noqa: E402
+
+CFG = preset("tiny").replace(eos=(2,))
+CONTEXT = 96
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }} "
+            "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny checkpoint with a word-level tokenizer (word i is token i) and a chat template."""
+    from tokenizers import models, pre_tokenizers
+
+    root = tmp_path_factory.mktemp("tiny")
+    tensors = random_weights(CFG, 11)
+    save(root, CFG, tensors)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i for i in range(3, CFG.vocab)}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<s>", "</s>"])
+    tok.save(str(root / "tokenizer.json"))
+    (root / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}))
+    return root, tensors
+
+
+class Served:
+    """uvicorn on a thread, serving the app over a reference engine."""
+
+    def __init__(self, tensors, tokenizer=None, template=None, max_queue=64, start=True):
+        self.engine = reference_engine(CFG, tensors, max_batch=4, max_context=CONTEXT,
+                                       max_chunk=32)
+        self.worker = Worker(self.engine, Metrics(), max_queue=max_queue)
+        if start:
+            self.worker.start()
+        info = ModelInfo("tiny", CFG.vocab, CONTEXT, tokenizer, template, CFG.eos)
+        self.port = _port()
+        self.server = uvicorn.Server(uvicorn.Config(create_app(self.worker, info),
+                                                    port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join()
+        self.worker.stop()
+
+
+@pytest.fixture(scope="module")
+def served(checkpoint):
+    root, tensors = checkpoint
+    s = Served(tensors, Tokenizer(root / "tokenizer.json"),
+               ChatTemplate.from_config(root / "tokenizer_config.json"))
+    yield s
+    s.close()
+
+
+def _events(lines):
+    """The data of each server-sent event; asserts the framing."""
+    out = []
+    for line in lines:
+        if line:
+            assert line.startswith("data: "), line
+            out.append(line[6:])
+    assert out[-1] == "[DONE]"
+    return [json.loads(x) for x in out[:-1]]
+
+
+def _used_blocks(s):
+    t = s.engine.model.kv.tables
+    return t.alloc.num_blocks - t.alloc.num_free
+
+
+PROMPTS = [[5, 6, 7], list(range(10, 50)), [300] * 7, [9]]
+
+
+def test_greedy_completions_give_the_engines_tokens(served, checkpoint):
+    want = reference_engine(CFG, checkpoint[1], max_batch=4, max_context=CONTEXT,
+                            max_chunk=32).generate(PROMPTS, max_new_tokens=12)
+    results = [None] * len(PROMPTS)
+
+    def ask(i):  # concurrent clients
+        r = httpx.post(f"{served.url}/v1/completions", json={
+            "model": "tiny", "prompt": PROMPTS[i], "max_tokens": 12, "temperature": 0,
+            "stop_token_ids": []}, timeout=30)
+        results[i] = r
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r, w, p in zip(results, want, PROMPTS):
+        assert r.status_code == 200, r.text
+        body = r.json()
+        ids = body["choices"][0]["token_ids"]
+        n = body["usage"]["completion_tokens"]
+        cut = w.index(2) + 1 if 2 in w else len(w)  # </s> (eos) ends it, unseen
+        assert ids == [t for t in w[:cut] if t != 2] and n == cut
+        assert body["choices"][0]["finish_reason"] == ("stop" if 2 in w else "length")
+        assert body["usage"]["prompt_tokens"] == len(p)
+        assert body["choices"][0]["text"] == " ".join(f"w{t}" for t in ids)
+
+
+def test_a_stream_is_server_sent_events_that_add_up_to_the_whole(served):
+    body = {"prompt": [5, 6, 7], "max_tokens": 10, "temperature": 0}
+    whole = httpx.post(f"{served.url}/v1/completions", json=body).json()
+    with httpx.stream("POST", f"{served.url}/v1/completions",
+                      json=body | {"stream": True, "stream_options": {"include_usage": True}}
+                      ) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        chunks = _events(r.iter_lines())
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+    ids = [t for c in chunks[:-1] for t in c["choices"][0]["token_ids"]]
+    assert ids == whole["choices"][0]["token_ids"]
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == whole["choices"][0]["text"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]][-1] == \
+        whole["choices"][0]["finish_reason"]
+    assert all(c["id"] == chunks[0]["id"] for c in chunks)
+
+
+def test_chat_renders_the_template_and_streams_deltas(served):
+    msgs = [{"role": "user", "content": "w5 w6 w7"}]
+    whole = httpx.post(f"{served.url}/v1/chat/completions", json={
+        "messages": msgs, "max_tokens": 8, "temperature": 0}).json()
+    assert whole["object"] == "chat.completion"
+    msg = whole["choices"][0]["message"]
+    assert msg["role"] == "assistant" and whole["usage"]["completion_tokens"] >= 1
+    # the prompt: <s> [user] w5 w6 w7 [assistant] -> unknown words are <unk>, special <s> once
+    assert whole["usage"]["prompt_tokens"] == len("<s> [user] w5 w6 w7 [assistant]".split())
+    with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={
+            "messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True}) as r:
+        chunks = _events(r.iter_lines())
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:])
+    assert text == msg["content"] and chunks[-1]["choices"][0]["finish_reason"] in \
+        ("stop", "length")
+
+
+def test_sampling_with_a_seed_is_reproducible(served):
+    body = {"prompt": [5, 6, 7], "max_tokens": 12, "temperature": 0.9, "top_p": 0.95,
+            "top_k": 50, "seed": 1234}
+    a, b = (httpx.post(f"{served.url}/v1/completions", json=body).json() for _ in range(2))
+    assert a["choices"][0]["token_ids"] == b["choices"][0]["token_ids"]
+
+
+def test_a_stop_string_ends_the_text_and_frees_the_request(served):
+    body = {"prompt": [5, 6, 7], "max_tokens": 20, "temperature": 0}
+    full = httpx.post(f"{served.url}/v1/completions", json=body).json()["choices"][0]
+    words = full["text"].split()
+    assert len(words) >= 3
+    r = httpx.post(f"{served.url}/v1/completions", json=body | {"stop": [words[2]]}).json()
+    assert r["choices"][0]["text"] == " ".join(words[:2]) + " "
+    assert r["choices"][0]["finish_reason"] == "stop"
+    _wait(lambda: _used_blocks(served) == 0)
+
+
+def _wait(cond, timeout=10.0):
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    ({"prompt": list(range(3, 3 + CONTEXT))}, 400, "prompt"),
+    ({"prompt": [5], "max_tokens": CONTEXT}, 400, "max_tokens"),
+    ({"prompt": [CFG.vocab]}, 400, "prompt"),
+    ({"prompt": [5], "stop_token_ids": [CFG.vocab]}, 400, "stop"),
+    ({"prompt": [5], "n": 3}, 400, "n"),
+    ({"prompt": [5], "model": "gpt-4"}, 404, "model"),
+    ({"prompt": [5], "unknown": 1}, 400, "unknown")])
+def test_refusals_are_openai_errors_and_the_server_goes_on(served, body, status, param):
+    r = httpx.post(f"{served.url}/v1/completions", json=body)
+    assert r.status_code == status and r.json()["error"]["param"] == param
+    assert httpx.post(f"{served.url}/v1/completions", json={"prompt": [5], "max_tokens": 2}
+                      ).status_code == 200
+
+
+def test_malformed_json_unknown_routes_and_methods(served):
+    r = httpx.post(f"{served.url}/v1/completions", content=b"{not json",
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    assert httpx.get(f"{served.url}/v1/nothing").json()["error"]["type"] == "not_found_error"
+    assert httpx.get(f"{served.url}/v1/completions").status_code == 405
+    assert httpx.get(f"{served.url}/v1/models").json()["data"][0]["id"] == "tiny"
+    assert httpx.get(f"{served.url}/health").json()["status"] == "ok"
+
+
+def test_a_client_that_leaves_mid_stream_is_aborted_and_others_are_untouched(served):
+    body = {"prompt": [9, 8, 7], "max_tokens": 60, "temperature": 0, "stop_token_ids": [],
+            "stream": True}
+    alone = httpx.post(f"{served.url}/v1/completions", json={
+        "prompt": [5, 6], "max_tokens": 30, "temperature": 0}).json()
+    before = served.worker.metrics.requests["aborted"]
+    other = {}
+
+    def bystander():
+        other["r"] = httpx.post(f"{served.url}/v1/completions", json={
+            "prompt": [5, 6], "max_tokens": 30, "temperature": 0}, timeout=30).json()
+    t = threading.Thread(target=bystander)
+    with httpx.stream("POST", f"{served.url}/v1/completions", json=body) as r:
+        t.start()
+        for i, _ in enumerate(r.iter_lines()):
+            if i >= 3:
+                break  # the client goes away
+    t.join()
+    _wait(lambda: served.worker.metrics.requests["aborted"] == before + 1)
+    _wait(lambda: _used_blocks(served) == 0)
+    assert other["r"]["choices"][0]["token_ids"] == alone["choices"][0]["token_ids"]
+
+
+def test_a_full_queue_answers_429_with_retry_after(checkpoint):
+    s = Served(checkpoint[1], max_queue=1, start=False)  # nothing admits: the queue fills
+    try:
+        first = threading.Thread(target=lambda: httpx.post(
+            f"{s.url}/v1/completions", json={"prompt": [5], "max_tokens": 2}, timeout=30))
+        first.start()
+        _wait(lambda: s.worker.load[1] == 1)
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5], "max_tokens": 2})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["type"] == "rate_limit_error"
+        s.worker.start()  # the engine catches up: the queued request completes
+        first.join()
+        assert httpx.post(f"{s.url}/v1/completions", json={"prompt": [5], "max_tokens": 2}
+                          ).status_code == 200
+    finally:
+        s.close()
+
+
+def test_metrics_are_prometheus_text(served):
+    httpx.post(f"{served.url}/v1/completions", json={"prompt": [5], "max_tokens": 3})
+    text = httpx.get(f"{served.url}/metrics").text
+    for name in ("requests_total", "generation_tokens_total", "requests_running",
+                 "requests_waiting", "batch_size", "kv_blocks_used", "iterations_total",
+                 "nodes_patched_total", "time_to_first_token_seconds_bucket",
+                 "inter_token_latency_seconds_count", "generation_tokens_per_second"):
+        assert f"rawgraph_{name}" in text
+    assert 'rawgraph_iterations_total{mode="eager"}' in text
+
+
+def test_text_prompts_need_a_tokenizer_and_chat_a_template(checkpoint):
+    s = Served(checkpoint[1])
+    try:
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": "w5 w6"})
+        assert r.status_code == 400 and "token ids" in r.json()["error"]["message"]
+        r = httpx.post(f"{s.url}/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    finally:
+        s.close()
+
+
+def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint):
+    root, _ = checkpoint
+    port = _port()
+    proc = subprocess.Popen([sys.executable, "-m", "rawgraph.cli", "serve", "--reference",
+                             "--model", str(root), "--port", str(port), "--max-context",
+                             str(CONTEXT), "--chunk", "32", "--max-batch", "2", "--grace", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        t0 = time.monotonic()
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() - t0 < 30 and proc.poll() is None, proc.stdout.read()
+            time.sleep(0.05)
+        with httpx.stream("POST", f"{url}/v1/completions", json={
+                "prompt": [5, 6], "max_tokens": 80, "temperature": 0, "stop_token_ids": [],
+                "stream": True}, timeout=30) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            proc.send_signal(signal.SIGTERM)
+            chunks = _events(list(lines))
+        assert chunks[-1]["choices"][0]["finish_reason"] in ("abort", "length")
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_draining_finishes_what_it_can_then_aborts_the_rest(checkpoint):
+    s = Served(checkpoint[1])
+    step = s.engine.step
+
+    def slow_step():  # 20 ms a step: 80 tokens cannot finish within the grace
+        time.sleep(0.02)
+        return step()
+    s.engine.step = slow_step
+    try:
+        with httpx.stream("POST", f"{s.url}/v1/completions", json={
+                "prompt": [5, 6], "max_tokens": 80, "stop_token_ids": [], "stream": True},
+                timeout=30) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            drain = threading.Thread(target=s.worker.drain_and_stop, args=(0.1,))
+            drain.start()
+            chunks = _events(list(lines))
+        drain.join()
+        assert chunks[-1]["choices"][0]["finish_reason"] == "abort"
+        assert httpx.post(f"{s.url}/v1/completions", json={"prompt": [5]}).status_code == 503
+        assert httpx.get(f"{s.url}/health").status_code == 503
+        assert _used_blocks(s) == 0
+    finally:
+        s.close()

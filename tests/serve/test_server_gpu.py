@@ -1,0 +1,91 @@
+"""`rawgraph serve` on the GPU, as a subprocess driven by the official `openai` client and
+httpx: whole and streamed completions, concurrent clients, and the greedy tokens
+`Engine.generate` gives for the same requests."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("uvicorn")
+
+pytestmark = pytest.mark.gpu
+ARGS = ["--preset", "tiny", "--max-batch", "8", "--max-context", "512", "--chunk", "256"]
+PROMPTS = [[5, 6, 7], list(range(10, 90)), [300] * 7, [9], list(range(100, 400))]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "rawgraph.cli", "serve", *ARGS,
+                             "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    while True:
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() - t0 > 120:
+            proc.kill()
+            pytest.fail(f"the server did not start: {proc.stdout.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    yield url
+    proc.terminate()
+    assert proc.wait(60) == 0
+
+
+@pytest.fixture(scope="module")
+def want():
+    from rawgraph import Engine, Model, preset, random_weights
+
+    cfg = preset("tiny")
+    model = Model(cfg, random_weights(cfg, 0), max_batch=8, max_context=512, max_chunk=256,
+                  max_chunk_seqs=8)
+    eng = Engine(model, progress=False)
+    out = [eng.generate([p], max_new_tokens=24)[0] for p in PROMPTS]  # one at a time
+    eng.close()
+    model.close()
+    return out
+
+
+def test_openai_client_whole_and_streamed(server, want):
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="none")
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    for p, w in zip(PROMPTS, want):
+        r = client.completions.create(model="tiny", prompt=p, max_tokens=24, temperature=0)
+        assert r.choices[0].token_ids == w and r.usage.completion_tokens == 24
+        assert r.choices[0].finish_reason == "length"
+        chunks = list(client.completions.create(model="tiny", prompt=p, max_tokens=24,
+                                                temperature=0, stream=True))
+        assert [t for c in chunks for t in c.choices[0].token_ids] == w
+
+
+def test_concurrent_clients_get_their_own_tokens(server, want):
+    got: list[tuple[int, list[int]]] = []
+
+    def ask(i):
+        r = httpx.post(f"{server}/v1/completions", json={
+            "prompt": PROMPTS[i], "max_tokens": 24, "temperature": 0}, timeout=120)
+        got.append((i, r.json()["choices"][0]["token_ids"]))
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 3 * len(PROMPTS)
+    for i, ids in got:  # three clients per prompt, all at once
+        assert ids == want[i], i
+    text = httpx.get(f"{server}/metrics").text
+    assert 'rawgraph_iterations_total{mode="graph"}' in text
