@@ -19,7 +19,7 @@ from rawgraph.model.config import PRESETS
 from rawgraph.model.safetensors import CheckpointError
 from rawgraph.serve import options as serve_options
 
-BENCHES = ("primitives", "memory", "kernels", "model", "decode")
+BENCHES = ("primitives", "memory", "kernels", "model", "decode", "serve")
 
 
 class UsageError(Exception):
@@ -67,7 +67,7 @@ def check_only(name: str, only: str) -> None:
             raise UsageError(f"bench kernels --only: unknown parts {unknown}; choose from "
                              f"{','.join(PARTS)}")
         return
-    names = ("llama-1b", "llama-8b") if name == "decode" else tuple(PRESETS)
+    names = ("llama-1b", "llama-8b") if name in ("decode", "serve") else tuple(PRESETS)
     if name == "decode" and only.startswith("profile"):
         if not re.fullmatch(r"profile(:[1-9]\d*(:[1-9]\d*)?)?", only):
             raise UsageError(f"bench decode --only {only!r}: profile:BATCH:CONTEXT with "
@@ -90,6 +90,8 @@ def _bench(args: argparse.Namespace) -> int:
         from rawgraph.bench.kernels import run
     elif args.name == "model":
         from rawgraph.bench.model import run
+    elif args.name == "serve":
+        from rawgraph.bench.serve import run
     else:
         from rawgraph.bench.decode import run
     rows = run(args.only) if args.only else run()
@@ -99,6 +101,10 @@ def _bench(args: argparse.Namespace) -> int:
 
         print(f"plot: {plot(rows, path.with_suffix('.png'))}")
     print(results.table(rows, list(dict.fromkeys(k for r in rows for k in r))))
+    if args.name == "serve":
+        from rawgraph.bench.serve import summary
+
+        print(summary(rows))
     print(f"\nwritten {path}")
     return 0
 

@@ -114,28 +114,40 @@ class _Relay:
         self.t0 = time.monotonic()
         self.last: float | None = None
         self.deadline = None if timeout_s is None else self.t0 + timeout_s
+        self._held: tuple | None = None  # an event read ahead while merging tokens
 
     async def next(self) -> tuple[str, list[int]] | None:
         """The next piece of output (text, token ids), or None once finished (`finish`
         set); raises APIError for a failure after acceptance."""
         while True:
-            wait = 0.5 if self.deadline is None else min(0.5, self.deadline - time.monotonic())
-            try:
-                event = await asyncio.wait_for(self.job.events.get(), max(wait, 0.0))
-            except asyncio.TimeoutError:
-                if self.deadline is not None and time.monotonic() >= self.deadline:
-                    self.worker.abort(self.job)
-                    self.deadline = None  # the abort's finish event follows
-                elif not self.g.stream and await self.http.is_disconnected():
-                    self.worker.abort(self.job)
-                continue
+            if self._held is not None:
+                event, self._held = self._held, None
+            else:
+                wait = 0.5 if self.deadline is None else \
+                    min(0.5, self.deadline - time.monotonic())
+                try:
+                    event = await asyncio.wait_for(self.job.events.get(), max(wait, 0.0))
+                except asyncio.TimeoutError:
+                    if self.deadline is not None and time.monotonic() >= self.deadline:
+                        self.worker.abort(self.job)
+                        self.deadline = None  # the abort's finish event follows
+                    elif not self.g.stream and await self.http.is_disconnected():
+                        self.worker.abort(self.job)
+                    continue
             if event[0] == "error":
                 raise event[1]
             if event[0] == "finish":
                 self.finish = self.finish or FINISH.get(event[1], event[1])
                 return None
             if event[0] == "tokens" and self.finish is None:
-                return self._tokens(event[1])
+                new = list(event[1])
+                while not self.job.events.empty():  # the handler fell behind: one chunk
+                    more = self.job.events.get_nowait()
+                    if more[0] != "tokens":
+                        self._held = more  # the next call's event
+                        break
+                    new += more[1]
+                return self._tokens(new)
 
     def _tokens(self, new: list[int]) -> tuple[str, list[int]]:
         now = time.monotonic()

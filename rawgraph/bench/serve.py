@@ -1,0 +1,317 @@
+"""`rawgraph bench serve`: the server under load and faults, against the same work offline.
+
+For each preset (random weights): `rawgraph serve` starts as a subprocess; clients in
+`CLIENT_PROCS` processes send `requests` streaming, greedy requests with Poisson arrivals
+(prompts and outputs of random lengths), and in the same run: a fifth of the clients
+disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge max_tokens,
+prompts past the context) that must get a 4xx. `--max-queue` is the number of requests, so
+none of them is turned away; once they are done, a burst of tiny requests 64 past it
+overflows the queue (429 expected), then one more request must succeed (recovery). The
+server is then stopped by SIGTERM (exit 0 expected) and the completed requests run again
+offline through `Engine.run`.
+
+Reported per preset: served and offline output tokens/s, time to first token and
+inter-token latency (p50, p99) against the offline decode step at that batch, and the fault
+counts: sent, completed, cancelled, refused, 429s, unexpected errors, tokens lost (a completed
+stream's tokens against its usage count: must be 0), KV blocks leaked after the run (must be
+0), streams whose tokens differ from the offline run's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rawgraph.engine.engine import Engine
+from rawgraph.engine.reference import reference_engine
+from rawgraph.engine.request import Request
+from rawgraph.model.config import preset
+from rawgraph.model.program import Model
+from rawgraph.model.weights import random_weights
+
+CLIENT_PROCS = 4
+
+
+@dataclass
+class Load:
+    """The workload of one preset."""
+
+    preset: str = "llama-1b"
+    requests: int = 512
+    rate: float = 200.0               # arrivals per second (Poisson)
+    prompt: tuple[int, int] = (128, 2048)
+    output: tuple[int, int] = (64, 512)
+    leave: float = 0.2                # clients that disconnect mid-stream
+    malformed: int = 16               # bad requests sent during the run
+    max_batch: int = 32
+    max_context: int = 4096
+    burst_extra: int = 64             # the burst: max_queue + this many tiny requests
+    seed: int = 0
+    reference: bool = False           # the NumPy decoder on the CPU (tests of this harness)
+
+    @property
+    def max_queue(self) -> int:
+        """The server's queue: room for the whole load, so only the burst overflows it."""
+        return self.requests
+
+    def server_args(self, port: int) -> list[str]:
+        """The `rawgraph serve` command line."""
+        return [sys.executable, "-m", "rawgraph.cli", "serve", "--preset", self.preset,
+                "--port", str(port), "--max-batch", str(self.max_batch), "--max-context",
+                str(self.max_context), "--max-queue", str(self.max_queue), "--grace", "60",
+                "--chunk", str(min(256, self.max_context)),
+                *(["--reference"] if self.reference else [])]
+
+
+@dataclass
+class Plan:
+    """One client request: when, what, and whether the client leaves after `leave_after`
+    tokens (0: stays) or sends a malformed body (`bad`)."""
+
+    i: int
+    at: float
+    prompt: list[int]
+    max_tokens: int
+    leave_after: int = 0
+    bad: str = ""
+
+
+def plans(load: Load, vocab: int) -> list[Plan]:
+    """The load's requests (seeded): the streams and the malformed ones."""
+    rng = np.random.default_rng(load.seed)
+    at = np.cumsum(rng.exponential(1 / load.rate, load.requests))
+    out = []
+    for i in range(load.requests):
+        n = int(rng.integers(load.prompt[0], load.prompt[1] + 1))
+        m = int(rng.integers(load.output[0], load.output[1] + 1))
+        leave = int(rng.integers(1, max(2, m // 2))) if rng.random() < load.leave else 0
+        out.append(Plan(i, float(at[i]), rng.integers(0, vocab, n).tolist(), m, leave))
+    kinds = ("json", "field", "max_tokens", "context")
+    for j in range(load.malformed):
+        out.append(Plan(load.requests + j, float(rng.uniform(0, at[-1])), [1, 2, 3], 4,
+                        bad=kinds[j % len(kinds)]))
+    return sorted(out, key=lambda p: p.at)
+
+
+def burst(load: Load) -> list[Plan]:
+    """Tiny requests all at once, past the queue's room."""
+    first = load.requests + load.malformed
+    return [Plan(first + j, 0.0, [5, 6, 7], 4, bad="burst")
+            for j in range(load.max_queue + load.burst_extra)]
+
+
+def _body(p: Plan, load: Load) -> bytes:
+    body: dict[str, Any] = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": 0,
+                            "stream": True, "stream_options": {"include_usage": True}}
+    if p.bad == "json":
+        return b'{"prompt": [1, 2,'
+    if p.bad == "field":
+        body["frobnicate"] = True
+    elif p.bad == "max_tokens":
+        body["max_tokens"] = 10**9
+    elif p.bad == "context":
+        body["prompt"] = [1] * (load.max_context + 1)
+    return json.dumps(body).encode()
+
+
+async def _one(client: Any, url: str, p: Plan, load: Load, t0: float) -> dict[str, Any]:
+    """Send one request at its time; what came back."""
+    await asyncio.sleep(max(0.0, t0 + p.at - time.monotonic()))
+    sent = time.monotonic()
+    res: dict[str, Any] = {"i": p.i, "bad": p.bad, "status": 0, "tokens": [], "times": [],
+                           "usage": None, "finish": None, "left": False}
+    try:
+        async with client.stream("POST", f"{url}/v1/completions", content=_body(p, load),
+                                 headers={"content-type": "application/json"}) as r:
+            res["status"] = r.status_code
+            if r.status_code != 200:
+                await r.aread()
+                return res
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    res["usage"] = chunk["usage"]["completion_tokens"]
+                for c in chunk.get("choices", []):
+                    if c["token_ids"]:
+                        res["tokens"] += c["token_ids"]
+                        res["times"].append((time.monotonic() - sent, len(c["token_ids"])))
+                    res["finish"] = c["finish_reason"] or res["finish"]
+                if p.leave_after and len(res["tokens"]) >= p.leave_after:
+                    res["left"] = True
+                    break  # the client goes away mid-stream
+    except Exception as e:  # every failure is counted, none stops the run
+        res["status"], res["error"] = -1, repr(e)
+    return res
+
+
+def _clients(args: tuple[str, list[Plan], Load, float]) -> list[dict[str, Any]]:
+    """One client process: its share of the requests, each on its own stream."""
+    import httpx
+
+    url, mine, load, t0 = args
+
+    async def go() -> list[dict[str, Any]]:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
+            return await asyncio.gather(*(_one(client, url, p, load, t0) for p in mine))
+    return asyncio.run(go())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(f"rawgraph_{name} "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
+def _send(pool: Any, url: str, work: list[Plan], load: Load
+          ) -> tuple[list[dict[str, Any]], float]:
+    """`work` from the client processes; (results, seconds from the first planned send)."""
+    shares = [work[k::CLIENT_PROCS] for k in range(CLIENT_PROCS)]
+    t0 = time.monotonic() + 1.0  # the client processes start within a second
+    out = [r for share in pool.map(_clients, [(url, s, load, t0) for s in shares])
+           for r in share]
+    return out, time.monotonic() - t0
+
+
+def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the load against a server subprocess; (each request's result, server facts)."""
+    import httpx
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(load.server_args(port), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        t_start = time.monotonic()
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() - t_start > 600:
+                raise RuntimeError("the server did not start: " + proc.stdout.read().decode())
+            time.sleep(0.2)
+        with multiprocessing.get_context("spawn").Pool(CLIENT_PROCS) as pool:
+            results, wall = _send(pool, url, plans(load, vocab), load)
+            more, _ = _send(pool, url, burst(load), load)
+        idle = time.monotonic()
+        while True:  # aborts take effect at the next step boundary
+            text = httpx.get(f"{url}/metrics").text
+            if _metric(text, "requests_running") == 0 or time.monotonic() - idle > 30:
+                break
+            time.sleep(0.05)
+        results += more
+        recovered = httpx.post(f"{url}/v1/completions", json={"prompt": [5, 6, 7],
+                                                               "max_tokens": 4}).status_code
+        facts = {"wall_s": wall, "kv_blocks_used": _metric(text, "kv_blocks_used"),
+                 "recovered": recovered, "health": httpx.get(f"{url}/health").status_code}
+        proc.send_signal(signal.SIGTERM)
+        facts["exit"] = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return results, facts
+
+
+def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, float]:
+    """The same requests (all at once) through `Engine.run`: (tokens per request, output
+    tokens/s, median ms of a decode-only step)."""
+    cfg = preset(load.preset)
+    if load.reference:
+        engine = reference_engine(cfg, random_weights(cfg, 0), max_batch=load.max_batch,
+                                  max_context=load.max_context,
+                                  max_chunk=min(256, load.max_context))
+    else:
+        model = Model(cfg, random_weights(cfg, 0) if load.preset == "tiny" else None,
+                      max_batch=load.max_batch, max_context=load.max_context,
+                      max_chunk=min(256, load.max_context), max_chunk_seqs=min(8, load.max_batch))
+        engine = Engine(model, progress=False)
+    reqs = [Request(p.prompt, p.max_tokens) for p in work]
+    t0 = time.perf_counter()
+    engine.run(reqs)
+    wall = time.perf_counter() - t0
+    step = engine.stats.summary()["ms/step"]
+    engine.close()
+    engine.model.close()
+    tokens = sum(len(r.output) for r in reqs)
+    return {p.i: r.output for p, r in zip(work, reqs)}, tokens / wall, step
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return math.nan
+    return float(np.percentile(xs, q))
+
+
+def measure(load: Load) -> dict[str, Any]:
+    """One preset's row."""
+    cfg = preset(load.preset)
+    results, facts = served(load, cfg.vocab)
+    streams = [r for r in results if not r["bad"]]
+    done = [r for r in streams if r["status"] == 200 and not r["left"]]
+    work = {p.i: p for p in plans(load, cfg.vocab)}
+    want, offline_tps, step_ms = offline(load, [work[r["i"]] for r in done])
+    ttft = [r["times"][0][0] for r in done if r["times"]]
+    itl = [g for r in done for (a, _), (b, n) in zip(r["times"], r["times"][1:])
+           for g in [(b - a) / n] * n]
+    served_tokens = sum(len(r["tokens"]) for r in streams)
+    bad = [r for r in results if r["bad"] in ("json", "field", "max_tokens", "context")]
+    burst = [r for r in results if r["bad"] == "burst"]
+    itl_p99 = _pct(itl, 99) * 1e3
+    return {
+        "preset": load.preset, "requests": load.requests, "batch": load.max_batch,
+        "served tok/s": served_tokens / facts["wall_s"], "offline tok/s": offline_tps,
+        "served / offline": served_tokens / facts["wall_s"] / offline_tps,
+        "TTFT p50 ms": _pct(ttft, 50) * 1e3, "TTFT p99 ms": _pct(ttft, 99) * 1e3,
+        "ITL p50 ms": _pct(itl, 50) * 1e3, "ITL p99 ms": itl_p99,
+        "decode step ms": step_ms, "ITL p99 / step": itl_p99 / step_ms if step_ms else math.nan,
+        "sent": len(results), "completed": len(done),
+        "cancelled": sum(r["left"] for r in streams),
+        "refused 4xx": sum(400 <= r["status"] < 500 and r["status"] != 429 for r in bad),
+        "burst 429": sum(r["status"] == 429 for r in burst),
+        "burst ok": sum(r["status"] == 200 for r in burst),
+        "unexpected": sum(r["status"] not in (200, 400, 404, 429) for r in results)
+        + sum(r["status"] != 400 for r in bad) + sum(r["status"] not in (200, 429)
+                                                     for r in burst),
+        "tokens lost": sum(abs((r["usage"] or 0) - len(r["tokens"])) for r in done),
+        "KV blocks leaked": int(facts["kv_blocks_used"]),
+        "tokens differ from offline": sum(r["tokens"] != want[r["i"]] for r in done),
+        "recovered": facts["recovered"] == 200, "exit": facts["exit"],
+    }
+
+
+def run(only: str = "") -> list[dict[str, Any]]:
+    """llama-1b and llama-8b (or the presets whose names contain `only`)."""
+    names = [n for n in ("llama-1b", "llama-8b") if only in n]
+    return [measure(Load(preset=n)) for n in names]
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """One line per preset on the goals: served >= 90% of offline; ITL p99 <= 2 steps."""
+    return "\n".join(
+        f"{r['preset']}: served {r['served / offline']:.0%} of offline (goal 90%); ITL p99 "
+        f"{r['ITL p99 / step']:.2f}x the decode step (goal <= 2); tokens lost "
+        f"{r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}" for r in rows)
+

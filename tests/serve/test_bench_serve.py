@@ -1,0 +1,33 @@
+"""`rawgraph bench serve`'s harness on the CPU: the same load, faults and counts as on the
+GPU, against `rawgraph serve --reference` (the tiny preset on the NumPy decoder)."""
+
+import pytest
+
+pytest.importorskip("httpx")
+pytest.importorskip("uvicorn")
+
+from rawgraph.bench.serve import Load, burst, measure, plans
+
+
+def test_the_plan_is_seeded_and_mixes_streams_faults_and_a_burst():
+    load = Load(preset="tiny", requests=40, malformed=8, burst_extra=10)
+    a, b = plans(load, 512), plans(load, 512)
+    assert [(p.at, p.prompt, p.max_tokens, p.leave_after, p.bad) for p in a] == \
+        [(p.at, p.prompt, p.max_tokens, p.leave_after, p.bad) for p in b]
+    assert len(a) == 48 and len(burst(load)) == 50
+    assert {p.bad for p in a} == {"", "json", "field", "max_tokens", "context"}
+    assert 0 < sum(p.leave_after > 0 for p in a) < 40
+    assert all(load.prompt[0] <= len(p.prompt) <= load.prompt[1] for p in a if not p.bad)
+
+
+def test_a_run_loses_no_token_and_leaks_no_block():
+    load = Load(preset="tiny", reference=True, requests=24, rate=100.0, prompt=(4, 40),
+                output=(4, 24), max_batch=4, max_context=96, burst_extra=16, malformed=8)
+    row = measure(load)
+    assert row["completed"] + row["cancelled"] == 24 and row["cancelled"] > 0
+    assert row["refused 4xx"] == 8 and row["unexpected"] == 0
+    assert row["burst 429"] + row["burst ok"] == 24 + 16 and row["burst 429"] > 0
+    assert row["tokens lost"] == 0 and row["KV blocks leaked"] == 0
+    assert row["tokens differ from offline"] == 0  # one float32 decoder: batch-invariant
+    assert row["recovered"] and row["exit"] == 0
+    assert row["served tok/s"] > 0 and row["offline tok/s"] > 0
