@@ -4,8 +4,9 @@ gate_up_silu: up to three when they cannot take the GEMV)."""
 from rawgraph.ops.attention import decode_attention, prefill_attention, workspace_floats
 from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
 from rawgraph.ops.embedding import embedding
+from rawgraph.ops.fused import gate_up_silu, qkv_rope
 from rawgraph.ops.kv import kv_append, kv_gather, qkv_views, rope_append
-from rawgraph.ops.linear import gate_up_silu, linear, qkv_rope
+from rawgraph.ops.linear import linear
 from rawgraph.ops.norm import fold_norm, rmsnorm
 from rawgraph.ops.rope import (
                                DynamicScaling,

@@ -3,10 +3,9 @@
 Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: the GEMV up
 to 16 rows (8 for wide weights), the skinny GEMM (both operands staged in shared memory) up
 to 64; larger ones (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere),
-tiled BM x BN with the tile chosen so the grid fills the GPU.
-Fused forms are weights stacked at load time (QKV as one matrix, gate+up as one), the
-residual add in the epilogue, and in the GEMV's epilogue the MLP's SiLU(gate) * up
-(`gate_up_silu`) and the attention's RoPE + cache append (`qkv_rope`).
+tiled BM x BN with the tile chosen so the grid fills the GPU. The residual add rides in
+every kernel's epilogue; the GEMV's variants are `ops.gemv`'s, its fused epilogues
+`ops.fused`'s.
 """
 
 from __future__ import annotations
@@ -21,35 +20,10 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
-from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
-from rawgraph.ops.kv import qkv_views, rope_append, rope_append_args
-from rawgraph.ops.norm import rmsnorm
+from rawgraph.ops.gemv import GEMV, M_TILES, SMS, gemv_launch
 from rawgraph.symbols import Symbols, cdiv
 
-M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
-# (cluster, k chunks in flight per lane, W in 128-byte row segments through a transpose,
-# warps per block) of the GEMV variants, by x tile (gemv.cu)
-VARIANTS = {8: ((1, 8, False, 8), (1, 8, True, 8), (1, 4, True, 8), (1, 8, True, 16)),
-            16: ((1, 4, False, 8), (4, 4, False, 8), (1, 4, True, 16))}
-GEMV = {(dt, m, *v): Kernel("gemv", f"gemv_{s}_n{m}" + (f"_c{v[0]}" if v[0] > 1 else "") +
-                            (f"_w{v[3]}" if v[3] != 8 else "") + f"_u{v[1]}" +
-                            ("_t" if v[2] else ""),
-                            _SIG.format(t=t) + ", unsigned long long* row_max")
-        for dt, (s, t) in KERNEL_TYPES.items() for m in M_TILES for v in VARIANTS[m]}
-# the same GEMVs with SiLU(gate) * up in the epilogue (the interleaved gate_up weight)
-GEMV_SILU = {key: Kernel("gemv", k.name + "_silu",
-                         "const {t}* x, const {t}* w, {t}* y, int m, int n, int k, "
-                         "float norm_eps".format(
-                             t=KERNEL_TYPES[key[0]][1]))
-             for key, k in GEMV.items()}
-# ... and the QKV projection's with RoPE and the cache append in the epilogue
-_SIG_ROPE = ("const {t}* x, const {t}* w, {t}* y, int m, int n, int k, {t}* k_cache, "
-             "{t}* v_cache, const int* block_tables, const int* seq_slots, "
-             "const int* positions, const float* inv_freq, int q_size, int kv_size, "
-             "int head_dim, int block_size, int max_blocks, float norm_eps")
-GEMV_ROPE = {key: Kernel("gemv", k.name + "_rope", _SIG_ROPE.format(t=KERNEL_TYPES[key[0]][1]))
-             for key, k in GEMV.items()}
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
@@ -67,44 +41,7 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gem
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product
 TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
-SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
-GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
-FULL_GRID = 512  # blocks that keep all 132 SMs streaming
-LONG_ROWS = 8192  # measured on the H200: from here grids of few blocks split k between
-# more warps (16-warp blocks at one block per SM, clusters of 4 for the 16-row tile)
-MID_ROWS = 4096  # rows from which one to two GEMV blocks per SM read W in segments
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
-
-
-def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
-    """(cluster, chunks in flight per lane, segments, warps per block) of the GEMV for an
-    (n, k) weight and an x tile; `segments`: W read in 128-byte row segments through a
-    transpose in shared memory (gemv.cu), else in the mma fragments' 64-byte pieces.
-
-    Chosen where it counts, by the decode graph's GPU time in the programmatic chain
-    (benchmarks/NOTES.md, "Decode GEMV"), up to 8 rows:
-    - at most one block per SM, rows of 8192 and longer: 16 warps with 8 in flight in
-      segments (the whole register file: 128 KB of W in flight per SM; the warps hide each
-      other's transposes);
-    - at most one block per SM, shorter rows: 8 warps with 8 in flight in 64-byte pieces
-      (each block prefetches 64 KB of W while the kernel before it ends, and no other warp
-      would hide a transpose);
-    - one to two blocks per SM: 8 in flight (2 blocks per SM), in segments for rows of 4096
-      and longer (segments stream faster than pieces);
-    - more than two blocks per SM: 4 in flight in segments (80 registers, 3 blocks per SM),
-      whose extra warps hide the transpose.
-    16 rows: 64-byte pieces, in clusters of 4 when n gives too few blocks and rows are long;
-    at most one block per SM on rows of 8192 and longer, 16 warps in segments instead."""
-    blocks = -(-n // GEMV_ROWS)
-    if tile == 8:
-        if blocks > 2 * SMS:
-            return 1, 4, True, 8
-        if blocks <= SMS and k >= LONG_ROWS:
-            return 1, 8, True, 16
-        return 1, 8, blocks > SMS and k >= MID_ROWS, 8
-    if k < LONG_ROWS or blocks >= FULL_GRID:
-        return 1, 4, False, 8
-    return (1, 4, True, 16) if blocks <= SMS else (4, 4, False, 8)
 
 
 def takes_skinny(rows: int, n: int) -> bool:
@@ -161,7 +98,7 @@ def gemm_launch(dt: str, tile: tuple[int, int], wgmma: bool) -> tuple[Kernel, in
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
-def _operands(x: Any, w: Any, m: Any, m_max: int | None,
+def operands(x: Any, w: Any, m: Any, m_max: int | None,
               symbols: Symbols | None) -> tuple[str, int, int, int, Any, int]:
     """Checks shared by the linear ops: (dtype, rows, n, k, m, the rows kernels are chosen
     for)."""
@@ -205,7 +142,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     row's greedy pick of y, merged by the blocks as they finish (an LM head whose `sample`
     then needs no pass over the logits for greedy rows; gemv.cu).
     """
-    dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
+    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
     shapes.tensor(y, "y", (cap, n), dt, align=2)
     if residual is not None:
         shapes.tensor(residual, "residual", (cap, n), dt, align=2)
@@ -234,103 +171,6 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
                              smem=SKINNY_SMEM, symbols=symbols)
     else:
-        key, grid, threads = _gemv(dt, top, n, k)
+        key, grid, threads = gemv_launch(dt, top, n, k)
         GEMV[key].launch(grid, threads, (x, w, residual, y, m, n, k, row_max), stream,
                          symbols=symbols)
-
-
-def _gemv(dt: str, top: int, n: int, k: int) -> tuple[tuple, int, int]:
-    """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows."""
-    tile = next(t for t in M_TILES if t >= top)
-    c, u, seg, warps = gemv_variant(n, k, tile)
-    return (dt, tile, c, u, seg, warps), -(-n // GEMV_ROWS) * c, 32 * warps
-
-
-def _normed(x: Any, dt: str, norm_eps: float | None, normed: Any, m: Any, kind: str,
-            stream: Any, symbols: Symbols | None) -> tuple[Any, float]:
-    """(the x a projection reads, the GEMV's norm_eps argument) for a projection of
-    rmsnorm(x) without its weight (norm_eps given; the weight is folded into w). The GEMV
-    scales its sums by each row's 1 / rms (one kernel); the other paths normalize into
-    `normed` (x's shape) first."""
-    if norm_eps is None:
-        return x, -1.0
-    if not norm_eps >= 0:
-        raise ValueError(f"norm_eps = {norm_eps}: RMSNorm's epsilon must be >= 0")
-    if kind == "gemv":
-        return x, float(norm_eps)
-    if normed is None:
-        raise ValueError("pass `normed` (x's shape): this path normalizes x ahead of the "
-                         "projection")
-    shapes.tensor(normed, "normed", x.shape, dt)
-    if shapes.overlap(x, normed):
-        raise ValueError("normed must not overlap x")
-    rmsnorm(x, None, normed, rows=m, eps=norm_eps, stream=stream, symbols=symbols)
-    return normed, -1.0
-
-
-def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables: Any,
-             seq_slots: Any, positions: Any, freqs: Any, *, heads: int, head_dim: int,
-             m: Any = None, m_max: int | None = None, norm_eps: float | None = None,
-             normed: Any = None, stream: Any = None, symbols: Symbols | None = None) -> None:
-    """The attention's input projection with RoPE and the cache append of its m tokens:
-    qkv[:m] = x[:m] @ w.T for the stacked q, k, v weight w ((heads + 2 kv_heads) * head_dim,
-    k), then `rope_append` on qkv's q, k, v (`qkv_views`): q rotated in place, k rotated
-    into k_cache (qkv keeps it as projected), v copied into v_cache.
-
-    On the GEMV path (decode-sized m) one kernel does all of it, the append in its epilogue,
-    with the same bits as the two kernels the other paths run. `m`, `m_max` as for
-    `linear`; seq_slots, positions (tokens,) as for `rope_append`, and like `freqs` and
-    block_tables ready before the previous kernel on the stream starts (the GEMV reads them
-    while it waits for that kernel, under programmatic dependent launch).
-
-    `norm_eps`: project rmsnorm(x) without its weight instead of x (the input norm's weight
-    folded into w, `fold_norm`): the GEMV multiplies its sums by each row's 1 / rms, in the
-    same kernel; the other paths first write rmsnorm(x) into `normed` (x's shape).
-    """
-    dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
-    shapes.tensor(qkv, "qkv", (cap, n), dt, align=2)
-    q, kn, vn = qkv_views(qkv, heads, head_dim)
-    _, _, (_, _, d, _, _, block_size, max_blocks) = rope_append_args(
-        q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs)
-    if shapes.overlap(x, qkv):
-        raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
-    kind = "gemv" if path(top, n) == "gemv" and d % GEMV_ROWS == 0 else "other"
-    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
-    if kind != "gemv":
-        linear(x, w, qkv, m=m, m_max=m_max, stream=stream, symbols=symbols)
-        rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs, m,
-                    stream=stream, symbols=symbols)
-        return
-    key, grid, threads = _gemv(dt, top, n, k)
-    GEMV_ROPE[key].launch(grid, threads, (x, w, qkv, m, n, k, k_cache, v_cache, block_tables,
-                                          seq_slots, positions, freqs, heads * d, kn.shape[1],
-                                          d, block_size, max_blocks, eps), stream,
-                          symbols=symbols)
-
-
-def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
-                 norm_eps: float | None = None, normed: Any = None, stream: Any = None,
-                 symbols: Symbols | None = None) -> None:
-    """out[:m] = silu(x W_gate^T) * (x W_up^T) for the MLP's fused gate_up weight w
-    (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
-
-    Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue: one kernel, and
-    `gu` is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and
-    silu_mul follows. Either way the same bits (both round the projection to the storage
-    type first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for `qkv_rope` (the
-    post-attention norm's weight folded into w).
-    """
-    dt, cap, n, k, m, top = _operands(x, w, m, m_max, symbols)
-    shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")
-    shapes.tensor(gu, "gu", (cap, n), dt)
-    shapes.tensor(out, "out", (cap, n // 2), dt)
-    if shapes.overlap(x, out):
-        raise ValueError("out must not overlap x (other blocks still read x while it is written)")
-    kind = path(top, n)
-    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
-    if kind != "gemv":
-        linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
-        silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
-        return
-    key, grid, threads = _gemv(dt, top, n, k)
-    GEMV_SILU[key].launch(grid, threads, (x, w, out, m, n, k, eps), stream, symbols=symbols)

@@ -1,0 +1,107 @@
+"""The GEMV's fused epilogues: the attention's QKV projection with RoPE and the cache append
+(`qkv_rope`), the MLP's gate_up projection with SiLU(gate) * up (`gate_up_silu`), either of
+rmsnorm(x) without its weight. Decode-sized inputs run one GEMV kernel; larger ones the
+projection (`linear`) and then the kernel the epilogue stands for, with the same bits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rawgraph.ops import shapes
+from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
+from rawgraph.ops.gemv import GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
+from rawgraph.ops.kv import qkv_views, rope_append, rope_append_args
+from rawgraph.ops.linear import linear, operands, path
+from rawgraph.ops.norm import rmsnorm
+from rawgraph.symbols import Symbols
+
+
+def _normed(x: Any, dt: str, norm_eps: float | None, normed: Any, m: Any, kind: str,
+            stream: Any, symbols: Symbols | None) -> tuple[Any, float]:
+    """(the x a projection reads, the GEMV's norm_eps argument) for a projection of
+    rmsnorm(x) without its weight (norm_eps given; the weight is folded into w). The GEMV
+    scales its sums by each row's 1 / rms (one kernel); the other paths normalize into
+    `normed` (x's shape) first."""
+    if norm_eps is None:
+        return x, -1.0
+    if not norm_eps >= 0:
+        raise ValueError(f"norm_eps = {norm_eps}: RMSNorm's epsilon must be >= 0")
+    if kind == "gemv":
+        return x, float(norm_eps)
+    if normed is None:
+        raise ValueError("pass `normed` (x's shape): this path normalizes x ahead of the "
+                         "projection")
+    shapes.tensor(normed, "normed", x.shape, dt)
+    if shapes.overlap(x, normed):
+        raise ValueError("normed must not overlap x")
+    rmsnorm(x, None, normed, rows=m, eps=norm_eps, stream=stream, symbols=symbols)
+    return normed, -1.0
+
+
+def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables: Any,
+             seq_slots: Any, positions: Any, freqs: Any, *, heads: int, head_dim: int,
+             m: Any = None, m_max: int | None = None, norm_eps: float | None = None,
+             normed: Any = None, stream: Any = None, symbols: Symbols | None = None) -> None:
+    """The attention's input projection with RoPE and the cache append of its m tokens:
+    qkv[:m] = x[:m] @ w.T for the stacked q, k, v weight w ((heads + 2 kv_heads) * head_dim,
+    k), then `rope_append` on qkv's q, k, v (`qkv_views`): q rotated in place, k rotated
+    into k_cache (qkv keeps it as projected), v copied into v_cache.
+
+    On the GEMV path (decode-sized m) one kernel does all of it, the append in its epilogue,
+    with the same bits as the two kernels the other paths run. `m`, `m_max` as for
+    `linear`; seq_slots, positions (tokens,) as for `rope_append`, and like `freqs` and
+    block_tables ready before the previous kernel on the stream starts (the GEMV reads them
+    while it waits for that kernel, under programmatic dependent launch).
+
+    `norm_eps`: project rmsnorm(x) without its weight instead of x (the input norm's weight
+    folded into w, `fold_norm`): the GEMV multiplies its sums by each row's 1 / rms, in the
+    same kernel; the other paths first write rmsnorm(x) into `normed` (x's shape).
+    """
+    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
+    shapes.tensor(qkv, "qkv", (cap, n), dt, align=2)
+    q, kn, vn = qkv_views(qkv, heads, head_dim)
+    _, _, (_, _, d, _, _, block_size, max_blocks) = rope_append_args(
+        q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs)
+    if shapes.overlap(x, qkv):
+        raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
+    kind = "gemv" if path(top, n) == "gemv" and d % GEMV_ROWS == 0 else "other"
+    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
+    if kind != "gemv":
+        linear(x, w, qkv, m=m, m_max=m_max, stream=stream, symbols=symbols)
+        rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs, m,
+                    stream=stream, symbols=symbols)
+        return
+    key, grid, threads = gemv_launch(dt, top, n, k)
+    GEMV_ROPE[key].launch(grid, threads, (x, w, qkv, m, n, k, k_cache, v_cache, block_tables,
+                                          seq_slots, positions, freqs, heads * d, kn.shape[1],
+                                          d, block_size, max_blocks, eps), stream,
+                          symbols=symbols)
+
+
+def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
+                 norm_eps: float | None = None, normed: Any = None, stream: Any = None,
+                 symbols: Symbols | None = None) -> None:
+    """out[:m] = silu(x W_gate^T) * (x W_up^T) for the MLP's fused gate_up weight w
+    (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
+
+    Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue: one kernel, and
+    `gu` is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and
+    silu_mul follows. Either way the same bits (both round the projection to the storage
+    type first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for `qkv_rope` (the
+    post-attention norm's weight folded into w).
+    """
+    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
+    shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")
+    shapes.tensor(gu, "gu", (cap, n), dt)
+    shapes.tensor(out, "out", (cap, n // 2), dt)
+    if shapes.overlap(x, out):
+        raise ValueError("out must not overlap x (other blocks still read x while it is written)")
+    kind = path(top, n)
+    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
+    if kind != "gemv":
+        linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
+        silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
+        return
+    key, grid, threads = gemv_launch(dt, top, n, k)
+    GEMV_SILU[key].launch(grid, threads, (x, w, out, m, n, k, eps), stream, symbols=symbols)

@@ -1,0 +1,188 @@
+"""The decode GEMV's variants: one table, from which come the kernels' names, their
+`extern "C"` wrappers in kernels_cu/gemv.cu (generated: `python -m rawgraph.ops.generate`
+rewrites them, and a test checks the file matches), the `Kernel` objects and their
+signatures, and the choice of variant for a weight.
+
+A variant is a template instantiation of gemv.cu's gemv_impl: the x tile (8 or 16 rows), a
+cluster of blocks sharing each W tile, the k chunks in flight per lane, whether W is read in
+128-byte row segments through a transpose (`_t`), and the warps per block. Each exists
+plain (y = x W^T + residual, with the LM head's greedy keys), with SiLU(gate) * up in the
+epilogue (`_silu`), and with RoPE and the cache append (`_rope`); the three differ only in
+the minimum blocks per SM their launch bounds ask ptxas to fit in registers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
+from rawgraph.dtypes import KERNEL_TYPES
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One GEMV instantiation, and the minimum blocks per SM of its plain, _silu and _rope
+    forms (0: threads alone in the launch bounds)."""
+
+    tile: int         # rows of x (8 or 16)
+    cluster: int      # blocks sharing a W tile (split k), 1 or 4
+    unroll: int       # k chunks in flight per lane
+    segments: bool    # W in 128-byte row segments through a shared-memory transpose
+    warps: int        # per block (8 or 16)
+    min_blocks: tuple[int, int, int]
+
+    @property
+    def key(self) -> tuple[int, int, int, bool, int]:
+        """(tile, cluster, unroll, segments, warps)."""
+        return self.tile, self.cluster, self.unroll, self.segments, self.warps
+
+    @property
+    def suffix(self) -> str:
+        """The name after the dtype: n{tile}[_c{cluster}][_w{warps}]_u{unroll}[_t]."""
+        return (f"n{self.tile}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
+                + (f"_w{self.warps}" if self.warps != 8 else "") + f"_u{self.unroll}"
+                + ("_t" if self.segments else ""))
+
+
+VARIANTS = (  # registers are ptxas's on sm_90 under these launch bounds
+    Variant(8, 1, 8, False, 8, (2, 2, 2)),   # at most 128 registers: 2 blocks per SM
+    Variant(8, 1, 8, True, 8, (2, 2, 2)),    # the same, W in segments
+    Variant(8, 1, 4, True, 8, (3, 3, 3)),    # 80 registers: 3 blocks per SM
+    Variant(8, 1, 8, True, 16, (1, 1, 1)),   # 128 registers x 16 warps: the whole register
+    #                                          file, for grids of at most one block per SM
+    Variant(16, 1, 4, False, 8, (3, 2, 0)),  # 3 blocks per SM (2 for _silu)
+    Variant(16, 4, 4, False, 8, (3, 0, 0)),  # clusters of 4 splitting k over long rows
+    Variant(16, 1, 4, True, 16, (1, 1, 1)),  # 103-120 registers, one block per SM
+)
+EPILOGUES = ("", "_silu", "_rope")
+_PARAMS = {
+    "": "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k, "
+        "unsigned long long* row_max",
+    "_silu": "const {t}* x, const {t}* w, {t}* y, int m, int n, int k, float norm_eps",
+    "_rope": "const {t}* x, const {t}* w, {t}* y, int m, int n, int k, {t}* k_cache, "
+             "{t}* v_cache, const int* block_tables, const int* seq_slots, "
+             "const int* positions, const float* inv_freq, int q_size, int kv_size, "
+             "int head_dim, int block_size, int max_blocks, float norm_eps",
+}
+
+
+def name(dtype: str, v: Variant, epilogue: str = "") -> str:
+    """The kernel's name, e.g. gemv_bf16_n16_c4_u4_silu."""
+    return f"gemv_{KERNEL_TYPES[dtype][0]}_{v.suffix}{epilogue}"
+
+
+def signature(dtype: str, epilogue: str = "") -> str:
+    """The C parameter list of a form."""
+    return _PARAMS[epilogue].format(t=KERNEL_TYPES[dtype][1])
+
+
+def kernels(epilogue: str = "") -> dict[tuple, Kernel]:
+    """Every variant of one form: (dtype, tile, cluster, unroll, segments, warps) -> Kernel."""
+    return {(dt, *v.key): Kernel("gemv", name(dt, v, epilogue), signature(dt, epilogue))
+            for dt in KERNEL_TYPES for v in VARIANTS}
+
+
+M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM (ops.linear)
+GEMV = kernels()
+GEMV_SILU = kernels("_silu")  # the interleaved gate_up weight, SiLU(gate) * up
+GEMV_ROPE = kernels("_rope")  # the QKV weight, RoPE and the cache append
+
+SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
+GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
+FULL_GRID = 512  # blocks that keep all 132 SMs streaming
+LONG_ROWS = 8192  # measured on the H200: from here grids of few blocks split k between
+# more warps (16-warp blocks at one block per SM, clusters of 4 for the 16-row tile)
+MID_ROWS = 4096  # rows from which one to two GEMV blocks per SM read W in segments
+
+
+def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
+    """(cluster, chunks in flight per lane, segments, warps per block) of the GEMV for an
+    (n, k) weight and an x tile; `segments`: W read in 128-byte row segments through a
+    transpose in shared memory (gemv.cu), else in the mma fragments' 64-byte pieces.
+
+    Chosen where it counts, by the decode graph's GPU time in the programmatic chain
+    (benchmarks/NOTES.md, "Decode GEMV"), up to 8 rows:
+    - at most one block per SM, rows of 8192 and longer: 16 warps with 8 in flight in
+      segments (the whole register file: 128 KB of W in flight per SM; the warps hide each
+      other's transposes);
+    - at most one block per SM, shorter rows: 8 warps with 8 in flight in 64-byte pieces
+      (each block prefetches 64 KB of W while the kernel before it ends, and no other warp
+      would hide a transpose);
+    - one to two blocks per SM: 8 in flight (2 blocks per SM), in segments for rows of 4096
+      and longer (segments stream faster than pieces);
+    - more than two blocks per SM: 4 in flight in segments (80 registers, 3 blocks per SM),
+      whose extra warps hide the transpose.
+    16 rows: 64-byte pieces, in clusters of 4 when n gives too few blocks and rows are long;
+    at most one block per SM on rows of 8192 and longer, 16 warps in segments instead."""
+    blocks = -(-n // GEMV_ROWS)
+    if tile == 8:
+        if blocks > 2 * SMS:
+            return 1, 4, True, 8
+        if blocks <= SMS and k >= LONG_ROWS:
+            return 1, 8, True, 16
+        return 1, 8, blocks > SMS and k >= MID_ROWS, 8
+    if k < LONG_ROWS or blocks >= FULL_GRID:
+        return 1, 4, False, 8
+    return (1, 4, True, 16) if blocks <= SMS else (4, 4, False, 8)
+
+
+def gemv_launch(dt: str, top: int, n: int, k: int) -> tuple[tuple, int, int]:
+    """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows."""
+    tile = next(t for t in M_TILES if t >= top)
+    c, u, seg, warps = gemv_variant(n, k, tile)
+    return (dt, tile, c, u, seg, warps), -(-n // GEMV_ROWS) * c, 32 * warps
+
+
+# ---- the wrappers in gemv.cu -----------------------------------------------------------
+
+BEGIN = ("// ---- generated by rawgraph/ops/gemv.py (python -m rawgraph.ops.generate); "
+         "do not edit")
+_CALL = {
+    "": "(x, w, residual, y, m, n, k, -1.f, row_max);",
+    "_silu": "(x, w, nullptr, y, m, n, k, norm_eps);",
+    "_rope": "(x, w, nullptr, y, m, n, k, norm_eps, nullptr,\n"
+             "      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, "
+             "kv_size,\n       head_dim, block_size, max_blocks});",
+}
+_HEAD = {  # the parameter lines as gemv.cu wraps them
+    "": "    const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k,\n"
+        "    unsigned long long* row_max) {{",
+    "_silu": "    const {t}* x, const {t}* w, {t}* y, int m, int n, int k, float norm_eps) {{",
+    "_rope": "    const {t}* x, const {t}* w, {t}* y, int m, int n, int k, {t}* k_cache, "
+             "{t}* v_cache,\n"
+             "    const int* block_tables, const int* seq_slots, const int* positions, "
+             "const float* inv_freq,\n"
+             "    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, "
+             "float norm_eps) {{",
+}
+
+
+def _wrapper(dtype: str, v: Variant, epilogue: str) -> str:
+    t = KERNEL_TYPES[dtype][1]
+    blocks = v.min_blocks[EPILOGUES.index(epilogue)]
+    threads = 32 * v.warps
+    attrs = ("__cluster_dims__(4, 1, 1) " if v.cluster > 1 else "") + (
+        f"__launch_bounds__({threads}, {blocks})" if blocks else f"__launch_bounds__({threads})")
+    epi = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epilogue]
+    if v.warps != 8:
+        epi = (epi or ", Epi::kPlain") + f", {v.warps}"
+    args = f"{t}, {v.tile // 8}, {v.cluster}, {v.unroll}, {'true' if v.segments else 'false'}"
+    return (f'extern "C" __global__ void {attrs} {name(dtype, v, epilogue)}(\n'
+            + _HEAD[epilogue].format(t=t) + "\n"
+            + f"  gemv_impl<{args}{epi}>{_CALL[epilogue]}\n}}\n")
+
+
+def wrappers() -> str:
+    """The generated end of gemv.cu: every form, dtype and variant."""
+    return BEGIN + "\n" + "".join(_wrapper(dt, v, e) for e in EPILOGUES for dt in KERNEL_TYPES
+                                  for v in VARIANTS)
+
+
+def source(path: Path = KERNELS_DIR / "gemv.cu") -> str:
+    """gemv.cu with its generated end rewritten from the table."""
+    text = path.read_text()
+    if BEGIN not in text:
+        raise ValueError(f"{path}: no line {BEGIN!r} to generate after")
+    return text[:text.index(BEGIN)] + wrappers()
+

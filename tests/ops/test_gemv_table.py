@@ -1,0 +1,33 @@
+"""The GEMV's variant table is the one source (CPU): gemv.cu's wrappers are what it generates,
+every GEMV kernel in the file is in it, and the names and signatures agree."""
+
+import re
+
+from rawgraph.cuda.kernel import KERNELS_DIR
+from rawgraph.cuda.signature import Signature
+from rawgraph.ops import gemv
+
+
+def test_gemv_cu_is_what_the_table_generates():
+    path = KERNELS_DIR / "gemv.cu"
+    assert path.read_text() == gemv.source(path), \
+        "kernels_cu/gemv.cu's wrappers differ from the table: python -m rawgraph.ops.generate"
+
+
+def test_every_gemv_kernel_is_in_the_table_once():
+    text = (KERNELS_DIR / "gemv.cu").read_text()
+    defined = re.findall(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(', text)
+    table = [k.name for form in (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)
+             for k in form.values()]
+    assert sorted(defined) == sorted(table) and len(set(table)) == len(table) == 42
+
+
+def test_names_keys_and_signatures():
+    v = gemv.Variant(16, 4, 4, False, 8, (3, 0, 0))
+    assert gemv.name("bfloat16", v, "_silu") == "gemv_bf16_n16_c4_u4_silu"
+    assert gemv.GEMV["float16", 8, 1, 8, True, 16].name == "gemv_f16_n8_w16_u8_t"
+    for form, epi in ((gemv.GEMV, ""), (gemv.GEMV_SILU, "_silu"), (gemv.GEMV_ROPE, "_rope")):
+        for (dt, *_), k in form.items():
+            assert k.sig == Signature.parse(gemv.signature(dt, epi))
+            assert k.sig == Signature.from_source(KERNELS_DIR / "gemv.cu", k.name)
+    assert {v.key[0] for v in gemv.VARIANTS} == set(gemv.M_TILES)
