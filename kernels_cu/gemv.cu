@@ -77,30 +77,9 @@
 #include "argmax.cuh"
 #include "cluster.cuh"
 #include "common.cuh"
+#include "mma.cuh"
 
 namespace {
-
-template <typename T> struct Mma;
-template <> struct Mma<__half> {
-  static __device__ __forceinline__ void run(float (&d)[4], unsigned a0, unsigned a1,
-                                             unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
-template <> struct Mma<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&d)[4], unsigned a0, unsigned a1,
-                                             unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-};
 
 __device__ __forceinline__ uint4 load_w16(const void* p, bool ok) {
   return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
@@ -109,7 +88,9 @@ __device__ __forceinline__ uint4 load_x16(const void* p, bool ok) {
   return ok ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
 }
 
-// The two values in a 4-byte word, as floats (bf16 to float is a shift)
+// The two values in a 4-byte word, as floats (bf16 to float is a shift). Not mma.cuh's
+// rg::unpack2, whose bf16 form goes through __bfloat1622float2: the two compile to different
+// code here, and this one is what the decode GEMV was measured with.
 template <typename T> __device__ __forceinline__ float2 unpack2(unsigned word);
 template <> __device__ __forceinline__ float2 unpack2<__half>(unsigned word) {
   return __half22float2(*reinterpret_cast<const __half2*>(&word));
@@ -326,8 +307,8 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
       for (int jj = 0; jj < NT; ++jj) {
         const uint4 &lo = a[u][0], &hi = a[u][1], &bx = b[jj][u];
-        Mma<T>::run(acc[jj], lo.x, hi.x, lo.y, hi.y, bx.x, bx.y);
-        Mma<T>::run(acc[jj], lo.z, hi.z, lo.w, hi.w, bx.z, bx.w);
+        rg::mma_16816<T>(acc[jj], {lo.x, hi.x, lo.y, hi.y}, bx.x, bx.y);
+        rg::mma_16816<T>(acc[jj], {lo.z, hi.z, lo.w, hi.w}, bx.z, bx.w);
         if constexpr (kNorm) add_squares<T>(bx, sq[jj]);
       }
   };
