@@ -77,7 +77,8 @@ class Metrics:
                 lines.extend([f"# HELP {PREFIX}{name} {help_}", f"# TYPE {PREFIX}{name} {kind}"])
                 lines.extend(f"{PREFIX}{v}" for v in values)
 
-            metric("requests_total", "counter", "Requests by how they ended.",
+            metric("requests_total", "counter", "Requests by how they ended (aborted: ended "
+                   "early for a client gone, a stop string, a deadline or a shutdown).",
                    [f'requests_total{{status="{k}"}} {v}' for k, v in self.requests.items()])
             metric("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
                    [f"prompt_tokens_total {self.prompt_tokens}"])

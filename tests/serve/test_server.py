@@ -62,7 +62,8 @@ def checkpoint(tmp_path_factory):
 class Served:
     """uvicorn on a thread, serving the app over a reference engine."""
 
-    def __init__(self, tensors, tokenizer=None, template=None, max_queue=64, start=True):
+    def __init__(self, tensors, tokenizer=None, template=None, max_queue=64, start=True,
+                 timeout_s=None):
         self.engine = reference_engine(CFG, tensors, max_batch=4, max_context=CONTEXT,
                                        max_chunk=32)
         self.worker = Worker(self.engine, Metrics(), max_queue=max_queue)
@@ -70,7 +71,8 @@ class Served:
             self.worker.start()
         info = ModelInfo("tiny", CFG.vocab, CONTEXT, tokenizer, template, CFG.eos)
         self.port = _port()
-        self.server = uvicorn.Server(uvicorn.Config(create_app(self.worker, info),
+        app = create_app(self.worker, info, timeout_s=timeout_s)
+        self.server = uvicorn.Server(uvicorn.Config(app,
                                                     port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -343,5 +345,24 @@ def test_draining_finishes_what_it_can_then_aborts_the_rest(checkpoint):
         assert httpx.post(f"{s.url}/v1/completions", json={"prompt": [5]}).status_code == 503
         assert httpx.get(f"{s.url}/health").status_code == 503
         assert _used_blocks(s) == 0
+    finally:
+        s.close()
+
+
+def test_a_request_past_its_deadline_is_aborted_with_what_it_has(checkpoint):
+    s = Served(checkpoint[1], timeout_s=0.3)
+    step = s.engine.step
+
+    def slow_step():  # 20 ms a step: 80 tokens take longer than the deadline
+        time.sleep(0.02)
+        return step()
+    s.engine.step = slow_step
+    try:
+        r = httpx.post(f"{s.url}/v1/completions", json={
+            "prompt": [5, 6], "max_tokens": 80, "stop_token_ids": []}, timeout=30).json()
+        choice = r["choices"][0]
+        assert choice["finish_reason"] == "abort" and 0 < len(choice["token_ids"]) < 80
+        assert r["usage"]["completion_tokens"] == len(choice["token_ids"])
+        _wait(lambda: _used_blocks(s) == 0)
     finally:
         s.close()
