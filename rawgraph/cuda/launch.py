@@ -31,9 +31,11 @@ class Launchable(Protocol):
     sig: Signature
 
     @property
-    def function(self) -> driver.CUfunction: ...
+    def function(self) -> driver.CUfunction:
+        """The driver's function handle (compiled on first use)."""
 
-    def allow_shared_memory(self, nbytes: int) -> None: ...
+    def allow_shared_memory(self, nbytes: int) -> None:
+        """Opt in to `nbytes` of dynamic shared memory."""
 
 Dims = tuple[int, int, int]
 _GRID_MAX = (2**31 - 1, 65535, 65535)

@@ -115,11 +115,16 @@ class _Relay:
         self.last: float | None = None
         self.deadline = None if timeout_s is None else self.t0 + timeout_s
         self._held: tuple | None = None  # an event read ahead while merging tokens
+        self._checked = self.t0  # when a whole (not streamed) request last looked for its client
 
     async def next(self) -> tuple[str, list[int]] | None:
         """The next piece of output (text, token ids), or None once finished (`finish`
         set); raises APIError for a failure after acceptance."""
         while True:
+            if not self.g.stream and time.monotonic() - self._checked > 0.5:
+                self._checked = time.monotonic()  # (a stream learns of it by cancellation)
+                if await self.http.is_disconnected():
+                    self.worker.abort(self.job)
             if self._held is not None:
                 event, self._held = self._held, None
             else:
@@ -131,8 +136,6 @@ class _Relay:
                     if self.deadline is not None and time.monotonic() >= self.deadline:
                         self.worker.abort(self.job)
                         self.deadline = None  # the abort's finish event follows
-                    elif not self.g.stream and await self.http.is_disconnected():
-                        self.worker.abort(self.job)
                     continue
             if event[0] == "error":
                 raise event[1]
@@ -184,7 +187,11 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
             g = protocol.parse(body, chat, info.model_id)
             job = Job(_request(g, info), asyncio.get_running_loop())
             worker.submit(job)
-            event = await job.events.get()
+            try:
+                event = await job.events.get()
+            except asyncio.CancelledError:  # the client left before the engine took it
+                worker.abort(job)
+                raise
             if event[0] == "error":
                 raise event[1]
         except APIError as e:

@@ -333,7 +333,7 @@ def test_draining_finishes_what_it_can_then_aborts_the_rest(checkpoint):
     s.engine.step = slow_step
     try:
         with httpx.stream("POST", f"{s.url}/v1/completions", json={
-                "prompt": [5, 6], "max_tokens": 80, "stop_token_ids": [], "stream": True},
+                "prompt": [5, 6], "max_tokens": 80, "temperature": 0, "stream": True},
                 timeout=30) as r:
             lines = r.iter_lines()
             assert next(lines).startswith("data: ")
@@ -359,7 +359,7 @@ def test_a_request_past_its_deadline_is_aborted_with_what_it_has(checkpoint):
     s.engine.step = slow_step
     try:
         r = httpx.post(f"{s.url}/v1/completions", json={
-            "prompt": [5, 6], "max_tokens": 80, "stop_token_ids": []}, timeout=30).json()
+            "prompt": [5, 6], "max_tokens": 80, "temperature": 0}, timeout=30).json()
         choice = r["choices"][0]
         assert choice["finish_reason"] == "abort" and 0 < len(choice["token_ids"]) < 80
         assert r["usage"]["completion_tokens"] == len(choice["token_ids"])
