@@ -71,8 +71,7 @@ class _Mark:
     lens: Any                 # the cache's host lengths
     active: set[int]          # cache slots in use
     ahead: tuple[list[Request], Pending] | None
-    unread: list[Pending]
-    turn: int
+    runner: tuple[list[Pending], int]  # Runner.state()
     books: tuple[list[int], int]  # the scheduler's free slots and reserved blocks
     admitted: list[Request] = field(default_factory=list)
 
@@ -251,7 +250,7 @@ class Engine:
         t, run = self.model.kv.tables, self.runner
         return _Mark([(r, len(r.output), r.prefilled, r.finish, r.first_step, r.last_step)
                       for r in self.scheduler.running],
-                     t.lens.copy(), set(t.active), self._ahead, list(run._unread), run._turn,
+                     t.lens.copy(), set(t.active), self._ahead, run.state(),
                      self.scheduler.books())
 
     def _rollback(self, mark: _Mark) -> None:
@@ -277,8 +276,7 @@ class Engine:
             r.output.clear()
             r.prefilled, r.finish, r.first_step, r.last_step = 0, "", -1, -1
         m.forget_handoff()
-        run._unread = [p for p in mark.unread if p.tokens is None]  # read ones stay read
-        run._turn = mark.turn
+        run.restore(mark.runner)
         self._ahead, self._chained = mark.ahead, False
         self.stats.rollbacks += 1
 

@@ -152,6 +152,16 @@ class ReferenceRunner:
             self._unread.append(pending)
         return pending
 
+    def state(self) -> tuple[list, int]:
+        """What an engine's rollback restores: the launched iterations not read yet, and
+        whose turn it is (of the two alternating decode events)."""
+        return list(self._unread), self._turn
+
+    def restore(self, state: tuple[list, int]) -> None:
+        """Back to `state` (iterations read since stay read: their tokens are on the host)."""
+        unread, self._turn = state
+        self._unread = [p for p in unread if p.tokens is None]
+
     def collect(self, p: HostPending) -> tuple[list[int], list[int], IterStats]:
         """(next token per piece, -1 for pieces that are not final; next token per decode
         row; stats)."""

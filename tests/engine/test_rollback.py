@@ -90,6 +90,13 @@ class FakeRunner:
             self._unread.append(p)
         return p
 
+    def state(self):
+        return list(self._unread), self._turn
+
+    def restore(self, state):
+        unread, self._turn = state
+        self._unread = [p for p in unread if p.tokens is None]
+
     def collect(self, p):
         if p.rows and p.tokens is None:
             p.tokens = p.out
