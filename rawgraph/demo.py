@@ -22,7 +22,7 @@ from rawgraph.model.config import PRESETS, LlamaConfig, preset
 from rawgraph.model.program import Model
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
-from rawgraph.ops.linear import SKINNY_ROWS
+from rawgraph.ops.linear import DECODE_ROWS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
 from rawgraph.options import at_least, positive
 
@@ -61,8 +61,8 @@ def check(args: Any) -> None:
         raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
     if args.model is not None and not Path(args.model).is_dir():
         raise ValueError(f"--model {args.model}: not a directory")
-    if not 1 <= args.max_batch <= SKINNY_ROWS:
-        raise ValueError(f"--max-batch {args.max_batch}: 1 to {SKINNY_ROWS}")
+    if not 1 <= args.max_batch <= DECODE_ROWS:
+        raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
         raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
     if args.max_context < LONGEST:

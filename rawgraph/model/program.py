@@ -35,8 +35,7 @@ from rawgraph.model.config import LlamaConfig
 from rawgraph.model.safetensors import CheckpointError
 from rawgraph.model.weights import shapes
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.linear import SKINNY_ROWS
-from rawgraph.ops.linear import path as linear_path
+from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
 
@@ -170,10 +169,10 @@ class Model:
         None: seeded random weights made on the device (benchmarks of large presets).
         Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
         and its file from `files`, tensor name -> file, when given)."""
-        if not 1 <= max_batch <= SKINNY_ROWS:
-            raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {SKINNY_ROWS} "
+        if not 1 <= max_batch <= DECODE_ROWS:
+            raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
                              f"rows (the GEMV and skinny GEMM paths)")
-        if not 1 <= max_chunk_seqs <= min(max_batch, SKINNY_ROWS) or max_chunk < 1:
+        if not 1 <= max_chunk_seqs <= min(max_batch, DECODE_ROWS) or max_chunk < 1:
             raise ValueError(f"max_chunk = {max_chunk}, max_chunk_seqs = {max_chunk_seqs}: need "
                              f"max_chunk >= 1 and 1 <= max_chunk_seqs <= max_batch")
         if cfg.head_dim not in ops.attention.HEAD_DIMS:
@@ -300,9 +299,7 @@ class Model:
         fresh = 0
         for slot, n in need.items():
             have = int(t.lens[slot]) if slot in t.active else 0
-            if have + n > self.max_context:
-                raise ValueError(f"slot {slot}: context {have + n} exceeds max_context = "
-                                 f"{self.max_context}")
+            self._check_context(have + n, f"slot {slot}: ")
             fresh += -(-(have + n) // bs) - -(-have // bs)
         return fresh
 
@@ -316,6 +313,12 @@ class Model:
             if slot not in t.active:
                 t.add(slot)
             t.append(slot, n)
+
+    def _check_context(self, context: int, where: str = "") -> None:
+        """ValueError unless a sequence of `context` tokens fits (the one check of it)."""
+        if context > self.max_context:
+            raise ValueError(f"{where}context {context} exceeds max_context = "
+                             f"{self.max_context}")
 
     def _check_slots(self, slots: Sequence[int]) -> None:
         if len(set(slots)) < len(slots) or not all(0 <= s < self.max_batch for s in slots):
@@ -342,9 +345,7 @@ class Model:
         if min(tokens) < 0 or max(tokens) >= self.cfg.vocab:
             raise ValueError(f"token ids {list(tokens)} outside [0, {self.cfg.vocab})")
         sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
-        if self.kv.tables.lens[sl].max() + 1 > self.max_context:
-            raise ValueError(f"context {int(self.kv.tables.lens[sl].max()) + 1} exceeds "
-                             f"max_context = {self.max_context}")
+        self._check_context(int(self.kv.tables.lens[sl].max()) + 1)
         return sl, tok
 
     def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
@@ -406,9 +407,7 @@ class Model:
         if not all(s in t.active for s in slots) or (t.lens[sl] != lens).any():
             raise ValueError(f"slots {list(slots)}: their sequences changed since the step "
                              f"this one continues")
-        if lens.max() + 1 > self.max_context:
-            raise ValueError(f"context {int(lens.max()) + 1} exceeds max_context = "
-                             f"{self.max_context}")
+        self._check_context(int(lens.max()) + 1)
         t.append_one(sl)  # all or nothing
         if not self._sampling_pushed:  # only the sampling fields: ids and positions moved on
             h = self.dec_meta.begin()
@@ -495,7 +494,7 @@ class Model:
         ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, **kw)
         # on the GEMV path the LM head also merges each row's greedy pick as its blocks end,
         # and sample's greedy rows read that instead of passing over the vocabulary
-        best = a["best"] if linear_path(a["last"].shape[0], cfg.vocab) == "gemv" else None
+        best = a["best"] if keeps_row_max(a["last"].shape[0], cfg.vocab) else None
         ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
                    row_max=best, **kw)
         ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"], meta["top_p"],

@@ -27,6 +27,7 @@ _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, i
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
+DECODE_ROWS = SKINNY_ROWS  # the most rows the kernels that read W once take: a decode batch
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
@@ -126,6 +127,13 @@ def path(rows: int, n: int) -> str:
     if rows > SKINNY_ROWS:
         return "gemm"
     return "skinny" if takes_skinny(rows, n) else "gemv"
+
+
+def keeps_row_max(rows: int, n: int) -> bool:
+    """Whether `linear(..., row_max=)` can keep each row's greedy pick for up to `rows` rows
+    through an n-row weight (the GEMV path does; `sample` then skips its pass for greedy
+    rows)."""
+    return path(rows, n) == "gemv"
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,

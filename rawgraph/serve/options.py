@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rawgraph.model.config import PRESETS
-from rawgraph.ops.linear import SKINNY_ROWS
+from rawgraph.ops.linear import DECODE_ROWS
 from rawgraph.options import at_least, positive
 
 
@@ -21,8 +21,8 @@ def check(args: argparse.Namespace) -> None:
     if args.reference and args.model is None and args.preset != "tiny":
         raise ValueError("--reference runs the NumPy decoder on the CPU: --preset tiny or a "
                          "--model checkpoint small enough for it")
-    if not 1 <= args.max_batch <= SKINNY_ROWS:
-        raise ValueError(f"--max-batch {args.max_batch}: 1 to {SKINNY_ROWS}")
+    if not 1 <= args.max_batch <= DECODE_ROWS:
+        raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
         raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
     if not 0 < args.port < 65536:
