@@ -138,25 +138,33 @@ class Worker:
                     return
                 inbox, self._inbox = self._inbox, []
                 aborts, self._aborts = self._aborts, []
-            self._admit(inbox)
-            for job in aborts:
-                self.engine.abort(job.request)
-            if self.engine.scheduler.idle:
-                self.engine.drain()  # a step launched past the last tokens
-                self._publish()
-                continue
             try:
-                self.engine.step()
-                failures = 0
-            except Exception:  # rolled back by the engine; try again, then give up on them
-                failures += 1
-                log.exception("an engine iteration failed (%d in a row)", failures)
-                with self.metrics.lock:
-                    self.metrics.step_failures += 1
-                if failures >= FAILURES:
-                    self._fail_all()
-                    failures = 0
+                failures = self._iterate(inbox, aborts, failures)
+            except Exception:  # a bug outside the engine's step: keep the thread serving
+                log.exception("the engine's thread hit an error; it goes on")
+
+    def _iterate(self, inbox: list[Job], aborts: list[Job], failures: int) -> int:
+        """Admit, abort, step once (or drain when idle), publish; the failures in a row."""
+        self._admit(inbox)
+        for job in aborts:
+            self.engine.abort(job.request)
+        if self.engine.scheduler.idle:
+            self.engine.drain()  # a step launched past the last tokens
             self._publish()
+            return failures
+        try:
+            self.engine.step()
+            failures = 0
+        except Exception:  # rolled back by the engine; try again, then give up on them
+            failures += 1
+            log.exception("an engine iteration failed (%d in a row)", failures)
+            with self.metrics.lock:
+                self.metrics.step_failures += 1
+            if failures >= FAILURES:
+                self._fail_all()
+                failures = 0
+        self._publish()
+        return failures
 
     def _admit(self, inbox: list[Job]) -> None:
         for job in inbox:

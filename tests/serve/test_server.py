@@ -366,3 +366,27 @@ def test_a_request_past_its_deadline_is_aborted_with_what_it_has(checkpoint):
         _wait(lambda: _used_blocks(s) == 0)
     finally:
         s.close()
+
+
+def test_an_engine_that_keeps_failing_fails_its_requests_and_the_server_goes_on(checkpoint):
+    s = Served(checkpoint[1])
+    step = s.engine.step
+    broken = {"on": True}
+
+    def flaky():  # every iteration fails (as a rolled-back one leaves it) until repaired
+        if broken["on"]:
+            raise RuntimeError("injected")
+        return step()
+    s.engine.step = flaky
+    try:
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 8},
+                       timeout=30)
+        assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+        broken["on"] = False
+        _wait(lambda: _used_blocks(s) == 0)
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 8,
+                                                         "temperature": 0})
+        assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 8
+        assert s.worker.metrics.step_failures >= 3 and s.worker.metrics.requests["failed"] == 1
+    finally:
+        s.close()
