@@ -22,8 +22,8 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.runner import IterStats
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.model.config import LlamaConfig
-from rawgraph.model.program import PrefillPiece, final_tokens
 from rawgraph.model.reference import KVState, float_weights, forward
+from rawgraph.model.step import PrefillPiece, final_tokens
 from rawgraph.ops.reference import sample_probs
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
 

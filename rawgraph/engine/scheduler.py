@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from rawgraph.engine.request import Request
-from rawgraph.model.program import PrefillPiece
+from rawgraph.model.step import PrefillPiece
 
 
 @dataclass

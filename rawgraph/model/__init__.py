@@ -4,8 +4,9 @@ NumPy reference."""
 from rawgraph.model import reference
 from rawgraph.model.checkpoint import Checkpoint, load, save
 from rawgraph.model.config import PRESETS, LlamaConfig, preset
-from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.model.program import Model
 from rawgraph.model.safetensors import CheckpointError
+from rawgraph.model.step import PrefillPiece
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import cupy
@@ -30,9 +29,11 @@ from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import PagedKVCache
 from rawgraph.memory.staging import Staging
+from rawgraph.model import step
 from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.config import LlamaConfig
 from rawgraph.model.safetensors import CheckpointError
+from rawgraph.model.step import Limits, PrefillPiece, final_tokens
 from rawgraph.model.weights import shapes
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max
@@ -120,7 +121,6 @@ def _check_finite(views: list[tuple[str, cupy.ndarray]], dtype: str,
                                        else ""))
 
 
-GREEDY = SamplingParams()
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
 # a chunk of n tokens runs the kernels of the smallest that holds it
 PREFILL_CHUNKS = (64, 256, 1024, 2048)
@@ -129,24 +129,6 @@ PREFILL_CHUNKS = (64, 256, 1024, 2048)
 def chunk_sizes(max_chunk: int) -> tuple[int, ...]:
     """The default prefill chunk sizes of a model whose largest chunk is `max_chunk`."""
     return (*[c for c in PREFILL_CHUNKS if c < max_chunk], max_chunk)
-
-
-def final_tokens(tokens: Sequence[int], pieces: Sequence[PrefillPiece]) -> list[int]:
-    """Each piece's sampled token, -1 where the piece is not final (nothing was sampled)."""
-    return [t if p.final else -1 for t, p in zip(tokens, pieces)]
-
-
-@dataclass(frozen=True)
-class PrefillPiece:
-    """One sequence's share of a prefill chunk: `tokens` at positions start, start + 1, ...
-    `final`: the piece ends its prompt, so its last position's next token is sampled (a chunk
-    of non-final pieces skips the LM head: an IF node in a graph)."""
-
-    slot: int
-    tokens: Sequence[int]
-    start: int
-    sampling: SamplingParams = GREEDY
-    final: bool = True
 
 
 def _sampling_fields(n: int) -> dict[str, tuple[Any, int]]:
@@ -186,6 +168,7 @@ class Model:
                     cfg.rope_scaling, ops.DynamicScaling) else ""))
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
+        self.limits = Limits(max_batch, max_chunk, max_chunk_seqs, max_context, cfg.vocab)
         self.arena: Arena | None = None
         try:
             self._setup(tensors, seed, block_size, num_blocks, files or {})
@@ -295,13 +278,7 @@ class Model:
     def blocks_needed(self, need: dict[int, int]) -> int:
         """New KV blocks that need[slot] more tokens per sequence take (ValueError past
         max_context); nothing changes."""
-        t, bs = self.kv.tables, self.kv.block_size
-        fresh = 0
-        for slot, n in need.items():
-            have = int(t.lens[slot]) if slot in t.active else 0
-            self._check_context(have + n, f"slot {slot}: ")
-            fresh += -(-(have + n) // bs) - -(-have // bs)
-        return fresh
+        return step.blocks_needed(need, self.kv.tables, self.limits)
 
     def grow(self, need: dict[int, int]) -> None:
         """Make room for need[slot] more tokens in each sequence, all or nothing."""
@@ -314,19 +291,9 @@ class Model:
                 t.add(slot)
             t.append(slot, n)
 
-    def _check_context(self, context: int, where: str = "") -> None:
-        """ValueError unless a sequence of `context` tokens fits (the one check of it)."""
-        if context > self.max_context:
-            raise ValueError(f"{where}context {context} exceeds max_context = "
-                             f"{self.max_context}")
-
-    def _check_slots(self, slots: Sequence[int]) -> None:
-        if len(set(slots)) < len(slots) or not all(0 <= s < self.max_batch for s in slots):
-            raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
-
     def set_sampling(self, slot: int, params: SamplingParams) -> None:
         """How the sequence in `slot` samples from now on (kept per slot, like its table)."""
-        self._check_slots([slot])
+        step.check_slots([slot], self.limits)
         p = self.sampling
         p["seeds"][slot], p["temperature"][slot] = params.seed, params.temperature
         p["top_k"][slot], p["top_p"][slot] = params.top_k, params.top_p
@@ -336,17 +303,8 @@ class Model:
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Validate a decode step's rows (ValueError naming the problem); nothing changes.
         Returns slots and tokens as arrays."""
-        n = len(slots)  # Python's min/max/set: faster than NumPy's for a step's few rows
-        if not 0 < n == len(tokens) <= self.max_batch:
-            raise ValueError(f"{n} slots, {len(tokens)} tokens: need 1 to {self.max_batch} "
-                             f"rows, one token each")
-        if min(slots) < 0 or max(slots) >= self.max_batch or len(set(slots)) < n:
-            raise ValueError(f"slots {list(slots)} must be distinct, in [0, {self.max_batch})")
-        if min(tokens) < 0 or max(tokens) >= self.cfg.vocab:
-            raise ValueError(f"token ids {list(tokens)} outside [0, {self.cfg.vocab})")
-        sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
-        self._check_context(int(self.kv.tables.lens[sl].max()) + 1)
-        return sl, tok
+        rows = step.decode_rows(slots, tokens, self.kv.tables, self.limits)
+        return rows.slots, rows.tokens
 
     def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
                        sampling: Sequence[SamplingParams] | None = None, *,
@@ -407,7 +365,7 @@ class Model:
         if not all(s in t.active for s in slots) or (t.lens[sl] != lens).any():
             raise ValueError(f"slots {list(slots)}: their sequences changed since the step "
                              f"this one continues")
-        self._check_context(int(lens.max()) + 1)
+        step.check_context(int(lens.max()) + 1, self.limits)
         t.append_one(sl)  # all or nothing
         if not self._sampling_pushed:  # only the sampling fields: ids and positions moved on
             h = self.dec_meta.begin()
@@ -427,21 +385,8 @@ class Model:
         (and with `sync`, the cache tables). Returns (tokens, sequences, longest piece) for
         `launch_prefill`. Without `sync`, call `kv.sync` before launching: a prefill and a
         decode step prepared together share one copy of the tables."""
-        n = sum(len(p.tokens) for p in pieces)
-        if not 0 < len(pieces) <= self.max_chunk_seqs or not 0 < n <= self.max_chunk:
-            raise ValueError(f"{len(pieces)} pieces of {n} tokens: a chunk takes 1 to "
-                             f"{self.max_chunk_seqs} sequences and 1 to {self.max_chunk} tokens")
-        self._check_slots([p.slot for p in pieces])
-        t = self.kv.tables
-        for p in pieces:
-            have = int(t.lens[p.slot]) if p.slot in t.active else 0
-            if not p.tokens or p.start != have:
-                raise ValueError(f"slot {p.slot}: a piece must continue its sequence at "
-                                 f"position {have} with at least one token (got start "
-                                 f"{p.start}, {len(p.tokens)} tokens)")
-            if not all(0 <= x < self.cfg.vocab for x in p.tokens):
-                raise ValueError(f"slot {p.slot}: token ids outside [0, {self.cfg.vocab})")
-        self.grow({p.slot: len(p.tokens) for p in pieces})
+        chunk = step.chunk(pieces, self.kv.tables, self.limits)
+        self.grow(chunk.need)
         h = self.pre_meta.begin()
         row = 0
         h["cu"][:] = 0
@@ -463,7 +408,7 @@ class Model:
         self.pre_meta.push(stream)
         if sync:
             self.kv.sync(stream)
-        return n, len(pieces), max(len(p.tokens) for p in pieces)
+        return chunk.tokens, chunk.seqs, chunk.longest
 
     # -- device side: the kernel sequences ----------------------------------------------------
 

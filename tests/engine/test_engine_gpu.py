@@ -8,8 +8,9 @@ import pytest
 
 from rawgraph.engine import Engine, Request
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.model.program import Model
 from rawgraph.model.reference import KVState, float_weights, forward
+from rawgraph.model.step import PrefillPiece
 from rawgraph.model.weights import random_weights
 from rawgraph.ops import SamplingParams
 

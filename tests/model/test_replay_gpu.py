@@ -8,7 +8,8 @@ import pytest
 
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model, PrefillPiece
+from rawgraph.model.program import Model
+from rawgraph.model.step import PrefillPiece
 
 pytestmark = pytest.mark.gpu
 CFG = preset("llama-1b").replace(layers=2)

@@ -1,0 +1,134 @@
+"""A step's sizes, derived and checked once on the host before anything changes.
+
+A prefill chunk is made of pieces (`PrefillPiece`), one per sequence. The decoder's limits
+(`Limits`) and the cache's block tables are all a check needs: a decode
+step's rows (`decode_rows`), a prefill chunk's pieces (`chunk`), the KV blocks a growth takes
+(`blocks_needed`), and the one check of a context against `max_context` (`check_context`).
+Each raises ValueError naming the problem and changes nothing, so `Model` and the runner call
+them before touching the tables or the device; none needs a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rawgraph.memory.blocks import BlockTables
+from rawgraph.ops.sampling import SamplingParams
+
+GREEDY = SamplingParams()
+
+
+@dataclass(frozen=True)
+class PrefillPiece:
+    """One sequence's share of a prefill chunk: `tokens` at positions start, start + 1, ...
+    `final`: the piece ends its prompt, so its last position's next token is sampled (a chunk
+    of non-final pieces skips the LM head: an IF node in a graph)."""
+
+    slot: int
+    tokens: Sequence[int]
+    start: int
+    sampling: SamplingParams = GREEDY
+    final: bool = True
+
+
+def final_tokens(tokens: Sequence[int], pieces: Sequence[PrefillPiece]) -> list[int]:
+    """Each piece's sampled token, -1 where the piece is not final (nothing was sampled)."""
+    return [t if p.final else -1 for t, p in zip(tokens, pieces)]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the decoder was sized for."""
+
+    max_batch: int       # decode rows, and cache slots 0 .. max_batch - 1
+    max_chunk: int       # tokens in a prefill chunk
+    max_chunk_seqs: int  # sequences in a prefill chunk
+    max_context: int     # tokens a sequence may reach
+    vocab: int
+
+
+@dataclass(frozen=True)
+class DecodeRows:
+    """A decode step's rows, checked: their slots and input tokens as arrays."""
+
+    slots: np.ndarray   # (rows,) int64
+    tokens: np.ndarray  # (rows,) int64
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A prefill chunk, checked: its sizes and how much each sequence grows."""
+
+    tokens: int                  # all pieces' tokens
+    seqs: int                    # pieces (one sequence each)
+    longest: int                 # the longest piece
+    need: dict[int, int]         # slot -> tokens it grows by
+
+
+def check_context(context: int, limits: Limits, where: str = "") -> None:
+    """ValueError unless a sequence of `context` tokens fits: the one check of a context
+    against max_context."""
+    if context > limits.max_context:
+        raise ValueError(f"{where}context {context} exceeds max_context = "
+                         f"{limits.max_context}")
+
+
+def check_slots(slots: Sequence[int], limits: Limits) -> None:
+    """ValueError unless `slots` are distinct cache slots."""
+    if len(set(slots)) < len(slots) or not all(0 <= s < limits.max_batch for s in slots):
+        raise ValueError(f"slots {list(slots)} must be distinct, in [0, {limits.max_batch})")
+
+
+def decode_rows(slots: Sequence[int], tokens: Sequence[int], tables: BlockTables,
+                limits: Limits) -> DecodeRows:
+    """A decode step's rows (one token each into sequences `slots`), checked."""
+    n = len(slots)  # Python's min/max/set: faster than NumPy's for a step's few rows
+    if not 0 < n == len(tokens) <= limits.max_batch:
+        raise ValueError(f"{n} slots, {len(tokens)} tokens: need 1 to {limits.max_batch} "
+                         f"rows, one token each")
+    if min(slots) < 0 or max(slots) >= limits.max_batch or len(set(slots)) < n:
+        raise ValueError(f"slots {list(slots)} must be distinct, in [0, {limits.max_batch})")
+    if min(tokens) < 0 or max(tokens) >= limits.vocab:
+        raise ValueError(f"token ids {list(tokens)} outside [0, {limits.vocab})")
+    sl, tok = np.asarray(slots, np.int64), np.asarray(tokens, np.int64)
+    check_context(int(tables.lens[sl].max()) + 1, limits)
+    return DecodeRows(sl, tok)
+
+
+def blocks_needed(need: dict[int, int], tables: BlockTables, limits: Limits) -> int:
+    """New KV blocks that need[slot] more tokens per sequence take; ValueError past
+    max_context."""
+    bs, fresh = tables.block_size, 0
+    for slot, n in need.items():
+        have = int(tables.lens[slot]) if slot in tables.active else 0
+        check_context(have + n, limits, f"slot {slot}: ")
+        fresh += -(-(have + n) // bs) - -(-have // bs)
+    return fresh
+
+
+def chunk(pieces: Sequence[PrefillPiece], tables: BlockTables, limits: Limits) -> Chunk:
+    """A prefill chunk of `pieces`, checked: each continues its sequence, with ids in the
+    vocabulary, within the chunk's and the context's limits."""
+    n = sum(len(p.tokens) for p in pieces)
+    if not 0 < len(pieces) <= limits.max_chunk_seqs or not 0 < n <= limits.max_chunk:
+        raise ValueError(f"{len(pieces)} pieces of {n} tokens: a chunk takes 1 to "
+                         f"{limits.max_chunk_seqs} sequences and 1 to {limits.max_chunk} "
+                         f"tokens")
+    check_slots([p.slot for p in pieces], limits)
+    for p in pieces:
+        have = int(tables.lens[p.slot]) if p.slot in tables.active else 0
+        if not p.tokens or p.start != have:
+            raise ValueError(f"slot {p.slot}: a piece must continue its sequence at "
+                             f"position {have} with at least one token (got start "
+                             f"{p.start}, {len(p.tokens)} tokens)")
+        if not all(0 <= x < limits.vocab for x in p.tokens):
+            raise ValueError(f"slot {p.slot}: token ids outside [0, {limits.vocab})")
+    need = {p.slot: len(p.tokens) for p in pieces}
+    for slot, k in need.items():
+        have = int(tables.lens[slot]) if slot in tables.active else 0
+        check_context(have + k, limits, f"slot {slot}: ")
+    return Chunk(n, len(pieces), max(len(p.tokens) for p in pieces), need)
+

@@ -1,0 +1,92 @@
+"""A step's sizes checked on the host (CPU): decode rows, prefill chunks, the blocks a growth
+takes and the one check of a context; every refusal names the problem and changes nothing."""
+
+import numpy as np
+import pytest
+
+from rawgraph.memory.blocks import BlockAllocator, BlockTables
+from rawgraph.model import step
+from rawgraph.model.step import Limits, PrefillPiece
+
+LIMITS = Limits(max_batch=4, max_chunk=32, max_chunk_seqs=2, max_context=64, vocab=100)
+
+
+def _tables():
+    t = BlockTables(BlockAllocator(16), 16, 4, 4)
+    t.add(0)
+    t.append(0, 20)  # slot 0: 20 tokens (2 blocks)
+    t.add(1)
+    t.append(1, 63)  # slot 1: one token from full
+    return t
+
+
+def _unchanged(t, before):
+    assert (t.lens == before[0]).all() and set(t.active) == before[1]
+    assert t.alloc.num_free == before[2]
+
+
+def _state(t):
+    return t.lens.copy(), set(t.active), t.alloc.num_free
+
+
+def test_decode_rows_are_arrays_of_checked_slots_and_tokens():
+    t = _tables()
+    rows = step.decode_rows([0, 1], [5, 99], t, LIMITS)
+    assert rows.slots.tolist() == [0, 1] and rows.tokens.dtype == np.int64
+
+
+@pytest.mark.parametrize(("slots", "tokens", "match"), [
+    ([], [], "need 1 to 4 rows"), ([0, 1], [5], "one token each"),
+    ([0, 0], [5, 6], "distinct"), ([4], [5], r"in \[0, 4\)"), ([-1], [5], "distinct"),
+    ([0], [100], r"outside \[0, 100\)"), ([0], [-3], "outside"),
+    ([0, 1, 2, 3, 0], [1] * 5, "need 1 to 4 rows")])
+def test_bad_decode_rows_are_refused(slots, tokens, match):
+    t = _tables()
+    before = _state(t)
+    with pytest.raises(ValueError, match=match):
+        step.decode_rows(slots, tokens, t, LIMITS)
+    _unchanged(t, before)
+
+
+def test_a_row_past_the_context_is_refused():
+    t = _tables()
+    t.append(1, 1)  # 64 tokens: the next one would be the 65th
+    with pytest.raises(ValueError, match="context 65 exceeds max_context = 64"):
+        step.decode_rows([1], [5], t, LIMITS)
+
+
+def test_blocks_needed_counts_new_blocks_only():
+    t = _tables()
+    assert step.blocks_needed({0: 12}, t, LIMITS) == 0   # 20 -> 32: fills block 2
+    assert step.blocks_needed({0: 13}, t, LIMITS) == 1   # 33 tokens: a third block
+    assert step.blocks_needed({2: 17, 0: 1}, t, LIMITS) == 2  # a new sequence of 17
+    with pytest.raises(ValueError, match="slot 1: context 65 exceeds"):
+        step.blocks_needed({1: 2}, t, LIMITS)
+
+
+def test_a_chunk_is_sized_once():
+    t = _tables()
+    c = step.chunk([PrefillPiece(0, [1, 2, 3], 20), PrefillPiece(2, list(range(10)), 0)],
+                   t, LIMITS)
+    assert (c.tokens, c.seqs, c.longest, c.need) == (13, 2, 10, {0: 3, 2: 10})
+
+
+@pytest.mark.parametrize(("pieces", "match"), [
+    ([], "0 pieces"), ([PrefillPiece(2, [1] * 33, 0)], "1 to 32 tokens"),
+    ([PrefillPiece(2, [1], 0), PrefillPiece(3, [1], 0), PrefillPiece(0, [1], 20)],
+     "1 to 2 sequences"),
+    ([PrefillPiece(2, [1], 0), PrefillPiece(2, [1], 0)], "distinct"),
+    ([PrefillPiece(0, [1], 19)], "continue its sequence at position 20"),
+    ([PrefillPiece(2, [], 0)], "0 tokens"), ([PrefillPiece(2, [100], 0)], "token ids outside"),
+    ([PrefillPiece(1, [1, 2], 63)], "slot 1: context 65 exceeds")])
+def test_bad_chunks_are_refused(pieces, match):
+    t = _tables()
+    before = _state(t)
+    with pytest.raises(ValueError, match=match):
+        step.chunk(pieces, t, LIMITS)
+    _unchanged(t, before)
+
+
+def test_final_tokens_mark_pieces_that_sampled_nothing():
+    pieces = [PrefillPiece(0, [1], 0), PrefillPiece(1, [1], 0, final=False)]
+    assert step.final_tokens([7, 8], pieces) == [7, -1]
