@@ -35,7 +35,6 @@ from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import takes_skinny
 
-# [out, in] weight shapes of one decoder layer and the LM head
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
 F16 = np.float16
 
