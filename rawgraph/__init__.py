@@ -29,7 +29,7 @@ from rawgraph.graph.verify import VerifyError, verify
 from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.checkpoint import load as load_checkpoint
 from rawgraph.model.config import PRESETS, LlamaConfig, preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.safetensors import CheckpointError
 from rawgraph.model.step import PrefillPiece
 from rawgraph.model.tokenizer import Tokenizer

@@ -19,7 +19,7 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.model.checkpoint import load
 from rawgraph.model.config import PRESETS, LlamaConfig, preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.ops.linear import DECODE_ROWS

@@ -26,7 +26,7 @@ from rawgraph.cuda.timing import device_us
 from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 from rawgraph.ops.sampling import SamplingParams
 

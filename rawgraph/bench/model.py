@@ -16,7 +16,7 @@ from rawgraph.bench.kernels import copy_gbps
 from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 
 CASES = (("tiny", 1, 1024), ("llama-1b", 1, 1024), ("llama-1b", 8, 1024), ("llama-8b", 1, 1024))

@@ -38,7 +38,7 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.reference import reference_engine
 from rawgraph.engine.request import Request
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.weights import random_weights
 
 CLIENT_PROCS = 4

@@ -20,7 +20,7 @@ from rawgraph.cuda.stream import cupy_stream
 from rawgraph.engine.request import Request, token_ids
 from rawgraph.engine.runner import IterStats, Pending, Runner
 from rawgraph.engine.scheduler import Plan, Scheduler
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.ops.sampling import SamplingParams
 
 RECENT = 4096  # iterations kept for medians and timelines

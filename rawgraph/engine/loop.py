@@ -24,7 +24,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.stream import cupy_stream
 from rawgraph.graph.conditional import WhileGraph
 from rawgraph.memory.staging import Staging
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 
 ADVANCE = Kernel("decode_loop", "decode_advance",
                  "const int* next, int* slots, const int* stop, int* remaining, int* out, "

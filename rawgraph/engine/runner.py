@@ -34,7 +34,7 @@ from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import Graph
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
-from rawgraph.model.program import PREFILL_CHUNKS, Model
+from rawgraph.model.decoder import PREFILL_CHUNKS, Model
 from rawgraph.model.step import PrefillPiece, final_tokens
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Range, Symbols

@@ -16,8 +16,8 @@ from rawgraph.cuda.kernel import kernel_for_handle
 from rawgraph.cuda.launch import Launch
 from rawgraph.cuda.signature import decode
 from rawgraph.cuda.stream import stream_handle
+from rawgraph.graph.patch import Program, compile_program
 from rawgraph.graph.plan import PatchPlan
-from rawgraph.graph.program import Program, compile_program
 
 _KERNEL = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
 

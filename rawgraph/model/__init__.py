@@ -4,7 +4,7 @@ NumPy reference."""
 from rawgraph.model import reference
 from rawgraph.model.checkpoint import Checkpoint, load, save
 from rawgraph.model.config import PRESETS, LlamaConfig, preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.safetensors import CheckpointError
 from rawgraph.model.step import PrefillPiece
 from rawgraph.model.tokenizer import Tokenizer

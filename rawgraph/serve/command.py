@@ -17,7 +17,7 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.reference import reference_engine
 from rawgraph.model.checkpoint import load
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.serve.app import ModelInfo, create_app

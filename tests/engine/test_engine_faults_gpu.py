@@ -9,7 +9,7 @@ import pytest
 from rawgraph.engine import Engine, Request
 from rawgraph.graph.graph import GraphExec
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.weights import random_weights
 from rawgraph.ops import SamplingParams
 from tests.helpers import drive, inject

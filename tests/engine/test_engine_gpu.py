@@ -8,7 +8,7 @@ import pytest
 
 from rawgraph.engine import Engine, Request
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import PrefillPiece
 from rawgraph.model.weights import random_weights

@@ -9,7 +9,7 @@ from rawgraph.cuda.stream import new_stream
 from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 from rawgraph.model.weights import random_weights
 from rawgraph.ops import SamplingParams

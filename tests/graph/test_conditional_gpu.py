@@ -65,7 +65,7 @@ def test_if_node_needs_a_capture_and_leaves_the_stream_usable(stream):
 def test_prefill_graph_skips_the_head_of_a_chunk_that_ends_no_prompt():
     from rawgraph.engine.runner import Runner
     from rawgraph.model.config import preset
-    from rawgraph.model.program import Model
+    from rawgraph.model.decoder import Model
     from rawgraph.model.step import PrefillPiece
     from rawgraph.model.weights import random_weights
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from rawgraph.cuda.check import CudaError
 from rawgraph.cuda.launch import Launch
+from rawgraph.graph.patch import compile_program
 from rawgraph.graph.plan import PatchPlan
-from rawgraph.graph.program import compile_program
 from rawgraph.ops.elementwise import ADD, SILU_MUL
 from rawgraph.ops.norm import RMSNORM
 from rawgraph.symbols import Range, Symbols, cdiv

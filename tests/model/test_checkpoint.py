@@ -316,7 +316,7 @@ def test_mutated_files_load_correctly_or_are_refused(tmp_path_factory, mutations
 
 
 def test_tensors_handed_to_a_model_are_checked_first():
-    from rawgraph.model.program import _check_tensors
+    from rawgraph.model.decoder import _check_tensors
 
     w = random_weights(MICRO, 2)
     _check_tensors(MICRO, w)

@@ -6,7 +6,7 @@ import pytest
 
 from rawgraph.dtypes import to_float32
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.reference import KVState, float_weights, forward, greedy
 from rawgraph.model.step import PrefillPiece
 from rawgraph.model.weights import random_weights

@@ -10,7 +10,7 @@ import pytest
 from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 
 pytestmark = pytest.mark.gpu
 STEPS, CTX = 12, 1024

@@ -8,7 +8,7 @@ import pytest
 
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 
 pytestmark = pytest.mark.gpu

@@ -16,7 +16,7 @@ from rawgraph.cuda.stream import new_stream
 from rawgraph.dtypes import to_float32
 from rawgraph.model import checkpoint
 from rawgraph.model.config import LlamaConfig
-from rawgraph.model.program import Model
+from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 from rawgraph.ops.rope import attention_factor, inv_freq
 
