@@ -7,6 +7,7 @@ import pytest
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.model import step
 from rawgraph.model.step import Limits, PrefillPiece
+from rawgraph.ops.sampling import SamplingParams
 
 LIMITS = Limits(max_batch=4, max_chunk=32, max_chunk_seqs=2, max_context=64, vocab=100)
 
@@ -90,3 +91,26 @@ def test_bad_chunks_are_refused(pieces, match):
 def test_final_tokens_mark_pieces_that_sampled_nothing():
     pieces = [PrefillPiece(0, [1], 0), PrefillPiece(1, [1], 0, final=False)]
     assert step.final_tokens([7, 8], pieces) == [7, -1]
+
+
+def test_the_model_checks_its_steps_through_them():
+    # Model's host side without a GPU: a bare Model with block tables and limits only
+    from types import SimpleNamespace
+
+    from rawgraph.model.decoder import Model
+
+    m = object.__new__(Model)
+    m.kv, m.limits = SimpleNamespace(tables=_tables(), block_size=16), LIMITS
+    m.sampling = {"seeds": np.zeros(4, np.uint64), "temperature": np.zeros(4, np.float32),
+                  "top_k": np.zeros(4, np.int32), "top_p": np.ones(4, np.float32)}
+    sl, tok = m.check_decode([0, 1], [3, 4])
+    assert sl.tolist() == [0, 1] and tok.tolist() == [3, 4]
+    with pytest.raises(ValueError, match="distinct"):
+        m.check_decode([0, 0], [3, 4])
+    assert m.blocks_needed({0: 13}) == 1
+    with pytest.raises(ValueError, match="slot 1: context 65 exceeds max_context = 64"):
+        m.blocks_needed({1: 2})
+    m.set_sampling(2, SamplingParams(temperature=0.5, top_k=3, top_p=0.9, seed=7))
+    assert m.sampling["seeds"][2] == 7 and m.sampling["top_k"][2] == 3
+    with pytest.raises(ValueError, match=r"in \[0, 4\)"):
+        m.set_sampling(4, step.GREEDY)
