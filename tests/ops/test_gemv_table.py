@@ -31,3 +31,14 @@ def test_names_keys_and_signatures():
             assert k.sig == Signature.parse(gemv.signature(dt, epi))
             assert k.sig == Signature.from_source(KERNELS_DIR / "gemv.cu", k.name)
     assert {v.key[0] for v in gemv.VARIANTS} == set(gemv.M_TILES)
+
+
+def test_every_launch_the_choice_makes_has_its_kernel():
+    for top in (1, 5, 8, 9, 16):
+        for n, k in ((2048, 2048), (128256, 4096), (2048, 8192), (64, 264), (28672, 4096)):
+            key, grid, threads = gemv.gemv_launch("bfloat16", top, n, k)
+            assert key in gemv.GEMV and key in gemv.GEMV_SILU and key in gemv.GEMV_ROPE
+            tile, cluster, warps = key[1], key[2], key[5]
+            assert tile >= top and threads == 32 * warps
+            assert grid == -(-n // gemv.GEMV_ROWS) * cluster
+    assert gemv.gemv_launch("float16", 3, 2048, 8192)[0] == ("float16", 8, 1, 8, True, 16)
