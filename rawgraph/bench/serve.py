@@ -66,10 +66,9 @@ class Load:
         """The server's queue: room for the whole load, so only the burst overflows it."""
         return self.requests
 
-    def server_args(self, port: int) -> list[str]:
-        """The `rawgraph serve` command line."""
-        return [sys.executable, "-m", "rawgraph.cli", "serve", "--preset", self.preset,
-                "--port", str(port), "--max-batch", str(self.max_batch), "--max-context",
+    def server_args(self) -> list[str]:
+        """The `rawgraph serve` options."""
+        return ["--preset", self.preset, "--max-batch", str(self.max_batch), "--max-context",
                 str(self.max_context), "--max-queue", str(self.max_queue), "--grace", "60",
                 "--chunk", str(min(256, self.max_context)),
                 *(["--reference"] if self.reference else [])]
@@ -171,10 +170,35 @@ def _clients(args: tuple[str, list[Plan], Load, float]) -> list[dict[str, Any]]:
     return asyncio.run(go())
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this machine now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def spawn_server(args: list[str], timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
+    """`rawgraph serve ARGS` as a subprocess on a free port, once /health answers: (the
+    process, its base URL). RuntimeError with the server's last output if it exits or is
+    not up within `timeout_s`."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "rawgraph.cli", "serve", *args, "--port",
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url, t0 = f"http://127.0.0.1:{port}", time.monotonic()
+    while True:
+        try:
+            if httpx.get(f"{url}/health").status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() - t0 > timeout_s:
+            proc.kill()
+            raise RuntimeError("the server did not start: "
+                               + proc.stdout.read().decode(errors="replace")[-2000:])
+        time.sleep(0.05)
 
 
 def _metric(text: str, name: str) -> float:
@@ -198,21 +222,8 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
     """Run the load against a server subprocess; (each request's result, server facts)."""
     import httpx
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(load.server_args(port), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc, url = spawn_server(load.server_args())
     try:
-        t_start = time.monotonic()
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() - t_start > 600:
-                raise RuntimeError("the server did not start: " + proc.stdout.read().decode())
-            time.sleep(0.2)
         with multiprocessing.get_context("spawn").Pool(CLIENT_PROCS) as pool:
             results, wall = _send(pool, url, plans(load, vocab), load)
             more, _ = _send(pool, url, burst(load), load)

@@ -4,11 +4,7 @@ completions and chat, streamed and whole, the tokens `Engine.generate` gives, re
 OpenAI's error JSON, stop strings, a full queue, clients that leave, and SIGTERM."""
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -19,6 +15,7 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 tokenizers = pytest.importorskip("tokenizers")
 
+from rawgraph.bench.serve import free_port, spawn_server  # noqa: E402
 from rawgraph.engine.reference import reference_engine  # noqa: E402
 from rawgraph.model.checkpoint import save  # noqa: E402
 from rawgraph.model.config import preset  # noqa: E402
@@ -33,12 +30,6 @@ CFG = preset("tiny").replace(eos=(2,))
 CONTEXT = 96
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }} "
             "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +61,7 @@ class Served:
         if start:
             self.worker.start()
         info = ModelInfo("tiny", CFG.vocab, CONTEXT, tokenizer, template, CFG.eos)
-        self.port = _port()
+        self.port = free_port()
         app = create_app(self.worker, info, timeout_s=timeout_s)
         self.server = uvicorn.Server(uvicorn.Config(app,
                                                     port=self.port, log_level="warning"))
@@ -292,23 +283,10 @@ def test_text_prompts_need_a_tokenizer_and_chat_a_template(checkpoint):
 
 def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint):
     root, _ = checkpoint
-    port = _port()
-    proc = subprocess.Popen([sys.executable, "-m", "rawgraph.cli", "serve", "--reference",
-                             "--model", str(root), "--port", str(port), "--max-context",
-                             str(CONTEXT), "--chunk", "32", "--max-batch", "2", "--grace", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc, url = spawn_server(["--reference", "--model", str(root), "--max-context",
+                              str(CONTEXT), "--chunk", "32", "--max-batch", "2", "--grace",
+                              "0.5"], timeout_s=30)
     try:
-        url = f"http://127.0.0.1:{port}"
-        t0 = time.monotonic()
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() - t0 < 30 and proc.poll() is None, proc.stdout.read()
-            time.sleep(0.05)
         with httpx.stream("POST", f"{url}/v1/completions", json={
                 "prompt": [5, 6], "max_tokens": 80, "temperature": 0, "stop_token_ids": [],
                 "stream": True}, timeout=30) as r:

@@ -2,12 +2,7 @@
 httpx: whole and streamed completions, concurrent clients, and the greedy tokens
 `Engine.generate` gives for the same requests."""
 
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 
 import pytest
 
@@ -22,24 +17,9 @@ PROMPTS = [[5, 6, 7], list(range(10, 90)), [300] * 7, [9], list(range(100, 400))
 
 @pytest.fixture(scope="module")
 def server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "rawgraph.cli", "serve", *ARGS,
-                             "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    while True:
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() - t0 > 120:
-            proc.kill()
-            pytest.fail(f"the server did not start: {proc.stdout.read().decode()[-2000:]}")
-        time.sleep(0.2)
+    from rawgraph.bench.serve import spawn_server
+
+    proc, url = spawn_server(ARGS, timeout_s=120)
     yield url
     proc.terminate()
     assert proc.wait(60) == 0
