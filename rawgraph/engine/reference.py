@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rawgraph.engine.engine import Engine
-from rawgraph.engine.runner import IterStats
+from rawgraph.engine.runner import IterStats, Launched
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.model.config import LlamaConfig
 from rawgraph.model.reference import KVState, float_weights, forward
@@ -101,7 +101,7 @@ class HostPending:
     tokens: list[int] | None = field(default=None)
 
 
-class ReferenceRunner:
+class ReferenceRunner(Launched):
     """The runner's interface (`launch`, `collect`, the two streams, buckets and chunks) over
     a `ReferenceModel`: each launch grows the block tables as the GPU runner does and computes
     its tokens at once."""
@@ -111,8 +111,7 @@ class ReferenceRunner:
         self.chunks = (model.max_chunk,)
         self.buckets = (model.max_batch,)
         self.decode_stream = self.prefill_stream = None
-        self._unread: list[HostPending] = []
-        self._turn = 0
+        super().__init__()
         self._last: dict[int, int] = {}  # each slot's token from its last decode step
 
     def capture_all(self, progress: bool = True) -> dict[str, Any]:
@@ -151,16 +150,6 @@ class ReferenceRunner:
         if slots:
             self._unread.append(pending)
         return pending
-
-    def state(self) -> tuple[list, int]:
-        """What an engine's rollback restores: the launched iterations not read yet, and
-        whose turn it is (of the two alternating decode events)."""
-        return list(self._unread), self._turn
-
-    def restore(self, state: tuple[list, int]) -> None:
-        """Back to `state` (iterations read since stay read: their tokens are on the host)."""
-        unread, self._turn = state
-        self._unread = [p for p in unread if p.tokens is None]
 
     def collect(self, p: HostPending) -> tuple[list[int], list[int], IterStats]:
         """(next token per piece, -1 for pieces that are not final; next token per decode

@@ -78,7 +78,27 @@ def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> t
     return tuple(dict.fromkeys(sizes))
 
 
-class Runner:
+class Launched:
+    """What a runner has launched and not read yet (each with `tokens`, None until read),
+    and whose turn it is of the two alternating decode events: the state an engine's
+    rollback puts back."""
+
+    def __init__(self) -> None:
+        self._unread: list = []  # decode launches whose tokens were not read yet
+        self._turn = 0
+
+    def state(self) -> tuple[list, int]:
+        """What an engine's rollback restores: the launched iterations not read yet, and
+        whose turn it is (of the two alternating decode events)."""
+        return list(self._unread), self._turn
+
+    def restore(self, state: tuple[list, int]) -> None:
+        """Back to `state` (iterations read since stay read: their tokens are on the host)."""
+        unread, self._turn = state
+        self._unread = [p for p in unread if p.tokens is None]
+
+
+class Runner(Launched):
     """The model's iterations through bucket and chunk graphs (`graphs=True`) or eagerly.
 
     `pdl` (default on) launches decode kernels with programmatic dependent launch: each
@@ -106,8 +126,7 @@ class Runner:
         self._tokens = MappedArray(2 * model.max_batch)
         self._token_pairs = self._tokens.dev.reshape(model.max_batch, 2)
         self._done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
-        self._turn = 0
-        self._unread: list[Pending] = []  # decode launches whose tokens were not read yet
+        super().__init__()
 
     # -- graphs -------------------------------------------------------------------------------
 
@@ -257,16 +276,6 @@ class Runner:
         p.done.synchronize()
         p.tokens = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), p.parity].tolist()
         self._unread.remove(p)
-
-    def state(self) -> tuple[list, int]:
-        """What an engine's rollback restores: the launched iterations not read yet, and
-        whose turn it is (of the two alternating decode events)."""
-        return list(self._unread), self._turn
-
-    def restore(self, state: tuple[list, int]) -> None:
-        """Back to `state` (iterations read since stay read: their tokens are on the host)."""
-        unread, self._turn = state
-        self._unread = [p for p in unread if p.tokens is None]
 
     def collect(self, p: Pending) -> tuple[list[int], list[int], IterStats]:
         """Wait for a launched iteration; (next token per piece, -1 for pieces that are not

@@ -12,7 +12,7 @@ import pytest
 from rawgraph.engine import engine as engine_module
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
-from rawgraph.engine.runner import IterStats
+from rawgraph.engine.runner import IterStats, Launched
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.ops.sampling import SamplingParams
 from tests.helpers import drive, inject
@@ -44,7 +44,7 @@ class FakeModel:
         self.handoff = None
 
 
-class FakeRunner:
+class FakeRunner(Launched):
     """The runner's interface over a host-side cache of token lists (mirroring the tables'
     lengths, so a rollback's truncation shows): launch grows the tables as the real one
     does, a following step takes the last step's tokens "on the device", collect reads."""
@@ -52,7 +52,7 @@ class FakeRunner:
     def __init__(self, model, **kw):
         self.model, self.chunks, self.buckets = model, (32,), (1, 2, 4)
         self.decode_stream = self.prefill_stream = None
-        self._unread, self._turn = [], 0
+        super().__init__()
         self.cache: dict[int, list[int]] = {}
         self.last: dict[int, int] = {}
 
@@ -89,13 +89,6 @@ class FakeRunner:
         if slots:
             self._unread.append(p)
         return p
-
-    def state(self):
-        return list(self._unread), self._turn
-
-    def restore(self, state):
-        unread, self._turn = state
-        self._unread = [p for p in unread if p.tokens is None]
 
     def collect(self, p):
         if p.rows and p.tokens is None:
