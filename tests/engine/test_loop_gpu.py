@@ -111,7 +111,7 @@ def test_loop_matches_the_engine_on_a_wide_gqa_group(seed):
     (norms included) ~ N(0, 0.05), a 37-token prompt and 32 greedy tokens. Such logits nearly
     tie (seed 3: the first token's top two differ by 3e-6), so a prompt prefilled with the
     kernels of another chunk size (the tiled GEMM of max_chunk instead of the skinny one the
-    engine's 64-token chunk runs) could decode differently; `Model.prefill` now picks the
+    engine's 64-token chunk runs) could decode differently; `Model.prefill` picks the
     engine's chunk, and the loop, the engine and the float32 reference agree, for the row
     alone and among others, with the loop's attention captured for the model's context or a
     tight one."""
