@@ -27,6 +27,10 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
     if not 0 < args.port < 65536:
         raise ValueError(f"--port {args.port}: 1 to 65535")
+    if args.request_timeout is not None and not args.request_timeout > 0:
+        raise ValueError(f"--request-timeout {args.request_timeout}: seconds, more than 0")
+    if not args.grace >= 0:
+        raise ValueError(f"--grace {args.grace}: seconds, 0 or more")
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
