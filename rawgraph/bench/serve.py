@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -179,14 +180,17 @@ def free_port() -> int:
 
 def spawn_server(args: list[str], timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
     """`rawgraph serve ARGS` as a subprocess on a free port, once /health answers: (the
-    process, its base URL). RuntimeError with the server's last output if it exits or is
-    not up within `timeout_s`."""
+    process, its base URL). Its output goes to a temporary file (`server_log(proc)` reads
+    it): a pipe nobody reads fills up after 64 KiB of access log and stops the server.
+    RuntimeError with the server's last output if it exits or is not up within `timeout_s`."""
     import httpx
 
     port = free_port()
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "rawgraph.cli", "serve", *args, "--port",
-                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             str(port)], stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc.log = log  # type: ignore[attr-defined]
     url, t0 = f"http://127.0.0.1:{port}", time.monotonic()
     while True:
         try:
@@ -196,9 +200,17 @@ def spawn_server(args: list[str], timeout_s: float = 600.0) -> tuple[subprocess.
             pass
         if proc.poll() is not None or time.monotonic() - t0 > timeout_s:
             proc.kill()
-            raise RuntimeError("the server did not start: "
-                               + proc.stdout.read().decode(errors="replace")[-2000:])
+            proc.wait()
+            raise RuntimeError("the server did not start: " + server_log(proc))
         time.sleep(0.05)
+
+
+def server_log(proc: subprocess.Popen, tail: int = 2000) -> str:
+    """The last `tail` characters a `spawn_server` process has printed."""
+    log = proc.log  # type: ignore[attr-defined]
+    log.flush()
+    log.seek(0)
+    return log.read().decode(errors="replace")[-tail:]
 
 
 def _metric(text: str, name: str) -> float:
@@ -222,10 +234,13 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
     """Run the load against a server subprocess; (each request's result, server facts)."""
     import httpx
 
+    t0 = time.monotonic()
     proc, url = spawn_server(load.server_args())
+    _progress(f"{load.preset}: server up in {time.monotonic() - t0:.1f} s")
     try:
         with multiprocessing.get_context("spawn").Pool(CLIENT_PROCS) as pool:
             results, wall = _send(pool, url, plans(load, vocab), load)
+            _progress(f"{load.preset}: {len(results)} requests served in {wall:.1f} s")
             more, _ = _send(pool, url, burst(load), load)
         idle = time.monotonic()
         while True:  # aborts take effect at the next step boundary
@@ -240,10 +255,17 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
                  "recovered": recovered, "health": httpx.get(f"{url}/health").status_code}
         proc.send_signal(signal.SIGTERM)
         facts["exit"] = proc.wait(120)
+    except BaseException:
+        _progress(f"{load.preset}: the server's last output:\n{server_log(proc)}")
+        raise
     finally:
         if proc.poll() is None:
             proc.kill()
     return results, facts
+
+
+def _progress(line: str) -> None:
+    print(f"bench serve: {line}", file=sys.stderr, flush=True)
 
 
 def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, float]:
@@ -283,7 +305,9 @@ def measure(load: Load) -> dict[str, Any]:
     streams = [r for r in results if not r["bad"]]
     done = [r for r in streams if r["status"] == 200 and not r["left"]]
     work = {p.i: p for p in plans(load, cfg.vocab)}
+    t0 = time.monotonic()
     want, offline_tps, step_ms = offline(load, [work[r["i"]] for r in done])
+    _progress(f"{load.preset}: {len(done)} requests offline in {time.monotonic() - t0:.1f} s")
     ttft = [r["times"][0][0] for r in done if r["times"]]
     itl = [g for r in done for (a, _), (b, n) in zip(r["times"], r["times"][1:])
            for g in [(b - a) / n] * n]

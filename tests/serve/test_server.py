@@ -15,7 +15,7 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 tokenizers = pytest.importorskip("tokenizers")
 
-from rawgraph.bench.serve import free_port, spawn_server  # noqa: E402
+from rawgraph.bench.serve import free_port, server_log, spawn_server  # noqa: E402
 from rawgraph.engine.reference import reference_engine  # noqa: E402
 from rawgraph.model.checkpoint import save  # noqa: E402
 from rawgraph.model.config import preset  # noqa: E402
@@ -295,6 +295,25 @@ def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint):
             proc.send_signal(signal.SIGTERM)
             chunks = _events(list(lines))
         assert chunks[-1]["choices"][0]["finish_reason"] in ("abort", "length")
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_spawned_server_keeps_serving_past_64_kib_of_access_log(checkpoint):
+    # its output once went to a pipe nobody read: the server stopped when the pipe was full
+    root, _ = checkpoint
+    proc, url = spawn_server(["--reference", "--model", str(root), "--max-context",
+                              str(CONTEXT), "--chunk", "32", "--max-batch", "2"], timeout_s=30)
+    try:
+        with httpx.Client(timeout=10) as client:
+            for _ in range(1500):  # an access-log line each, about 100 KB
+                assert client.get(f"{url}/health").status_code == 200
+            r = client.post(f"{url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 3})
+        assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 3
+        assert server_log(proc).count("GET /health") > 10
+        proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
