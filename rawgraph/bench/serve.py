@@ -7,19 +7,24 @@ disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a hu
 prompts past the context) that must get a 4xx. `--max-queue` is the number of requests, so
 none of them is turned away; once they are done, a burst of tiny requests 64 past it
 overflows the queue (429 expected), then one more request must succeed (recovery). The
-server is then stopped by SIGTERM (exit 0 expected) and the completed requests run again
-offline through `Engine.run`.
+server is then stopped by SIGTERM (exit 0 expected) and the same work runs again offline
+through `Engine.run`: every request the server took, those whose clients left cut to the
+tokens they had received (the server prefilled their prompts and decoded those tokens too).
 
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the offline decode step at that batch, and the fault
 counts: sent, completed, cancelled, refused, 429s, unexpected errors, tokens lost (a completed
 stream's tokens against its usage count: must be 0), KV blocks leaked after the run (must be
-0), streams whose tokens differ from the offline run's.
+0), and completed streams whose tokens differ from the offline run's. That last count is 0
+on the float32 reference decoder; on the GPU a stream's rounding depends on the rows that
+share its steps (the GEMV variant of the batch's bucket, the chunk its prompt landed in), and
+random weights leave many near-ties among the top logits, so some greedy streams part ways.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -303,11 +308,16 @@ def measure(load: Load) -> dict[str, Any]:
     cfg = preset(load.preset)
     results, facts = served(load, cfg.vocab)
     streams = [r for r in results if not r["bad"]]
-    done = [r for r in streams if r["status"] == 200 and not r["left"]]
+    taken = [r for r in streams if r["status"] == 200]
+    done = [r for r in taken if not r["left"]]
+    # the same work offline: every request the server took, one whose client left cut to
+    # the tokens it had received (its prompt was prefilled and those tokens decoded)
     work = {p.i: p for p in plans(load, cfg.vocab)}
+    replay = [dataclasses.replace(work[r["i"]], max_tokens=len(r["tokens"])) if r["left"]
+              else work[r["i"]] for r in taken]
     t0 = time.monotonic()
-    want, offline_tps, step_ms = offline(load, [work[r["i"]] for r in done])
-    _progress(f"{load.preset}: {len(done)} requests offline in {time.monotonic() - t0:.1f} s")
+    want, offline_tps, step_ms = offline(load, replay)
+    _progress(f"{load.preset}: {len(replay)} requests offline in {time.monotonic() - t0:.1f} s")
     ttft = [r["times"][0][0] for r in done if r["times"]]
     itl = [g for r in done for (a, _), (b, n) in zip(r["times"], r["times"][1:])
            for g in [(b - a) / n] * n]
@@ -332,7 +342,7 @@ def measure(load: Load) -> dict[str, Any]:
                                                      for r in burst),
         "tokens lost": sum(abs((r["usage"] or 0) - len(r["tokens"])) for r in done),
         "KV blocks leaked": int(facts["kv_blocks_used"]),
-        "tokens differ from offline": sum(r["tokens"] != want[r["i"]] for r in done),
+        "streams unlike offline": sum(r["tokens"] != want[r["i"]] for r in done),
         "recovered": facts["recovered"] == 200, "exit": facts["exit"],
     }
 

@@ -28,6 +28,6 @@ def test_a_run_loses_no_token_and_leaks_no_block():
     assert row["refused 4xx"] == 8 and row["unexpected"] == 0
     assert row["burst 429"] + row["burst ok"] == 24 + 16 and row["burst 429"] > 0
     assert row["tokens lost"] == 0 and row["KV blocks leaked"] == 0
-    assert row["tokens differ from offline"] == 0  # one float32 decoder: batch-invariant
+    assert row["streams unlike offline"] == 0  # one float32 decoder: batch-invariant
     assert row["recovered"] and row["exit"] == 0
     assert row["served tok/s"] > 0 and row["offline tok/s"] > 0
