@@ -69,9 +69,11 @@ def check_only(name: str, only: str) -> None:
         return
     names = ("llama-1b", "llama-8b") if name in ("decode", "serve") else tuple(PRESETS)
     if name == "decode" and only.startswith("profile"):
-        if not re.fullmatch(r"profile(:[1-9]\d*(:[1-9]\d*)?)?", only):
-            raise UsageError(f"bench decode --only {only!r}: profile:BATCH:CONTEXT with "
-                             f"positive integers (e.g. profile:32:1024)")
+        m = re.fullmatch(r"profile(:[a-z][\w-]*)?(:[1-9]\d*(:[1-9]\d*)?)?", only)
+        if not m or (m[1] and m[1][1:] not in names):
+            raise UsageError(f"bench decode --only {only!r}: profile[:PRESET]:BATCH:CONTEXT "
+                             f"with a preset of {list(names)} and positive integers (e.g. "
+                             f"profile:llama-8b:32:1024)")
         return
     if not any(only in n for n in names):
         raise UsageError(f"bench {name} --only {only!r} matches no preset of {list(names)}")
@@ -192,7 +194,7 @@ def parser() -> argparse.ArgumentParser:
                    "run replaces benchmarks/NAME.json, a partial one goes to .scratch/bench/)")
     q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,"
                    "attention,elementwise,gemm,prefill,sample; model, decode: a preset "
-                   "name; decode: profile:BATCH:CONTEXT for a per-kernel breakdown")
+                   "name; decode: profile[:PRESET]:BATCH:CONTEXT for a per-kernel breakdown")
     q.set_defaults(fn=_bench)
     demo.add_parser(sub).set_defaults(fn=_demo)
     serve_options.add_parser(sub).set_defaults(fn=_serve)

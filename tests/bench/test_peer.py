@@ -1,0 +1,67 @@
+"""The PyTorch peer of the benchmarks, without torch: what runs it, what a missing or failing
+peer gives, and where its numbers land in `bench decode`'s rows."""
+
+
+import pytest
+
+from rawgraph.bench import decode, peer
+
+ECHO = """import json, sys
+cases = sys.argv[sys.argv.index("--cases") + 1].split(",")
+rows = [{"B": int(c.split(":")[0]), "context": int(c.split(":")[1]), "ms": 2.0,
+         **({"compiled ms": 1.5} if c.startswith("1:") and "--compile" in sys.argv else {})}
+        for c in cases]
+rows[-1] = {**rows[-1], "skipped": "no room"}
+print(json.dumps(rows))
+"""
+
+
+@pytest.fixture
+def script(tmp_path, monkeypatch):
+    def make(text):
+        path = tmp_path / "torch_reference.py"
+        path.write_text(text)
+        monkeypatch.setattr(peer, "SCRIPT", path)
+        monkeypatch.setattr(peer, "missing", lambda: None)
+        return path
+    return make
+
+
+def test_a_missing_script_or_torch_is_a_reason_not_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(peer, "SCRIPT", tmp_path / "none.py")
+    assert peer.measure("decode", [(1, 1024)]) == ([], f"{tmp_path / 'none.py'} not found "
+                                                       "(a source checkout has it)")
+    monkeypatch.setattr(peer, "SCRIPT", peer.Path(__file__))
+    monkeypatch.setattr(peer.importlib.util, "find_spec", lambda name: None)
+    assert peer.measure("decode", [(1, 1024)])[1] == "torch is not importable"
+
+
+def test_the_repository_has_the_script():
+    assert peer.SCRIPT.is_file() and peer.SCRIPT.parent.name == "benchmarks"
+
+
+def test_a_failing_peer_is_reported_with_its_last_words(script):
+    script("import sys; print('cuda out of memory', file=sys.stderr); sys.exit(1)")
+    rows, why = peer.measure("decode", [(1, 1024)], preset="llama-1b")
+    assert rows == [] and why.endswith("cuda out of memory")
+
+
+def test_the_peer_s_rows_land_beside_ours(script):
+    script(ECHO)
+    ours = [{"preset": "llama-1b", "B": 1, "context": 1024, "overlapped ms": 0.8},
+            {"preset": "llama-1b", "B": 8, "context": 4096, "overlapped ms": 1.0},
+            {"preset": "llama-1b", "B": "all", "capture ms": 50.0},
+            {"preset": "llama-1b", "B": 128, "context": 4096, "overlapped ms": 4.0}]
+    rows = decode.with_peer(ours, "llama-1b")
+    assert rows[0]["PyTorch ms"] == 2.0 and rows[0]["speed-up"] == pytest.approx(2.5)
+    assert rows[0]["PyTorch compiled ms"] == 1.5 and "PyTorch compiled ms" not in rows[1]
+    assert rows[1]["speed-up"] == pytest.approx(2.0)
+    assert "PyTorch ms" not in rows[2]  # not a decode case
+    assert rows[3]["PyTorch ms"] == "skipped" and rows[3]["speed-up"] == ""
+
+
+def test_a_row_s_goal():
+    assert decode.goal_ms("llama-1b", 1, 1024, 0.60) == pytest.approx(0.74)  # published
+    assert decode.goal_ms("llama-8b", 1, 1024, 3.61) == pytest.approx(3.80)
+    assert decode.goal_ms("llama-8b", 64, 2048, 7.70) == pytest.approx(1.2 * 7.70)
+    assert decode.goal_ms("llama-1b", 8, 1024, 0.50) == pytest.approx(0.64)  # floor + 0.14
