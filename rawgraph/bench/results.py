@@ -19,12 +19,18 @@ SCRATCH_DIR = ROOT / ".scratch" / "bench"
 
 
 def commit() -> str:
-    """The git commit being measured ($RAWGRAPH_COMMIT wins: the GPU machine has no .git)."""
+    """The git commit being measured ($RAWGRAPH_COMMIT wins: a copy of the tree, as on the
+    GPU machine, may carry an older .git), "+modified" when tracked files differ from it."""
     if os.environ.get("RAWGRAPH_COMMIT"):
         return os.environ["RAWGRAPH_COMMIT"]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        return head + ("+modified" if git("status", "--porcelain", "--untracked-files=no")
+                       else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
