@@ -82,38 +82,63 @@ class ChatTemplate:
 
 
 class TextStream:
-    """Generated token ids in, text out as it becomes final: text is decoded from all ids
-    (so characters spread over several tokens come out whole) and held back while it ends in
-    an incomplete character or could still be the start of a stop string. A stop string ends
-    the text before it (`stopped`)."""
+    """Generated token ids in, text out as it becomes final, and held back while it ends in an
+    incomplete character or could still be the start of a stop string. A stop string ends the
+    text before it (`stopped`).
+
+    Decoding is incremental, as vLLM's detokenizer does it: each push decodes a window from a
+    few tokens before the new ones (the context a tokenizer's spacing and a character spread
+    over several byte tokens need) and appends what the new ids add, so a token costs the
+    same at the 4,000th as at the first; decoding all ids every time would make a stream's
+    text quadratic in its length."""
 
     def __init__(self, decode: Callable[[list[int]], str], stop: list[str]):
         self.decode, self.stop = decode, stop
         self.ids: list[int] = []
-        self.text = ""   # all decoded text
+        self.text = ""   # the text decoded so far, without a trailing incomplete character
         self.sent = 0    # characters released
         self.stopped = False
         self._hold = max((len(s) for s in stop), default=1) - 1
+        self._start = 0  # ids[_start:_done] decode to the end of `text` (the window's context)
+        self._done = 0   # ids up to here are in `text`
+        self._partial = 0  # characters of ids[_done:] already in `text` (before a partial one)
 
     def push(self, ids: list[int]) -> str:
         """Add tokens; the text that is now final (possibly "")."""
         if self.stopped:
             return ""
         self.ids += ids
-        self.text = self.decode(self.ids)
+        self._decode(final=False)
         start = max(0, self.sent - self._hold)
         hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
         if hits:
             self.stopped = True
             return self._release(min(hits))
-        end = len(self.text) - self._hold
-        if self.text.endswith("\ufffd"):  # a character still missing bytes
-            end = min(end, len(self.text.rstrip("\ufffd")))
-        return self._release(end)
+        return self._release(len(self.text) - self._hold)
 
     def finish(self) -> str:
         """The rest, once no more tokens come (a trailing incomplete character included)."""
-        return "" if self.stopped else self._release(len(self.text))
+        if self.stopped:
+            return ""
+        self._decode(final=True)
+        return self._release(len(self.text))
+
+    def _decode(self, final: bool) -> None:
+        """Append the text of ids[_done:], decoded after their context ids[_start:_done];
+        unless `final`, not while it ends in an incomplete character (U+FFFD)."""
+        if self._done == len(self.ids):
+            return
+        before = self.decode(self.ids[self._start:self._done])
+        new = self.decode(self.ids[self._start:])[len(before):]
+        if not final and new.endswith("\ufffd"):  # the characters before it are whole
+            whole = new.rstrip("\ufffd")
+            self.text += whole[self._partial:]
+            self._partial = max(self._partial, len(whole))
+            return
+        if new:
+            self.text += new[self._partial:]
+            self._partial = 0
+            self._start, self._done = self._done, len(self.ids)
 
     def _release(self, end: int) -> str:
         if end <= self.sent:

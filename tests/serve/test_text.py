@@ -47,6 +47,46 @@ def test_an_incomplete_character_is_held():
     assert s.push([3]) == "\u00e9"
 
 
+def _bpe(kind):
+    """A small BPE tokenizer trained here: byte-level (LLaMA 3's kind) or metaspace
+    (sentencepiece's, LLaMA 2's: the spacing of a token depends on what precedes it)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    if kind == "bytes":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        alphabet = []
+    tok.train_from_iterator(CORPUS * 20, trainers.BpeTrainer(vocab_size=300,
+                                                               initial_alphabet=alphabet))
+    return tok
+
+
+CORPUS = ["graphs replay kernels", "the decode step patches its nodes", "caf\u00e9 na\u00efve",
+          "\u8a00\u8a9e\u30e2\u30c7\u30eb \U0001f680 launch", "  two  spaces and a\ttab\n"]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "metaspace"])
+def test_streamed_text_is_the_whole_decode_and_each_token_decodes_a_short_window(kind):
+    tok = _bpe(kind)
+    seen = []
+
+    def decode(ids):
+        seen.append(len(ids))
+        return tok.decode(ids)
+    text = " ".join(CORPUS) + " \U0001f680\U0001f680 caf\u00e9"
+    ids = tok.encode(text).ids
+    s = TextStream(decode, [])
+    out = "".join(s.push([i]) for i in ids) + s.finish()
+    assert out == tok.decode(ids)
+    assert max(seen) <= 8 < len(ids)  # a window, not every id so far
+
+
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}"
             "<<SYS>>{{ m.content | trim }}<</SYS>>\n{% else %}[{{ m.role | upper }}] "
             "{{ m.content }}\n{% endif %}{% endfor %}"
