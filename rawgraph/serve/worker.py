@@ -42,8 +42,9 @@ class Job:
 
 
 def _post(loop: asyncio.AbstractEventLoop, events: list[tuple[Job, tuple]]) -> None:
-    """Hand events to their jobs' queues on `loop` in one wake-up of the loop (a wake-up per
-    event, 32 a step, cost the engine's thread its turn at the GIL)."""
+    """Hand events to their jobs' queues on `loop` in one wake-up of the loop: a step's
+    events for every stream in one call (each call_soon_threadsafe writes the loop's
+    wake-up pipe)."""
     def deliver() -> None:
         for job, event in events:
             job.events.put_nowait(event)
