@@ -19,7 +19,7 @@ from rawgraph.model.config import PRESETS
 from rawgraph.model.safetensors import CheckpointError
 from rawgraph.serve import options as serve_options
 
-BENCHES = ("primitives", "memory", "kernels", "model", "decode", "serve")
+BENCHES = ("primitives", "memory", "kernels", "model", "decode", "prefill", "serve")
 
 
 class UsageError(Exception):
@@ -67,13 +67,15 @@ def check_only(name: str, only: str) -> None:
             raise UsageError(f"bench kernels --only: unknown parts {unknown}; choose from "
                              f"{','.join(PARTS)}")
         return
-    names = ("llama-1b", "llama-8b") if name in ("decode", "serve") else tuple(PRESETS)
+    names = ("llama-1b", "llama-8b") if name in ("decode", "prefill", "serve") else tuple(PRESETS)
     if name == "decode" and only.startswith("profile"):
         m = re.fullmatch(r"profile(:[a-z][\w-]*)?(:[1-9]\d*(:[1-9]\d*)?)?", only)
         if not m or (m[1] and m[1][1:] not in names):
             raise UsageError(f"bench decode --only {only!r}: profile[:PRESET]:BATCH:CONTEXT "
                              f"with a preset of {list(names)} and positive integers (e.g. "
                              f"profile:llama-8b:32:1024)")
+        return
+    if name == "decode" and only == "long":
         return
     if not any(only in n for n in names):
         raise UsageError(f"bench {name} --only {only!r} matches no preset of {list(names)}")
@@ -94,6 +96,8 @@ def _bench(args: argparse.Namespace) -> int:
         from rawgraph.bench.model import run
     elif args.name == "serve":
         from rawgraph.bench.serve import run
+    elif args.name == "prefill":
+        from rawgraph.bench.prefill import run
     else:
         from rawgraph.bench.decode import run
     rows = run(args.only) if args.only else run()
@@ -193,8 +197,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--out", default=None, help="directory for the JSON (default: a full "
                    "run replaces benchmarks/NAME.json, a partial one goes to .scratch/bench/)")
     q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,"
-                   "attention,elementwise,gemm,prefill,sample; model, decode: a preset "
-                   "name; decode: profile[:PRESET]:BATCH:CONTEXT for a per-kernel breakdown")
+                   "attention,elementwise,gemm,prefill,sample; model, decode, prefill, serve: "
+                   "a preset name; decode: long (the 16k-128k rows), profile[:PRESET]:BATCH:"
+                   "CONTEXT for a per-kernel breakdown")
     q.set_defaults(fn=_bench)
     demo.add_parser(sub).set_defaults(fn=_demo)
     serve_options.add_parser(sub).set_defaults(fn=_serve)

@@ -2,15 +2,16 @@
 PyTorch.
 
 llama-1b and llama-8b shapes (random weights), batch in {1, 8, 16, 32, 64}, context in
-{1024, 4096}, plus B=64 at 2048. Per case: wall time of a whole step (host metadata copy,
-patch, launch, tokens back), the same with each step launched before the last one's tokens
-are read (the engine's overlap: the number judged against the goal), the GPU time of the
-replay, host overhead (prepare + patch + launch; of the overlapped step too), nodes patched;
-the floor is (weights + KV bytes) / the copy bandwidth measured in the same run; PyTorch's
-step of the same shapes in a CUDA graph (and torch.compile'd at B=1), measured right after
-by benchmarks/torch_reference.py where torch is importable. Also: capture time of every
-decode bucket, and one prefill chunk beside a decode step on one stream vs two. JSON rows +
-a PNG plot.
+{1024, 4096}, plus B=64 at 2048, and long contexts (16k to 128k tokens at B = 1, 4, 8 where
+the cache fits; `--only long` for those alone). Per case: wall time of a whole step (host
+metadata copy, patch, launch, tokens back), the same with each step launched before the last
+one's tokens are read (the engine's overlap: the number judged against the goal), the GPU
+time of the replay, host overhead (prepare + patch + launch; of the overlapped step too),
+nodes patched; the floor is (weights + KV bytes) / the copy bandwidth measured in the same
+run; PyTorch's step of the same shapes in a CUDA graph (and torch.compile'd at B=1), measured
+right after by benchmarks/torch_reference.py where torch is importable. Also: capture time of
+every decode bucket, and one prefill chunk beside a decode step on one stream vs two. JSON
+rows + a PNG plot.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ EXTRA = ((64, 2048),)
 # launch before the GPU starts, and the wait after it, to every step. The goal of a row is
 # max(1.2 x floor, floor + 0.14 ms), tighter where a published figure is (B=1, 1024 tokens)
 GOAL_MS = {("llama-1b", 1, 1024): 0.74, ("llama-8b", 1, 1024): 3.80}
+# long contexts (`--only long`, and in a full run): B x context pairs whose KV cache fits
+# beside the weights (LONG_KV_GB), on a model of their own
+LONG_CONTEXTS = (16384, 32768, 65536, 131072)
+LONG_BATCHES = (1, 4, 8)
+LONG_KV_GB = 80
 STEPS = 15
 WARMUP = 5
 HOST_TARGET_US = 30  # patch + launch per decode step (the issue's host-overhead target)
@@ -73,6 +79,29 @@ def _median_step(fn: Any, s: Any) -> tuple[float, float]:
         wall.append((time.perf_counter() - t0) * 1e3)
         host.append((t1 - t0) * 1e3)
     return statistics.median(wall), statistics.median(host)
+
+
+def long_cases(name: str) -> list[tuple[int, int]]:
+    """(B, context) of the long-context rows of preset `name`: those whose cache fits."""
+    cfg = preset(name)
+    per_token = cfg.layers * 2 * cfg.kv_size * 2
+    return [(b, c) for c in LONG_CONTEXTS for b in LONG_BATCHES
+            if b * c * per_token <= LONG_KV_GB * 2**30]
+
+
+def _long(name: str, floor_gbps: float) -> list[dict[str, Any]]:
+    """The long-context rows: a model sized for them (its cache holds the largest case)."""
+    cfg, cases = preset(name), long_cases(name)
+    blocks = max(b * -(-(c + 64) // 16) for b, c in cases)
+    model = Model(cfg, None, max_batch=max(LONG_BATCHES), max_context=max(LONG_CONTEXTS) + 64,
+                  max_chunk=512, max_chunk_seqs=8, num_blocks=blocks)
+    model.kv.k.fill(0)
+    model.kv.v.fill(0)
+    runner = Runner(model, graphs=True, buckets=LONG_BATCHES, chunks=[512])
+    rows = [_case(model, runner, name, b, c, floor_gbps) for b, c in cases]
+    runner.close()
+    model.close()
+    return rows
 
 
 def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
@@ -307,19 +336,23 @@ def _head_skip(name: str, model: Model, chunk: int = 64) -> dict[str, Any]:
 
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     """ms/step against batch, one panel per (preset, context): eager, the overlapped graph
-    step, PyTorch's graph step, the floor."""
+    step, PyTorch's graph step, the floor; and per preset with long-context rows, ms/step
+    against context, a line per batch (ours solid, PyTorch dashed, the floor dotted)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["preset"], r["context"]) for r in rows
-                     if isinstance(r["B"], int) and r["context"] in CONTEXTS
-                     and "eager ms" in r})
+    steps = [r for r in rows if isinstance(r["B"], int) and "overlapped ms" in r]
+    panels = sorted({(r["preset"], r["context"]) for r in steps if r["context"] in CONTEXTS})
+    panels += sorted({(r["preset"], "long") for r in steps if r["context"] in LONG_CONTEXTS})
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
     for ax, (name, ctx) in zip(axes[0], panels):
-        sel = [r for r in rows if (r["preset"], r["context"]) == (name, ctx)
-               and isinstance(r["B"], int)]
+        if ctx == "long":
+            _long_panel(ax, name, [r for r in steps if r["preset"] == name
+                                   and r["context"] in LONG_CONTEXTS])
+            continue
+        sel = [r for r in steps if (r["preset"], r["context"]) == (name, ctx)]
         for key, style in (("eager ms", "o-"), ("overlapped ms", "s-"), ("PyTorch ms", "^-"),
                            ("floor ms", "k--")):
             pts = [(r["B"], r[key]) for r in sel if isinstance(r.get(key), float)]
@@ -332,6 +365,19 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _long_panel(ax: Any, name: str, sel: list[dict[str, Any]]) -> None:
+    for i, b in enumerate(sorted({r["B"] for r in sel})):
+        mine = [r for r in sel if r["B"] == b]
+        for key, style in (("overlapped ms", "-"), ("PyTorch ms", "--"), ("floor ms", ":")):
+            pts = [(r["context"], r[key]) for r in mine if isinstance(r.get(key), float)]
+            if pts:
+                ax.plot(*zip(*pts), style, color=f"C{i}", marker="o" if style == "-" else "",
+                        label=f"B={b}" if style == "-" else None)
+    ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="ms / decode step",
+           title=f"{name}, long contexts (-- PyTorch, : floor)")
+    ax.legend(fontsize=8)
 
 
 def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dict[str, Any]]:
@@ -349,9 +395,9 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
-    """Measure llama-1b and llama-8b (or the presets containing `only`; 'profile:B:CTX' or
-    'profile:PRESET:B:CTX' for a per-kernel breakdown of one decode graph, llama-1b unless
-    named)."""
+    """Measure llama-1b and llama-8b (or the presets containing `only`; 'long' for the
+    long-context rows alone; 'profile:B:CTX' or 'profile:PRESET:B:CTX' for a per-kernel
+    breakdown of one decode graph, llama-1b unless named)."""
     if only.startswith("profile"):
         parts = only.split(":")[1:]
         name = parts.pop(0) if parts and not parts[0].isdigit() else "llama-1b"
@@ -360,8 +406,10 @@ def run(only: str = "") -> list[dict[str, Any]]:
     floor = copy_gbps(new_stream())
     rows = []
     for name in ("llama-1b", "llama-8b"):
-        if not only or only in name:
-            mine = _preset(name, floor)
+        if not only or only in name or only == "long":
+            mine = [] if only == "long" else _preset(name, floor)
+            cupy.get_default_memory_pool().free_all_blocks()
+            mine += _long(name, floor)
             cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
             rows.extend(with_peer(mine, name))
     return rows

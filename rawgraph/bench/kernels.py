@@ -194,10 +194,10 @@ def run(only: str = "") -> list[dict[str, Any]]:
             rows[-1]["% same-size read"] = 100 * gbps / read[mib]
 
     def flop_row(kernel: str, shape: str, us: float, flops: int, ref_us: float | None,
-                 target: float) -> None:
+                 target: float, **extra: Any) -> None:
         """Compute-bound: TFLOP/s; against cuBLAS (target a ratio) or absolute TFLOP/s."""
         tf = flops / us / 1e6 if flops else ""
-        r = {"kernel": kernel, "shape": shape, "m": "", "us": us, "TFLOP/s": tf}
+        r = {"kernel": kernel, "shape": shape, "m": "", "us": us, "TFLOP/s": tf, **extra}
         if ref_us is not None:
             r.update({"cuBLAS us": ref_us, "x cuBLAS": ref_us / us, "target": f">= {target}x",
                       "ok": ref_us / us >= target})
@@ -228,6 +228,8 @@ def run(only: str = "") -> list[dict[str, Any]]:
         compute.gemm(flop_row, s)
     if "prefill" in parts:
         compute.prefill_attention(flop_row, s)
+        cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
+        compute.attention_peer(rows)
     if "sample" in parts:
         compute.sampling(flop_row, s)
     if "elementwise" not in parts:

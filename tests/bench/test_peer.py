@@ -65,3 +65,51 @@ def test_a_row_s_goal():
     assert decode.goal_ms("llama-8b", 1, 1024, 3.61) == pytest.approx(3.80)
     assert decode.goal_ms("llama-8b", 64, 2048, 7.70) == pytest.approx(1.2 * 7.70)
     assert decode.goal_ms("llama-1b", 8, 1024, 0.50) == pytest.approx(0.64)  # floor + 0.14
+
+
+ATTENTION = """import json, sys
+cases = sys.argv[sys.argv.index("--cases") + 1].split(",")
+rows = []
+for c in cases:
+    S, d = map(int, c.split(":"))
+    rows += [{"S": S, "head_dim": d, "backend": "flash", "us": 100.0},
+             {"S": S, "head_dim": d, "backend": "cudnn", "us": 50.0},
+             {"S": S, "head_dim": d, "backend": "efficient", "skipped": "no"}]
+print(json.dumps(rows))
+"""
+
+
+def test_prefill_attention_rows_meet_pytorch_s_fastest_backend(script):
+    from rawgraph.bench import compute
+
+    script(ATTENTION)
+    rows = [{"kernel": "prefill attention d=128 r=64", "us": 60.0, "S": 4096, "head_dim": 128,
+             "TFLOP/s": 500.0, "target": ">= 470 TFLOP/s", "ok": True},
+            {"kernel": "prefill attention d=64 r=64", "us": 50.0, "S": 1024, "head_dim": 64},
+            {"kernel": "gemm", "us": 1.0}]
+    compute.attention_peer(rows)
+    assert rows[0]["PyTorch backend"] == "cudnn" and rows[0]["x PyTorch"] == pytest.approx(50 / 60)
+    assert rows[0]["target"] == ">= 470 TFLOP/s and >= 0.9x PyTorch" and rows[0]["ok"] is False
+    assert rows[1]["x PyTorch"] == 1.0 and rows[1]["ok"] is True
+    assert "PyTorch us" not in rows[2]
+
+
+PREFILL = """import json, sys
+cases = sys.argv[sys.argv.index("--cases") + 1].split(",")
+assert sys.argv[sys.argv.index("--preset") + 1] == "llama-8b"
+print(json.dumps([{"tokens": int(c), "ms": 10.0 * int(c) / 512} for c in cases]))
+"""
+
+
+def test_time_to_first_token_rows_get_pytorch_s_forward(script):
+    from rawgraph.bench import prefill
+
+    script(PREFILL)
+    rows = [{"preset": "llama-8b", "prompt": 512, "chunk": 256, "TTFT ms": 8.0},
+            {"preset": "llama-8b", "prompt": 2048, "chunk": 256, "TTFT ms": 50.0},
+            {"preset": "llama-8b", "prompt": "8192 beside 8 decoding", "chunk": 256,
+             "decode-only iteration ms": 5.0}]
+    prefill.with_peer(rows, "llama-8b")
+    assert rows[0]["PyTorch ms"] == 10.0 and rows[0]["x PyTorch"] == 1.25 and rows[0]["ok"]
+    assert rows[1]["x PyTorch"] == pytest.approx(0.8) and rows[1]["ok"] is False
+    assert "PyTorch ms" not in rows[2]

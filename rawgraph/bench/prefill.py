@@ -1,0 +1,114 @@
+"""`rawgraph bench prefill`: time to first token as the engine prefills a prompt in chunks,
+against PyTorch's forward of the same prompt; and what the chunk size costs the decode
+steps running beside a prefill.
+
+Per preset (llama-1b, llama-8b; random weights) and chunk size in CHUNKS: an engine with that
+chunk graph (and decode buckets 1 and 8) takes one request per prompt length in PROMPTS, and
+the time to its first token is `Engine.generate(..., max_new_tokens=1)`'s wall time, host
+included (median of REPS). PyTorch's peer (benchmarks/torch_reference.py, measured after, in
+the same run, where torch is importable) is one forward of the whole prompt with SDPA and
+cuBLAS, its LM head on the last position. Beside decode: 8 requests decoding at ~1,024 tokens
+of context while a PROMPTS[-1]-token prompt arrives: the median iteration while it prefills
+(decode rows + a chunk: the inter-token latency those 8 streams see) against the median
+decode-only iteration.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import cupy
+
+from rawgraph.bench import peer
+from rawgraph.engine.engine import Engine
+from rawgraph.engine.request import Request
+from rawgraph.model.config import preset
+from rawgraph.model.decoder import Model
+
+PROMPTS = (512, 2048, 8192)
+CHUNKS = (256, 512, 1024, 2048)
+REPS = 3
+BESIDE = 8        # decoding requests beside the prefill
+BESIDE_CTX = 1024  # their prompt length
+
+
+def _ttft_ms(engine: Engine, tokens: int) -> float:
+    times = []
+    for _ in range(REPS):
+        t0 = time.perf_counter()
+        engine.generate([[1] * tokens], max_new_tokens=1)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _beside(engine: Engine, long: int) -> tuple[float, float]:
+    """(median decode-only iteration ms, median iteration ms while a `long` prompt
+    prefills beside the BESIDE decoding requests)."""
+    rows = [engine.add(Request([1] * BESIDE_CTX, 4096)) for _ in range(BESIDE)]
+    while any(r.prefilled < len(r.prompt) for r in rows):
+        engine.step()
+    alone = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        engine.step()
+        alone.append((time.perf_counter() - t0) * 1e3)
+    big = engine.add(Request([1] * long, 1))
+    mixed = []
+    while big.prefilled < long:
+        t0 = time.perf_counter()
+        engine.step()
+        mixed.append((time.perf_counter() - t0) * 1e3)
+    for r in rows:
+        engine.abort(r)
+    while not engine.scheduler.idle:
+        engine.step()
+    engine.drain()
+    return statistics.median(alone), statistics.median(mixed)
+
+
+def _preset(name: str) -> list[dict[str, Any]]:
+    cfg = preset(name)
+    model = Model(cfg, None, max_batch=BESIDE + 1, max_context=max(PROMPTS) + 512,
+                  max_chunk=max(CHUNKS), max_chunk_seqs=BESIDE + 1)
+    rows = []
+    for chunk in CHUNKS:
+        engine = Engine(model, chunks=[chunk], buckets=[1, BESIDE], progress=False)
+        engine.generate([[1] * chunk], max_new_tokens=2)  # warm: every graph replayed once
+        for tokens in PROMPTS:
+            rows.append({"preset": name, "prompt": tokens, "chunk": chunk,
+                         "TTFT ms": _ttft_ms(engine, tokens)})
+        alone, mixed = _beside(engine, max(PROMPTS))
+        rows.append({"preset": name, "prompt": f"{max(PROMPTS)} beside {BESIDE} decoding",
+                     "chunk": chunk, "decode-only iteration ms": alone,
+                     "iteration with a chunk ms": mixed, "x decode-only": mixed / alone})
+        engine.close()
+    model.close()
+    return rows
+
+
+def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The time-to-first-token rows of preset `name` with PyTorch's forward of the same
+    prompt beside them and the ratio (PyTorch's ms over ours: above 1, we are faster)."""
+    found, why = peer.measure("prefill", [(t,) for t in PROMPTS], preset=name)
+    theirs = peer.index(found, "tokens")
+    for r in rows:
+        if "TTFT ms" not in r:
+            continue
+        t = theirs.get((r["prompt"],))
+        r["PyTorch ms"] = t["ms"] if t else why or "skipped"
+        r["x PyTorch"] = t["ms"] / r["TTFT ms"] if t else ""
+        r["ok"] = bool(t) and r["x PyTorch"] >= 1.0
+    return rows
+
+
+def run(only: str = "") -> list[dict[str, Any]]:
+    """llama-1b and llama-8b (or the presets whose names contain `only`)."""
+    rows = []
+    for name in ("llama-1b", "llama-8b"):
+        if not only or only in name:
+            mine = _preset(name)
+            cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
+            rows.extend(with_peer(mine, name))
+    return rows
