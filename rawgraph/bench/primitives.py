@@ -105,14 +105,12 @@ def run(sizes: tuple[int, ...] = (50, 200, 1000)) -> list[dict[str, Any]]:
     values = itertools.cycle((N // 2, N))
     one = host_us(lambda: ex.set(n=next(values)), calls=2000, batches=15)
     row("patch 1 node: ex.set(n=...)", one, "us", 200, "<= 2 us", one <= 2.0)
-    _, node, L = ex.plan.entries[0]
+    node = ex.plan.nodes[0]
     prog = ex._programs[("n",)]
-    row("  the compiled program (checks, pack, SetParams)", host_us(
-        lambda: prog({"n": next(values)}, None), calls=2000, batches=15), "us")
-    row("  generic setter (params struct + SetParams)", host_us(
-        lambda: ex._set_node(node, L), calls=2000, batches=15), "us")
-    p = L.node_params
-    raw_set = host_us(lambda: driver.cuGraphExecKernelNodeSetParams(ex.handle, node, p),
+    row("  the patch program (checks, pack, SetParams)", host_us(
+        lambda: prog({"n": next(values)}), calls=2000, batches=15), "us")
+    raw_set = host_us(lambda: driver.cuGraphExecKernelNodeSetParams(ex.handle, node.handle,
+                                                                     node.params),
                       calls=2000, batches=15)
     row("  cuGraphExecKernelNodeSetParams alone (prebuilt params)", raw_set, "us", 200)
     ex.close()

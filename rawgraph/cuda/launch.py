@@ -2,15 +2,13 @@
 
 A `Launch` keeps the templates it was built from (values or symbol expressions), the values
 they resolved to, and rawgraph-owned `void**` storage. Captures observe launches on their
-streams and keep the `Launch` as the record of the graph node it became. The expressions of
-a launch are compiled into one small Python function, so re-resolving them when a symbol
-changes (the patch hot path) costs a call, not a tree walk.
+streams and keep the `Launch` as the record of the graph node it became; patching that node
+later is the graph layer's business (rawgraph.graph.node), not this one's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -18,9 +16,9 @@ from typing import Any, Protocol
 from cuda.bindings import driver
 
 from rawgraph.cuda.check import CudaError
-from rawgraph.cuda.signature import ArgPack, Signature, convert_value, int_bounds
+from rawgraph.cuda.signature import ArgPack, Signature
 from rawgraph.cuda.stream import stream_handle
-from rawgraph.symbols import Expr, Symbols
+from rawgraph.symbols import Expr, Symbols, resolve
 
 
 class Launchable(Protocol):
@@ -132,17 +130,12 @@ def launch_now(kernel: Launchable, grid: Any, block: Any, args: tuple, stream: A
         raise CudaError(err, f"launch {kernel.name} grid={grid} block={block}")
 
 
-@functools.lru_cache(maxsize=4096)
-def _compile(src: str) -> Callable[[dict], tuple]:
-    return eval(src, {"__builtins__": {}, "min": min, "max": max})  # our own rendered source
-
-
-def _render(t: Any, ref: Callable[[str], str] | None = None) -> str:
-    return t.render(ref) if isinstance(t, Expr) else repr(t)
-
-
 class Launch:
-    """One launch of one kernel: grid, block, shared memory, arguments, PDL flag."""
+    """One launch of one kernel: grid, block, shared memory, arguments, PDL flag.
+
+    `grid` and `args` may hold symbol expressions, evaluated with `symbols`' values now: the
+    launch keeps both the templates (`grid_t`, `args_t`, the symbols they `reads`, the values
+    `env` they read) and what they came to (`grid`, the stored arguments)."""
 
     def __init__(self, kernel: Launchable, grid: Any, block: Any, args: tuple, *, smem: int = 0,
                  pdl: bool = False, symbols: Symbols | None = None):
@@ -155,90 +148,37 @@ class Launch:
         if len(self.args_t) != len(params):
             raise TypeError(f"{name}: expected {len(params)} arguments ({kernel.sig}), "
                             f"got {len(self.args_t)}")
-        # which symbols the launch reads: what makes it a patchable node
         exprs = [t for t in (*self.grid_t, *self.args_t) if isinstance(t, Expr)]
         self.reads = frozenset().union(*(t.symbols() for t in exprs))
-        self._dyn = tuple(i for i, t in enumerate(self.args_t) if isinstance(t, Expr))
-        for i in self._dyn:
-            if params[i].is_blob:
-                raise ValueError(f"{name}: argument {params[i].name!r} ({params[i].ctype}) is "
-                                 f"bytes fixed at launch; it cannot follow a symbol")
-        if self._dyn:
-            base = tuple(0 if isinstance(t, Expr) else convert_value(p, t, name)
-                         for p, t in zip(params, self.args_t))
-        else:
-            base = kernel.sig.convert(self.args_t, name)
+        self.env: dict[str, int] = {}
+        if self.reads:
+            if symbols is None:
+                raise ValueError(f"{name}: arguments use symbols {sorted(self.reads)}; "
+                                 f"pass symbols=")
+            for p, t in zip(params, self.args_t):
+                if isinstance(t, Expr) and p.is_blob:
+                    raise ValueError(f"{name}: argument {p.name!r} ({p.ctype}) is bytes fixed "
+                                     f"at launch; it cannot follow a symbol")
+            unset = sorted(self.reads - symbols.env.keys())
+            if unset:
+                raise KeyError(f"{name}: symbol {unset[0]!r} has no value")
+            self.env = {k: symbols.env[k] for k in self.reads}
+        self.grid = _check_dims(tuple(resolve(g, self.env) for g in self.grid_t), _GRID_MAX,
+                                "grid", name)
         self.pack = ArgPack(kernel.sig)
-        self.pack.write(base)
+        self.pack.write(kernel.sig.convert(tuple(resolve(t, self.env) for t in self.args_t),
+                                           name))
         self._config: driver.CUlaunchConfig | None = None
-        self.node_params: Any = None  # driver params of the graph node this launch patches
-        self.node_grid: Dims | None = None  # the grid those params hold
-        if not self.reads:
-            self.env: dict[str, int] = {}
-            self.grid = _check_dims(self.grid_t, _GRID_MAX, "grid", name)
-            self.cur = (self.grid, ())  # (grid, values of the symbolic arguments)
-            return
-        if symbols is None:
-            raise ValueError(f"{name}: arguments use symbols {sorted(self.reads)}; pass symbols=")
-        self._grid_dyn = any(isinstance(g, Expr) for g in self.grid_t)
-        self._bounds = tuple(int_bounds(params[i]) if params[i].fmt not in "fd" else None
-                             for i in self._dyn)
-        self._floats = None in self._bounds
-        grid_src = ", ".join(map(_render, self.grid_t))
-        args_src = "".join(_render(self.args_t[i]) + ", " for i in self._dyn)
-        self._rule = _compile(f"lambda e: (({grid_src}), ({args_src}))")
-        # the symbol values this launch was resolved with (only those it reads)
-        self.env = {k: symbols.env[k] for k in self.reads if k in symbols.env}
-        self.write(self.resolve(self.env))
 
-    def resolve(self, env: dict[str, int]) -> tuple[Dims, tuple]:
-        """(grid, values of the symbolic arguments) under `env`, validated; changes nothing.
-
-        This is the patch hot path: one call of the compiled rule, then bounds checks.
-        """
-        if not self.reads:
-            return self.cur
-        try:
-            new = self._rule(env)
-        except KeyError as e:
-            raise KeyError(f"{self.kernel.name}: symbol {e.args[0]!r} has no value") from None
-        grid, dyn = new
-        if self._grid_dyn and not (0 < grid[0] <= _GRID_MAX[0] and 0 < grid[1] <= _GRID_MAX[1]
-                                   and 0 < grid[2] <= _GRID_MAX[2]):
-            _check_dims(grid, _GRID_MAX, "grid", self.kernel.name)  # raises, naming the dims
-        for i, v, b in zip(self._dyn, dyn, self._bounds):
-            if b is not None and not b[0] <= v <= b[1]:
-                convert_value(self.kernel.sig.params[i], v, self.kernel.name)  # raises
-        if self._floats:  # float parameters computed from integer symbols
-            new = grid, tuple(float(x) if b is None else x for x, b in zip(dyn, self._bounds))
-        return new
-
-    def write(self, new: tuple[Dims, tuple]) -> None:
-        """Make `new` = (grid, symbolic argument values), from resolve, the current values."""
-        self.cur = new
-        self.grid = new[0]
-        self.pack.write_slots(self._dyn, new[1])
-        self._config = None
-
-    def recipe(self, ref: Callable[[str], str]) -> dict[str, Any]:
-        """What a compiled patch program needs to re-resolve this launch inline: the source of
-        its grid and symbolic arguments (symbols read through `ref`), the checks that apply,
-        and where each symbolic argument is stored."""
-        return {"grid": [_render(g, ref) for g in self.grid_t], "grid_dyn": self._grid_dyn,
-                "args": [_render(self.args_t[i], ref) for i in self._dyn],
-                "bounds": self._bounds, "floats": self._floats,
-                "slots": [(self.pack.fmts[i], self.pack.offset(i)) for i in self._dyn],
-                "buffer": self.pack.buffer}
-
-    def clone(self) -> Launch:
-        """The same launch with its own argument storage (current values copied)."""
+    def clone(self, grid: Dims | None = None, args: tuple | None = None) -> Launch:
+        """The same launch with its own argument storage: the current values, or `grid` and
+        `args` (converted values) instead."""
         new = object.__new__(Launch)
         new.__dict__.update(self.__dict__)
+        new.grid = self.grid if grid is None else grid
         new.pack = ArgPack(self.kernel.sig)
-        new.pack.write(self.pack.values)  # (cur, a tuple, is shared safely)
-        new.env = dict(self.env)
+        new.pack.write(self.pack.values if args is None else args)
         new._config = None
-        new.node_params = None
         return new
 
     @property

@@ -16,8 +16,7 @@ from rawgraph.cuda.kernel import kernel_for_handle
 from rawgraph.cuda.launch import Launch
 from rawgraph.cuda.signature import decode
 from rawgraph.cuda.stream import stream_handle
-from rawgraph.graph.patch import Program, compile_program
-from rawgraph.graph.plan import PatchPlan
+from rawgraph.graph.patch import PatchPlan, Program
 
 _KERNEL = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
 
@@ -241,10 +240,9 @@ class GraphExec:
         key = tuple(values)
         prog = self._programs.get(key)
         if prog is None:
-            driver_call = (self.handle, self._node_params, driver.cuGraphExecKernelNodeSetParams)
-            prog = self._programs[key] = (compile_program(self.plan, key, driver_call)
-                                          or self.plan.apply)
-        n = prog(values, self._set_node)
+            prog = self._programs[key] = self.plan.program(
+                key, self.handle, driver.cuGraphExecKernelNodeSetParams)
+        n = prog(values)
         self.patched_last = n
         self.patched_total += n
         return n
@@ -260,29 +258,6 @@ class GraphExec:
     def _use(self, plan: PatchPlan) -> None:
         self.plan = plan
         self._programs: dict[tuple[str, ...], Program] = {}  # compiled set() per symbol names
-
-    @staticmethod
-    def _node_params(L: Launch) -> driver.CUDA_KERNEL_NODE_PARAMS:
-        """The driver params struct of L's node; its kernelParams point at L's storage."""
-        p = L.node_params
-        if p is None:
-            p = L.node_params = driver.CUDA_KERNEL_NODE_PARAMS()
-            p.func = L.kernel.function
-            p.kernelParams = L.pack.address
-            p.extra = 0
-            p.blockDimX, p.blockDimY, p.blockDimZ = L.block
-            p.sharedMemBytes = L.smem
-            L.node_grid = None
-        return p
-
-    def _set_node(self, node: Any, L: Launch) -> None:
-        """Patch one node from L's current values (the generic path and rollbacks)."""
-        p = self._node_params(L)
-        if L.grid != L.node_grid:  # most patches change arguments only
-            p.gridDimX, p.gridDimY, p.gridDimZ = L.node_grid = L.grid
-        err, = driver.cuGraphExecKernelNodeSetParams(self.handle, node, p)
-        if err:
-            raise CudaError(err, f"patch {L.kernel.name} in graph {self.graph.name!r}")
 
     def launches(self) -> list[Launch]:
         """Every captured launch in order, with the values this executable uses now."""

@@ -1,57 +1,92 @@
-"""Compiled patch programs: `GraphExec.set(...)` for one set of symbol names, as straight-line
-Python generated once and cached.
+"""Patching an executable graph when symbols change: which kernel nodes read which symbols
+(`PatchPlan`), and the one way they are patched, a program generated per set of symbol names.
 
-The generic `PatchPlan.apply` walks dictionaries and calls methods per node; on the hot path
-of a decode step that walk costs more than the driver call it feeds. A program does the same
-work with everything known in advance baked in: the symbols' bounds, the touched nodes, their
-grid and argument expressions (inlined), the argument slots to pack, and (for an executable
-graph) the node's driver params and the cuGraphExecKernelNodeSetParams call itself. It checks
-every value and every derived grid/argument first, then packs and patches only the nodes whose
-values change. A failed check re-runs the generic `Launch.resolve`, which raises the error
-naming the value; nothing has been written by then.
+`GraphExec.set(...)` for one set of names runs straight-line Python generated once and cached:
+the symbols' checks, the nodes that read them, their grid and argument expressions inlined,
+the argument slots to pack, the node's driver params and the cuGraphExecKernelNodeSetParams
+call itself. It checks every value and every derived grid and argument first, then writes
+and patches only the nodes whose values change; if the driver refuses a node midway, the
+nodes already patched are put back. A failed check calls the node's `resolve`, which raises
+the error naming the value; nothing has been written by then. The driver call and the
+params come in as arguments, so the planning and the programs run without a GPU in tests.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 from rawgraph.cuda.check import CudaError
-from rawgraph.graph.plan import PatchPlan, Setter
-from rawgraph.symbols import Range
+from rawgraph.cuda.launch import Launch
+from rawgraph.graph.node import GRID_MAX, KernelNode, render
+from rawgraph.symbols import Range, Symbols
 
-Program = Callable[[dict, Setter], int]
-_GRID_OK = "0 < {g}[0] <= 2147483647 and 0 < {g}[1] <= 65535 and 0 < {g}[2] <= 65535"
+SetParams = Callable[[Any, Any, Any], tuple]  # (exec handle, node handle, params) -> (err,)
+Program = Callable[[dict], int]               # symbol values -> nodes patched
+_GRID_OK = " and ".join(f"0 < {{g}}[{i}] <= {hi}" for i, hi in enumerate(GRID_MAX))
 
 
-def _rollback(done: list, setter: Setter) -> None:
+class PatchPlan:
+    """The patchable nodes of one executable graph, each with its own record
+    (`KernelNode`), and the symbol values they compute with now (`env`)."""
+
+    def __init__(self, records: list[tuple[Any, Launch]]):
+        self.nodes = [KernelNode(node, L) for node, L in records if L.reads]
+        self.at = {i: j for j, i in enumerate(i for i, (_, L) in enumerate(records) if L.reads)}
+        tables = {id(n.launch.symbols): n.launch.symbols for n in self.nodes}
+        if len(tables) > 1:
+            raise ValueError("a graph's launches must share one Symbols table")
+        self.symbols: Symbols | None = next(iter(tables.values()), None)
+        self.env: dict[str, int] = {}
+        self.by_symbol: dict[str, list[int]] = defaultdict(list)
+        for j, n in enumerate(self.nodes):
+            for name, v in n.launch.env.items():
+                if self.env.setdefault(name, v) != v:
+                    raise ValueError(f"symbol {name!r} changed during capture "
+                                     f"({self.env[name]} then {v})")
+                self.by_symbol[name].append(j)
+
+    def launches(self, records: list[tuple[Any, Launch]]) -> list[Launch]:
+        """All launches in capture order, the patchable ones with this plan's values."""
+        return [self.nodes[self.at[i]].as_launch() if i in self.at else L
+                for i, (_, L) in enumerate(records)]
+
+    def program(self, names: tuple[str, ...], handle: Any, set_params: SetParams,
+                params_for: Callable[[KernelNode], Any] = KernelNode.driver_params) -> Program:
+        """The program setting `names` (in this order): patches through
+        `set_params(handle, node, params_for(node))`. KeyError for a name that is not a
+        symbol of this graph."""
+        if self.symbols is None:
+            raise KeyError(f"this graph has no patchable nodes; cannot set {sorted(names)}")
+        unknown = [n for n in names if n not in self.symbols.specs]
+        if unknown:
+            raise KeyError(f"unknown symbol {unknown[0]!r}; known: {sorted(self.symbols.specs)}")
+        return _compile(self, names, handle, set_params, params_for)
+
+
+def _restore(done: list, handle: Any, set_params: SetParams, params_for: Callable) -> None:
     """Put back the nodes a failed program patched (newest first)."""
-    for L, node, old in reversed(done):
-        L.write(old)
-        try:
-            setter(node, L)
-        except Exception:  # the node that failed: the executable never took its new values
-            pass
+    for node, grid, args in reversed(done):
+        node.write(grid, args)
+        p = params_for(node)
+        p.gridDimX, p.gridDimY, p.gridDimZ = node.params_grid = grid
+        set_params(handle, node.handle, p)  # the node that failed never took its new values
 
 
 def _fail(what: str, err: Any) -> None:
     raise CudaError(err, what)
 
 
-def compile_program(plan: PatchPlan, names: tuple[str, ...],
-                    driver: tuple[Any, Callable, Callable] | None = None) -> Program | None:
-    """A program setting `names` (in this order) on `plan`; None if a name is unknown.
-
-    `driver` = (exec handle, params_for(L) -> driver params, cuGraphExecKernelNodeSetParams):
-    patch the executable inline. Without it, the program calls `setter(node, launch)`.
-    """
-    if plan.symbols is None or any(n not in plan.symbols.specs for n in names):
-        return None  # the generic path raises the right error
+def _compile(plan: PatchPlan, names: tuple[str, ...], handle: Any, set_params: SetParams,
+             params_for: Callable[[KernelNode], Any]) -> Program:
     local = {n: f"v{k}" for k, n in enumerate(names)}
     ref = lambda n: local.get(n) or f"env[{n!r}]"  # noqa: E731
-    ns: dict[str, Any] = {"plan": plan, "rollback": _rollback, "fail": _fail}
-    src = ["def patch(values, setter):"]
+    assert plan.symbols is not None
+    ns: dict[str, Any] = {"plan": plan, "restore": _restore, "fail": _fail, "SET": set_params,
+                          "H": handle, "PF": params_for}
+    src = ["def patch(values):"]
     for k, name in enumerate(names):
         spec = plan.symbols.specs[name]
         ns[f"chk{k}"] = spec.check
@@ -62,56 +97,49 @@ def compile_program(plan: PatchPlan, names: tuple[str, ...],
         else:
             src.append(f"    v{k} = chk{k}({name!r}, v{k})")
     # c{k}: symbol k changes. Only the nodes reading a changed symbol are evaluated (a step
-    # that moves one pointer leaves the nodes of an unchanged length alone), as in plan().
+    # that moves one pointer leaves the nodes of an unchanged length alone).
     src += ["    env = plan.env"]
     src += [f"    c{k} = v{k} != env.get({n!r})" for k, n in enumerate(names)]
     src += [f"    if not ({' or '.join(f'c{k}' for k in range(len(names)))}):", "        return 0"]
+    new_env = "{**env, " + ", ".join(f"{n!r}: v{k}" for k, n in enumerate(names)) + "}"
     reads = {n: set(plan.by_symbol.get(n, ())) for n in names}
     touched = sorted(set().union(*reads.values()))
-    recipes, guard = {}, {}
+    guard = {}
     for j in touched:  # resolve and check everything before writing anything
-        _, node, L = plan.entries[j]
-        r = recipes[j] = L.recipe(ref)
+        node = plan.nodes[j]
         deps = [f"c{k}" for k, n in enumerate(names) if j in reads[n]]
         guard[j] = "True" if len(deps) == len(names) else " or ".join(deps)
-        ns[f"L{j}"], ns[f"N{j}"], ns[f"B{j}"] = L, node, r["buffer"]
+        ns[f"N{j}"], ns[f"B{j}"] = node, node.pack.buffer
         src.append(f"    if {guard[j]}:")
-        if r["floats"]:  # rare: let the generic method convert
-            e = "{**env, " + ", ".join(f"{n!r}: v{k}" for k, n in enumerate(names)) + "}"
-            src.append(f"        g{j}, d{j} = L{j}.resolve({e})")
+        if node.floats:  # rare: float arguments computed from symbols; let resolve convert
+            src.append(f"        g{j}, d{j} = N{j}.resolve({new_env})")
             continue
-        src.append(f"        g{j} = ({', '.join(r['grid'])})")
-        src.append(f"        d{j} = ({''.join(a + ', ' for a in r['args'])})")
-        bad = [f"not ({_GRID_OK.format(g=f'g{j}')})"] if r["grid_dyn"] else []
-        bad += [f"not {b[0]} <= d{j}[{t}] <= {b[1]}" for t, b in enumerate(r["bounds"])]
+        L = node.launch
+        src.append(f"        g{j} = ({', '.join(render(g, ref) for g in L.grid_t)})")
+        src.append(f"        d{j} = ({''.join(render(L.args_t[i], ref) + ', ' for i in node.dyn)})")
+        bad = [f"not ({_GRID_OK.format(g=f'g{j}')})"] if node.grid_dyn else []
+        bad += [f"not {b[0]} <= d{j}[{t}] <= {b[1]}" for t, b in enumerate(node.bounds)]
         if bad:
-            e = "{**env, " + ", ".join(f"{n!r}: v{k}" for k, n in enumerate(names)) + "}"
             src += [f"        if {' or '.join(bad)}:",
-                    f"            L{j}.resolve({e})  # raises the error naming the value"]
+                    f"            N{j}.resolve({new_env})  # raises the error naming the value"]
     src += ["    done = []", "    try:"]
     for j in touched:
-        r = recipes[j]
-        src += [f"        if ({guard[j]}) and (g{j} != L{j}.grid or d{j} != L{j}.cur[1]):",
-                f"            done.append((L{j}, N{j}, L{j}.cur))",
-                f"            L{j}.cur = (g{j}, d{j})",
-                f"            L{j}.grid = g{j}",
-                f"            L{j}._config = None"]
-        for t, (fmt, off) in enumerate(r["slots"]):
-            ns[f"P{j}_{t}"] = struct.Struct(fmt).pack_into
-            src.append(f"            P{j}_{t}(B{j}, {off}, d{j}[{t}])")
-        if driver is None:
-            src.append(f"            setter(N{j}, L{j})")
-            continue
-        handle, params_for, set_params = driver
-        ns["SET"], ns["H"], ns[f"Q{j}"] = set_params, handle, params_for(ns[f"L{j}"])
-        ns[f"W{j}"] = f"patch {ns[f'L{j}'].kernel.name}"
-        src += [f"            if g{j} != L{j}.node_grid:",
+        node = plan.nodes[j]
+        ns[f"Q{j}"] = params_for(node)
+        ns[f"W{j}"] = f"patch {node.kernel.name}"
+        src += [f"        if ({guard[j]}) and (g{j} != N{j}.grid or d{j} != N{j}.args):",
+                f"            done.append((N{j}, N{j}.grid, N{j}.args))",
+                f"            N{j}.grid, N{j}.args = g{j}, d{j}"]
+        for t, i in enumerate(node.dyn):
+            ns[f"P{j}_{t}"] = struct.Struct(node.pack.fmts[i]).pack_into
+            src.append(f"            P{j}_{t}(B{j}, {node.pack.offset(i)}, d{j}[{t}])")
+        src += [f"            if g{j} != N{j}.params_grid:",
                 f"                Q{j}.gridDimX, Q{j}.gridDimY, Q{j}.gridDimZ = g{j}",
-                f"                L{j}.node_grid = g{j}",
-                f"            err, = SET(H, N{j}, Q{j})",
+                f"                N{j}.params_grid = g{j}",
+                f"            err, = SET(H, N{j}.handle, Q{j})",
                 "            if err:",
                 f"                fail(W{j}, err)"]
-    src += ["        pass", "    except BaseException:", "        rollback(done, setter)",
+    src += ["        pass", "    except BaseException:", "        restore(done, H, SET, PF)",
             "        raise"]
     src += [f"    env[{n!r}] = v{k}" for k, n in enumerate(names)]
     src.append("    return len(done)")

@@ -38,9 +38,11 @@ def test_symbolic_launch_needs_symbols_and_resolves():
     S.set(n=33)
     L = Launch(K, S.n // 8, 256, (*ARGS[:3], S.n), symbols=S)
     assert L.grid == (4, 1, 1) and L.args[3] == 33 and L.reads == {"n"} and L.env == {"n": 33}
-    c = L.clone()
-    c.write(c.resolve({"n": 64}))
+    c = L.clone((8, 1, 1), (*L.args[:3], 64))  # a copy with its own storage
     assert (L.grid, L.args[3]) == ((4, 1, 1), 33) and (c.grid, c.args[3]) == ((8, 1, 1), 64)
+    with pytest.raises(KeyError, match="'m' has no value"):
+        Launch(K, 1, 256, (*ARGS[:3], Symbols(m=Range(1, 9)).m),
+               symbols=Symbols(m=Range(1, 9)))
 
 
 def test_a_descriptor_argument_cannot_follow_a_symbol():

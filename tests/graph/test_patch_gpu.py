@@ -63,7 +63,7 @@ def test_grid_patch_changes_block_count(stream, rng):
     with cap.graph as g, g.instantiate() as ex:
         for n in [100, 2049, 65536, 3]:
             assert ex.set(n=n) == (n != 100)
-            assert ex.plan.entries[0][2].grid == (-(-n // 2048), 1, 1)
+            assert ex.plan.nodes[0].grid == (-(-n // 2048), 1, 1)
             out[...] = poisoned(out.shape, "float16")
             ref[...] = poisoned(out.shape, "float16")
             ex.launch(stream)
@@ -122,7 +122,7 @@ def test_verify_catches_a_stale_node(stream):
     with cap.graph as g, g.instantiate() as ex:
         verify(ex, b.all(), stream)
         # change a launch's stored values behind the driver's back: the exec still runs 10 rows
-        L = ex.plan.entries[0][2]
-        L.write(L.resolve({"seq": 20}))
+        node = ex.plan.nodes[0]
+        node.write(*node.resolve({"seq": 20}))
         with pytest.raises(VerifyError, match="differ"):
             verify(ex, b.all(), stream)

@@ -140,7 +140,7 @@ def test_split_count_is_patched_as_contexts_grow(stream, rng):
                                         np.array([0, 1]), 64**-0.5)
             np.testing.assert_allclose(host(out, "float16"), want, rtol=2e-3, atol=2e-3)
             assert (out == eager).all()
-        assert ex.plan.entries[0][2].grid == (16, 12, 1)  # 1500 tokens: min(12, 24)
+        assert ex.plan.nodes[0].grid == (16, 12, 1)  # 1500 tokens: min(12, 24)
 
 
 def test_decode_attention_rejects_bad_input(rng):
