@@ -1,0 +1,87 @@
+"""compute-sanitizer racecheck and the prefill graph's IF body (benchmarks/NOTES.md,
+"Sanitizers"): the smallest case that crashes the tool, and the same kernels without it.
+
+    compute-sanitizer --tool racecheck python3 tests/racecheck_if_body.py MODE
+
+MODE: `shipped` (the prefill chunk graph as the engine captures it: the LM head in an IF
+node), `inline` (the same head kernels captured without the IF node), `eager`, or
+`body:SEQ[:host]`, the IF body cut to the kernels SEQ names in order (e: the gather of the
+last rows, r: rmsnorm, l: the LM head's GEMV), `:host` with the condition fixed at 1 instead
+of set by a kernel. Seen with compute-sanitizer 2025.3.1 (driver 580.159): `shipped` and
+`body:er` (with or without `:host`) crash on the host in the first copy after the graph's
+launch; `inline`, `eager`, `body:e`, `body:r`, `body:rr`, `body:ee`, `body:l`: 0 hazards.
+Prints the first tokens of three replays; a tiny fp16 model, one layer, runs in seconds.
+"""
+
+import contextlib
+import sys
+
+import numpy as np
+
+import rawgraph.model.decoder as decoder
+from rawgraph import ops
+from rawgraph.engine.runner import Runner
+from rawgraph.model.config import LlamaConfig
+from rawgraph.model.decoder import Model
+from rawgraph.model.step import PrefillPiece
+from rawgraph.model.weights import shapes
+
+
+def _cut_body(seq: str) -> None:
+    def head(self, stream):
+        a, m, s, w = self.pre, self.pre_meta.dev, self.max_chunk_seqs, self.w
+        kw = {"stream": stream, "symbols": None}
+        for c in seq:
+            if c == "e":
+                ops.embedding(m["last"], a["r"], a["h"][:s], s, **kw)
+            elif c == "r":
+                ops.rmsnorm(a["h"][:s], w["norm"], a["last"], rows=s, eps=self.cfg.rms_eps,
+                            **kw)
+            elif c == "l":
+                ops.linear(a["last"], w["lm_head"], a["logits"], m=s,
+                           m_max=a["last"].shape[0], **kw)
+    Model._prefill_head = head
+
+
+def _inline() -> None:
+    decoder.condition_handle = lambda stream: 0
+    decoder.set_condition_any = lambda *a, **k: None
+    decoder.if_node = lambda *a, **k: contextlib.nullcontext()
+    launch = Model.launch_prefill
+
+    def on_one_stream(self, n, num_seqs, max_q_len, stream, symbols=None, *, chunk=None):
+        self._body_stream = stream  # the "body" is captured on the main stream
+        return launch(self, n, num_seqs, max_q_len, stream, symbols, chunk=chunk)
+    Model.launch_prefill = on_one_stream
+
+
+def main(mode: str) -> None:
+    if mode.startswith("body:"):
+        _, seq, *host = mode.split(":")
+        _cut_body(seq)
+        if host == ["host"]:
+            handle = decoder.condition_handle
+            decoder.condition_handle = lambda stream: handle(stream, default=1)
+            decoder.set_condition_any = lambda *a, **k: None
+    elif mode == "inline":
+        _inline()
+    elif mode not in ("shipped", "eager"):
+        raise SystemExit(__doc__)
+    cfg = LlamaConfig(vocab=512, hidden=256, layers=1, heads=4, kv_heads=2, head_dim=64,
+                      intermediate=512, rope_theta=1e4, dtype="float16")
+    rng = np.random.default_rng(0)
+    tensors = {k: (rng.standard_normal(s) * 0.05).astype(np.float16)
+               for k, s in shapes(cfg).items()}
+    model = Model(cfg, tensors, max_batch=2, max_context=256, max_chunk=64, max_chunk_seqs=2)
+    runner = Runner(model, graphs=mode != "eager", buckets=[1], chunks=[64])
+    prompt = [int(x) for x in rng.integers(0, 512, 50)]
+    for i in range(3):
+        first, _, _ = runner.run([PrefillPiece(0, prompt, 0)], [], [])
+        print(mode, i, first, flush=True)
+        model.free(0)
+    runner.close()
+    model.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "")
