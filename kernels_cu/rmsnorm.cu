@@ -2,13 +2,16 @@
 // "h = x + residual; y = norm(h)" pair in one pass).
 //
 //   extern "C" rmsnorm_f16 / rmsnorm_bf16(
-//       const T* x,            // (rows, dim)
+//       const T* x,            // (rows, dim), or (x_rows, dim) read through `gather`
 //       const T* residual,     // (rows, dim) or NULL: no residual add
 //       const T* w,            // (dim,) or NULL: no weight (it is folded into the next
 //                              //   projection, fold_norm below)
 //       T* out,                // (rows, dim)
 //       T* residual_out,       // (rows, dim), written h = T(x + residual) when residual != NULL
-//       int rows, int dim, float eps)
+//       int rows, int dim, float eps,
+//       const int* gather,     // (rows,) or NULL: row r normalizes x row gather[r] (a prefill
+//                              //   chunk's last row of each sequence); needs residual NULL
+//       int x_rows)            // rows of x: a gathered index outside [0, x_rows) gives zeros
 //   grid (rows), block (256): one block per row. dim % 8 == 0 and 16-byte aligned rows;
 //   out must not alias x, residual_out may alias residual.
 //   Math (as Hugging Face LLaMA does it): h = T(x + r); s = sum(h^2) in fp32;
@@ -33,7 +36,8 @@ constexpr int kKeep = 4;
 
 template <typename T>
 __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict__ w,
-                             T* out, T* residual_out, int rows, int dim, float eps) {
+                             T* out, T* residual_out, int rows, int dim, float eps,
+                             const int* gather, int x_rows) {
   // residual and residual_out may be the same buffer (in-place residual stream); each
   // element is read and then written by the same thread.
   const int row = blockIdx.x, step = 8 * blockDim.x, j0 = 8 * threadIdx.x;
@@ -45,8 +49,17 @@ __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict_
   rg::pdl_wait();
   if (row >= rows) return;
   const long long base = static_cast<long long>(row) * dim;
+  const int src = gather != nullptr ? gather[row] : row;  // the x row this block reads
+  if (src < 0 || src >= x_rows) {  // a bad gathered index: zeros, never a read out of bounds
+    rg::Vec<T, 8> z;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) z.v[k] = rg::from_float<T>(0.f);
+    for (int j = j0; j < dim; j += step) rg::store<T, 8>(out + base + j, z);
+    return;
+  }
+  const T* xrow = x + static_cast<long long>(src) * dim;
   auto load_h = [&](int j) {  // x (+ residual, stored to residual_out)
-    rg::Vec<T, 8> h = rg::load<T, 8>(x + base + j);
+    rg::Vec<T, 8> h = rg::load<T, 8>(xrow + j);
     if (residual != nullptr) {
       const rg::Vec<T, 8> r = rg::load<T, 8>(residual + base + j);
 #pragma unroll
@@ -82,7 +95,7 @@ __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict_
   for (int i = 0; i < kKeep; ++i)
     if (j0 + i * step < dim) store_out(j0 + i * step, keep[i], g[i], inv);
   // the streamed rest: h again from residual_out (this thread wrote it) or from x
-  const T* hsrc = (residual != nullptr ? residual_out : x) + base;
+  const T* hsrc = residual != nullptr ? residual_out + base : xrow;
   for (int j = j0 + kKeep * step; j < dim; j += step)
     store_out(j, rg::load<T, 8>(hsrc + j), w != nullptr ? rg::load<T, 8>(w + j) : g[0], inv);
 }
@@ -101,14 +114,14 @@ __device__ void fold_norm_impl(T* w, const T* __restrict__ g, long long count, i
 
 extern "C" __global__ void rmsnorm_f16(const __half* x, const __half* residual, const __half* w,
                                        __half* out, __half* residual_out, int rows, int dim,
-                                       float eps) {
-  rmsnorm_impl(x, residual, w, out, residual_out, rows, dim, eps);
+                                       float eps, const int* gather, int x_rows) {
+  rmsnorm_impl(x, residual, w, out, residual_out, rows, dim, eps, gather, x_rows);
 }
 extern "C" __global__ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual,
                                         const __nv_bfloat16* w, __nv_bfloat16* out,
                                         __nv_bfloat16* residual_out, int rows, int dim,
-                                        float eps) {
-  rmsnorm_impl(x, residual, w, out, residual_out, rows, dim, eps);
+                                        float eps, const int* gather, int x_rows) {
+  rmsnorm_impl(x, residual, w, out, residual_out, rows, dim, eps, gather, x_rows);
 }
 extern "C" __global__ void fold_norm_f16(__half* w, const __half* g, long long count, int dim) {
   fold_norm_impl(w, g, count, dim);

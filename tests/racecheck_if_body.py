@@ -6,11 +6,14 @@
 MODE: `shipped` (the prefill chunk graph as the engine captures it: the LM head in an IF
 node), `inline` (the same head kernels captured without the IF node), `eager`, or
 `body:SEQ[:host]`, the IF body cut to the kernels SEQ names in order (e: the gather of the
-last rows, r: rmsnorm, l: the LM head's GEMV), `:host` with the condition fixed at 1 instead
-of set by a kernel. Seen with compute-sanitizer 2025.3.1 (driver 580.159): `shipped` and
-`body:er` (with or without `:host`) crash on the host in the first copy after the graph's
-launch; `inline`, `eager`, `body:e`, `body:r`, `body:rr`, `body:ee`, `body:l`: 0 hazards.
-Prints the first tokens of three replays; a tiny fp16 model, one layer, runs in seconds.
+last rows as a separate kernel, r: rmsnorm of the gathered rows, g: rmsnorm gathering them
+itself, l: the LM head's GEMV), `:host` with the condition fixed at 1 instead of set by a
+kernel. Seen with compute-sanitizer 2025.3.1 (driver 580.159) when the head's body was the
+gather, then the norm, GEMV and sampling: `shipped` and `body:er` (with or without `:host`)
+crashed on the host in the first copy after the graph's launch; `inline`, `eager`,
+`body:e`, `body:r`, `body:rr`, `body:ee`, `body:l`: 0 hazards. The body now starts with the
+gathering norm (`g`). Prints the first tokens of three replays; a tiny fp16 model, one
+layer, runs in seconds.
 """
 
 import contextlib
@@ -34,6 +37,9 @@ def _cut_body(seq: str) -> None:
         for c in seq:
             if c == "e":
                 ops.embedding(m["last"], a["r"], a["h"][:s], s, **kw)
+            elif c == "g":
+                ops.rmsnorm(a["r"], w["norm"], a["last"], rows=s, eps=self.cfg.rms_eps,
+                            gather=m["last"], **kw)
             elif c == "r":
                 ops.rmsnorm(a["h"][:s], w["norm"], a["last"], rows=s, eps=self.cfg.rms_eps,
                             **kw)

@@ -433,10 +433,10 @@ class Model:
         ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
 
     def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict,
-              handoff: ops.Handoff | None = None) -> None:
-        """Final norm, LM head and sampling of `rows` rows of x."""
+              handoff: ops.Handoff | None = None, gather: Any = None) -> None:
+        """Final norm, LM head and sampling of `rows` rows of x (of x's rows gather[r])."""
         cfg, w = self.cfg, self.w
-        ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, **kw)
+        ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, gather=gather, **kw)
         # on the GEMV path the LM head also merges each row's greedy pick as its blocks end,
         # and sample's greedy rows read that instead of passing over the vocabulary
         best = a["best"] if keeps_row_max(a["last"].shape[0], cfg.vocab) else None
@@ -521,12 +521,12 @@ class Model:
             self._prefill_head(stream)
 
     def _prefill_head(self, stream: Any) -> None:
-        """The head of a prefill chunk over all max_chunk_seqs rows (fixed arguments: in a
-        graph it is an IF node's body, which cannot be patched; unused rows read row 0)."""
+        """The head of a prefill chunk over all max_chunk_seqs rows, each the last row of its
+        sequence in the chunk, gathered by the norm (fixed arguments: in a graph it is an IF
+        node's body, which cannot be patched; unused rows read row 0)."""
         a, m, s = self.pre, self.pre_meta.dev, self.max_chunk_seqs
         kw = {"stream": stream, "symbols": None}
-        ops.embedding(m["last"], a["r"], a["h"][:s], s, **kw)
-        self._head(a["h"][:s], a, m, m["last_pos"], s, kw)
+        self._head(a["r"], a, m, m["last_pos"], s, kw, gather=m["last"])
 
     # -- eager conveniences -----------------------------------------------------------------
 

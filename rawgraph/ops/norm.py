@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols
 
 _SIG = "const {t}* x, const {t}* residual, const {t}* w, {t}* out, {t}* residual_out, " \
-       "int rows, int dim, float eps"
+       "int rows, int dim, float eps, const int* gather, int x_rows"
 RMSNORM = {
     "float16": Kernel("rmsnorm", "rmsnorm_f16", _SIG.format(t="__half")),
     "bfloat16": Kernel("rmsnorm", "rmsnorm_bf16", _SIG.format(t="__nv_bfloat16")),
@@ -25,21 +27,31 @@ FOLD_GRID = 1024  # blocks of fold_norm's grid-stride loop
 
 
 def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any = None,
-            rows: Any = None, eps: float = 1e-5, stream: Any = None,
+            rows: Any = None, eps: float = 1e-5, gather: Any = None, stream: Any = None,
             symbols: Symbols | None = None) -> None:
     """out = rmsnorm(x [+ residual]) * w over the first `rows` rows (rows may be symbolic);
     w None: no weight (it was folded into the next projection, `fold_norm`).
 
     With `residual`, also writes residual_out = x + residual (it may be `residual` itself).
+    With `gather` (int32, one index per row of out), row r of out is the norm of x's row
+    gather[r] (x may then have any number of rows; an index outside them gives zeros).
     """
     if getattr(x, "ndim", 0) != 2:
         raise ValueError(f"x must be (rows, dim), got shape {getattr(x, 'shape', '?')}")
-    cap, dim = x.shape
+    x_rows, dim = x.shape
     shapes.multiple(dim, 8, "dim")
     dt = shapes.tensor(x, "x")
     if w is not None:
         shapes.tensor(w, "w", (dim,), dt)
-    shapes.tensor(out, "out", x.shape, dt)
+    if gather is None:
+        shapes.tensor(out, "out", x.shape, dt)
+    else:
+        shapes.tensor(out, "out", dtype=dt)
+        if out.shape[1:] != (dim,):
+            raise ValueError(f"out must be (rows, {dim}), got shape {out.shape}")
+        shapes.row_array(gather, "gather", np.int32, out.shape[0])
+        if residual is not None:
+            raise ValueError("gather takes no residual (a gathered row has none)")
     if out is x:
         raise ValueError("out must not be x (the kernel reads x after writing out)")
     if (residual is None) != (residual_out is None):
@@ -47,9 +59,9 @@ def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any
     if residual is not None:
         shapes.tensor(residual, "residual", x.shape, dt)
         shapes.tensor(residual_out, "residual_out", x.shape, dt)
-    rows = shapes.count(rows, cap, "rows", symbols)
-    RMSNORM[dt].launch(rows, BLOCK, (x, residual, w, out, residual_out, rows, dim, eps),
-                       stream, symbols=symbols)
+    rows = shapes.count(rows, out.shape[0], "rows", symbols)
+    RMSNORM[dt].launch(rows, BLOCK, (x, residual, w, out, residual_out, rows, dim, eps, gather,
+                                     x_rows), stream, symbols=symbols)
 
 
 def fold_norm(w: Any, g: Any, *, stream: Any = None) -> None:

@@ -21,7 +21,8 @@ OK, REFUSED = driver.CUresult.CUDA_SUCCESS, driver.CUresult.CUDA_ERROR_INVALID_V
 
 def _records(S: Symbols) -> list:
     dim = 2048
-    norm = Launch(RMSNORM["float16"], S.seq, 256, (X, None, W, Y, None, S.seq, dim, 1e-5),
+    norm = Launch(RMSNORM["float16"], S.seq, 256, (X, None, W, Y, None, S.seq, dim, 1e-5, None,
+                                                    512),
                   symbols=S)
     add = Launch(ADD["float16"], cdiv(S.seq * dim, 2048), 256, (X, Y, X, S.seq * dim),
                  symbols=S)

@@ -52,6 +52,37 @@ def test_rmsnorm_in_place_residual(stream, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_rmsnorm_of_gathered_rows(stream, rng, dtype):
+    # a prefill chunk's head: row r normalizes x's row gather[r]; a bad index gives zeros
+    x, xh = randn(rng, (10, 264), dtype, 3.0)
+    w, wh = randn(rng, (264,), dtype)
+    gather = cupy.asarray(np.array([7, 0, 9, -1, 10, 3], np.int32))
+    out = poisoned((6, 264), dtype)
+    ops.rmsnorm(x, w, out, rows=5, gather=gather, stream=stream)
+    stream.synchronize()
+    got, want = host(out, dtype), ref.rmsnorm(xh[[7, 0, 9]], wh, 1e-5, dtype)[0]
+    np.testing.assert_allclose(got[:3], want, rtol=2 * ULP[dtype], atol=1e-6)
+    assert (got[3:5] == 0).all() and unwritten(out, dtype)[5:].all()
+    # the same rows as the ungathered norm of a copy, bit for bit
+    rows = poisoned((3, 264), dtype)
+    ops.rmsnorm(x[cupy.asarray([7, 0, 9])], w, rows, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(host(rows, dtype), got[:3])
+
+
+def test_rmsnorm_gather_is_checked(rng):
+    x = cupy.zeros((10, 64), np.float16)
+    out = poisoned((4, 64), "float16")
+    with pytest.raises(ValueError, match="gather must be a contiguous int32"):
+        ops.rmsnorm(x, None, out, gather=cupy.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="gather takes no residual"):
+        ops.rmsnorm(x, None, out, gather=cupy.zeros(4, np.int32), residual=x, residual_out=x)
+    with pytest.raises(ValueError, match="out has shape"):
+        ops.rmsnorm(x, None, out)  # without gather, out is x's shape
+    assert unwritten(out, "float16").all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("n", "dim"), [(1, 8), (3072, 2048), (5, 264), (1000, 8200)])
 def test_fold_norm(stream, rng, dtype, n, dim):
     # one rounding of an exact product: the reference's bits, in place
