@@ -46,7 +46,7 @@ def _ttft_ms(engine: Engine, tokens: int) -> float:
 def _beside(engine: Engine, long: int) -> tuple[float, float]:
     """(median decode-only iteration ms, median iteration ms while a `long` prompt
     prefills beside the BESIDE decoding requests)."""
-    rows = [engine.add(Request([1] * BESIDE_CTX, 4096)) for _ in range(BESIDE)]
+    rows = [engine.add(Request([1] * BESIDE_CTX, 1024)) for _ in range(BESIDE)]
     while any(r.prefilled < len(r.prompt) for r in rows):
         engine.step()
     alone = []

@@ -113,3 +113,4 @@ def test_time_to_first_token_rows_get_pytorch_s_forward(script):
     assert rows[0]["PyTorch ms"] == 10.0 and rows[0]["x PyTorch"] == 1.25 and rows[0]["ok"]
     assert rows[1]["x PyTorch"] == pytest.approx(0.8) and rows[1]["ok"] is False
     assert "PyTorch ms" not in rows[2]
+
