@@ -100,7 +100,9 @@ def _request(g: Generation, info: ModelInfo) -> Request:
 
 class _Relay:
     """A job's events turned into text and token ids (stop ids and stop strings applied),
-    with its latency metrics."""
+    with its latency metrics. A deadline is one timer and a whole (not streamed) request's
+    watch for its client one task, so an event costs a queue read: a timeout per event (an
+    `asyncio.wait_for`) cost more than the rest of a streamed token's work together."""
 
     def __init__(self, g: Generation, job: Job, info: ModelInfo, worker: Worker,
                  http: HTTPRequest, timeout_s: float | None):
@@ -113,30 +115,37 @@ class _Relay:
         self.finish: str | None = None
         self.t0 = time.monotonic()
         self.last: float | None = None
-        self.deadline = None if timeout_s is None else self.t0 + timeout_s
         self._held: tuple | None = None  # an event read ahead while merging tokens
-        self._checked = self.t0  # when a whole (not streamed) request last looked for its client
+        loop = asyncio.get_running_loop()
+        # past the deadline the request is aborted; its finish event ends the relay
+        self._timer = None if timeout_s is None else loop.call_later(
+            timeout_s, worker.abort, job)
+        self._watch = None if g.stream else loop.create_task(self._watch_client())
+
+    async def _watch_client(self) -> None:
+        """A whole request learns of its client leaving by asking (a stream is cancelled)."""
+        while not self.job.done:
+            await asyncio.sleep(0.5)
+            if await self.http.is_disconnected():
+                self.worker.abort(self.job)
+                return
+
+    def close(self) -> None:
+        """Stop the deadline's timer and the client watch (the relay has ended)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._watch is not None:
+            self._watch.cancel()
 
     async def next(self) -> tuple[str, list[int]] | None:
         """The next piece of output (text, token ids), or None once finished (`finish`
         set); raises APIError for a failure after acceptance."""
+        events = self.job.events
         while True:
-            if not self.g.stream and time.monotonic() - self._checked > 0.5:
-                self._checked = time.monotonic()  # (a stream learns of it by cancellation)
-                if await self.http.is_disconnected():
-                    self.worker.abort(self.job)
             if self._held is not None:
                 event, self._held = self._held, None
             else:
-                wait = 0.5 if self.deadline is None else \
-                    min(0.5, self.deadline - time.monotonic())
-                try:
-                    event = await asyncio.wait_for(self.job.events.get(), max(wait, 0.0))
-                except asyncio.TimeoutError:
-                    if self.deadline is not None and time.monotonic() >= self.deadline:
-                        self.worker.abort(self.job)
-                        self.deadline = None  # the abort's finish event follows
-                    continue
+                event = await events.get()
             if event[0] == "error":
                 raise event[1]
             if event[0] == "finish":
@@ -144,8 +153,8 @@ class _Relay:
                 return None
             if event[0] == "tokens" and self.finish is None:
                 new = list(event[1])
-                while not self.job.events.empty():  # the handler fell behind: one chunk
-                    more = self.job.events.get_nowait()
+                while not events.empty():  # the handler fell behind: one chunk
+                    more = events.get_nowait()
                     if more[0] != "tokens":
                         self._held = more  # the next call's event
                         break
@@ -211,6 +220,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
         except APIError as e:
             return _error(e)
         finally:
+            relay.close()
             if relay.finish is None:
                 worker.abort(relay.job)
         text.append(relay.rest())
@@ -245,6 +255,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                                                len(relay.job.request.prompt), relay.generated))
             yield "data: [DONE]\n\n"
         finally:  # the client went away (the stream was cancelled) or the stream ended
+            relay.close()
             if relay.finish is None:
                 worker.abort(relay.job)
 
