@@ -92,6 +92,9 @@ def _request(g: Generation, info: ModelInfo) -> Request:
                        "max_tokens")
     if any(t >= info.vocab for t in g.stop_ids):
         raise APIError(400, f"stop token ids must be < {info.vocab}", "stop")
+    if g.stop and info.tokenizer is None:
+        raise APIError(400, f"model {info.model_id!r} has no tokenizer.json, so no text to "
+                       f"find stop strings in; give stop token ids", "stop")
     temperature = 0.0 if g.temperature <= GREEDY_TEMPERATURE else g.temperature
     seed = protocol.random_seed() if g.seed is None else g.seed
     sampling = SamplingParams(temperature, g.top_k, g.top_p, seed)
@@ -108,8 +111,8 @@ class _Relay:
                  http: HTTPRequest, timeout_s: float | None):
         self.g, self.job, self.worker, self.http = g, job, worker, http
         self.stops = set(job.request.stop)
-        decode = info.tokenizer.decode if info.tokenizer is not None else (lambda ids: "")
-        self.text = TextStream(decode, g.stop)
+        # without a tokenizer there is no text (token ids only): nothing to decode
+        self.text = None if info.tokenizer is None else TextStream(info.tokenizer.decode, g.stop)
         self.ids: list[int] = []
         self.generated = 0
         self.finish: str | None = None
@@ -172,8 +175,8 @@ class _Relay:
         self.last = now
         self.generated += len(new)
         shown = [t for t in new if t not in self.stops]  # a stop id ends the output unseen
-        text = self.text.push(shown)
-        if self.text.stopped:  # a stop string: the text ends before it
+        text = "" if self.text is None else self.text.push(shown)
+        if self.text is not None and self.text.stopped:  # a stop string: text ends before it
             self.finish = "stop"
             self.worker.abort(self.job)
         self.ids += shown
@@ -181,7 +184,7 @@ class _Relay:
 
     def rest(self) -> str:
         """Text held back until the end."""
-        return self.text.finish()
+        return "" if self.text is None else self.text.finish()
 
 
 def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = None) -> Starlette:

@@ -269,7 +269,7 @@ def test_metrics_are_prometheus_text(served):
     assert 'rawgraph_iterations_total{mode="eager"}' in text
 
 
-def test_text_prompts_need_a_tokenizer_and_chat_a_template(checkpoint):
+def test_text_prompts_and_stop_strings_need_a_tokenizer_and_chat_a_template(checkpoint):
     s = Served(checkpoint[1])
     try:
         r = httpx.post(f"{s.url}/v1/completions", json={"prompt": "w5 w6"})
@@ -277,6 +277,11 @@ def test_text_prompts_need_a_tokenizer_and_chat_a_template(checkpoint):
         r = httpx.post(f"{s.url}/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "x"}]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5, 6], "stop": "w7"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 3,
+                                                        "stop": [7]})  # ids need none
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == ""
     finally:
         s.close()
 
