@@ -240,12 +240,12 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
         try:
             if g.chat:
                 yield sse(protocol.chunk(g, rid, info.model_id, created, None, [], None, True))
+            line = protocol.chunk_line(g, rid, info.model_id, created)
             try:
                 while (piece := await relay.next()) is not None:
                     text, ids = piece
                     if text or (ids and not g.chat):
-                        yield sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
-                                                 None))
+                        yield line(text, ids)
             except APIError as e:
                 yield sse(e.body())
                 yield "data: [DONE]\n\n"

@@ -9,10 +9,12 @@ completion choice.
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,6 +263,22 @@ def chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
                   "token_ids": ids}
         kind = "text_completion"
     return {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice]}
+
+
+def chunk_line(g: Generation, rid: str, model: str, created: int
+               ) -> Callable[[str, list[int]], str]:
+    """line(text, ids): the server-sent event of a streamed chunk with new text and token ids
+    (`chunk(...)` as JSON, `data: ` before it, a blank line after), the parts that stay the
+    same over the stream rendered once: a token then costs the encoding of its own text."""
+    mark, mark_id = "\ue000", 2**62 + 17  # values no chunk holds, found and cut out below
+    line = f"data: {json.dumps(chunk(g, rid, model, created, mark, [mark_id], None), ensure_ascii=False)}\n\n"  # noqa: E501
+    # (the last occurrences: a model name could hold the marks, the choice comes after it)
+    head, tail = line.rsplit(json.dumps(mark, ensure_ascii=False), 1)
+    if g.chat:  # a chat chunk carries no token ids
+        return lambda text, ids: f"{head}{json.dumps(text, ensure_ascii=False)}{tail}"
+    mid, end = tail.rsplit(f"[{mark_id}]", 1)
+    return lambda text, ids: (f"{head}{json.dumps(text, ensure_ascii=False)}{mid}"
+                              f"[{', '.join(map(str, ids))}]{end}")
 
 
 def usage_chunk(g: Generation, rid: str, model: str, created: int, prompt_tokens: int,

@@ -98,3 +98,17 @@ def test_response_and_chunk_shapes():
     assert last["choices"][0]["delta"] == {} and last["choices"][0]["finish_reason"] == "length"
     assert protocol.usage_chunk(c, "id", "m", 0, 4, 5)["choices"] == []
     assert protocol.new_id(True).startswith("chatcmpl-")
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_streamed_chunk_line_is_the_chunk_as_json(chat):
+    import json
+
+    body = {"messages": [{"role": "user", "content": "x"}]} if chat else {"prompt": [1]}
+    g = parse({**body, "model": "m", "stream": True}, chat, "m")
+    model = "m\ue000[4611686018427387921]"  # a name holding the marks the line is cut at
+    line = protocol.chunk_line(g, "cmpl-7", model, 1700000000)
+    for text, ids in [("", [5]), ("h\u00e9llo \"q\" \\ \n\U0001f680", [1, 2, 3]), ("\ue000", []),
+                      ("[2]", [2])]:
+        want = protocol.chunk(g, "cmpl-7", model, 1700000000, text, ids, None)
+        assert line(text, ids) == f"data: {json.dumps(want, ensure_ascii=False)}\n\n"
