@@ -1,8 +1,9 @@
 """`rawgraph bench serve`: the server under load and faults, against the same work offline.
 
-For each preset (random weights): `rawgraph serve` starts as a subprocess; clients in
-`CLIENT_PROCS` processes send `requests` streaming, greedy requests with Poisson arrivals
-(prompts and outputs of random lengths), and in the same run: a fifth of the clients
+For each preset (random weights; llama-1b a second time with `--engine-process`): `rawgraph
+serve` starts as a subprocess; clients in `CLIENT_PROCS` processes send `requests` streaming,
+greedy requests with Poisson arrivals (prompts and outputs of random lengths), and in the
+same run: a fifth of the clients
 disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge max_tokens,
 prompts past the context) that must get a 4xx. `--max-queue` is the number of requests, so
 none of them is turned away; once they are done, a burst of tiny requests 64 past it
@@ -66,6 +67,7 @@ class Load:
     burst_extra: int = 64             # the burst: max_queue + this many tiny requests
     seed: int = 0
     reference: bool = False           # the NumPy decoder on the CPU (tests of this harness)
+    engine_process: bool = False      # `rawgraph serve --engine-process`
 
     @property
     def max_queue(self) -> int:
@@ -77,7 +79,8 @@ class Load:
         return ["--preset", self.preset, "--max-batch", str(self.max_batch), "--max-context",
                 str(self.max_context), "--max-queue", str(self.max_queue), "--grace", "60",
                 "--chunk", str(min(256, self.max_context)),
-                *(["--reference"] if self.reference else [])]
+                *(["--reference"] if self.reference else []),
+                *(["--engine-process"] if self.engine_process else [])]
 
 
 @dataclass
@@ -326,7 +329,8 @@ def measure(load: Load) -> dict[str, Any]:
     burst = [r for r in results if r["bad"] == "burst"]
     itl_p99 = _pct(itl, 99) * 1e3
     return {
-        "preset": load.preset, "requests": load.requests, "batch": load.max_batch,
+        "preset": load.preset, "engine": "process" if load.engine_process else "thread",
+        "requests": load.requests, "batch": load.max_batch,
         "served tok/s": served_tokens / facts["wall_s"], "offline tok/s": offline_tps,
         "served / offline": served_tokens / facts["wall_s"] / offline_tps,
         "TTFT p50 ms": _pct(ttft, 50) * 1e3, "TTFT p99 ms": _pct(ttft, 99) * 1e3,
@@ -348,15 +352,18 @@ def measure(load: Load) -> dict[str, Any]:
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
-    """llama-1b and llama-8b (or the presets whose names contain `only`)."""
-    names = [n for n in ("llama-1b", "llama-8b") if only in n]
-    return [measure(Load(preset=n)) for n in names]
+    """llama-1b and llama-8b (or the presets whose names contain `only`), the engine on the
+    server's thread; llama-1b (the shortest steps) also with the engine in its own process."""
+    loads = [Load(preset=n) for n in ("llama-1b", "llama-8b") if only in n]
+    loads += [Load(preset=n, engine_process=True) for n in ("llama-1b",) if only in n]
+    return [measure(load) for load in loads]
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
     """One line per preset on the goals: served >= 90% of offline; ITL p99 <= 2 steps."""
     return "\n".join(
-        f"{r['preset']}: served {r['served / offline']:.0%} of offline (goal 90%); ITL p99 "
-        f"{r['ITL p99 / step']:.2f}x the decode step (goal <= 2); tokens lost "
-        f"{r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}" for r in rows)
+        f"{r['preset']} (engine on a {r['engine']}): served {r['served / offline']:.0%} of "
+        f"offline (goal 90%); ITL p99 {r['ITL p99 / step']:.2f}x the decode step (goal <= 2); "
+        f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"
+        for r in rows)
 

@@ -86,8 +86,8 @@ def _convert(x: np.ndarray, src: str, dst: str, where: str) -> np.ndarray:
     return f32.astype(np.float16)
 
 
-def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
-    """Load and check a checkpoint directory (tensors memory-mapped when no conversion)."""
+def config(path: str | Path, dtype: str | None = None) -> LlamaConfig:
+    """A checkpoint directory's configuration alone (config.json; no tensor is read)."""
     if dtype not in (None, "float16", "bfloat16"):
         raise ValueError(f"dtype {dtype!r}: float16, bfloat16 or None (the checkpoint's)")
     root = Path(path)
@@ -97,11 +97,17 @@ def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
     if not cfg_path.exists():
         raise CheckpointError(f"{root}: no config.json")
     try:
-        cfg = LlamaConfig.from_hf(_json(cfg_path), dtype)
+        return LlamaConfig.from_hf(_json(cfg_path), dtype)
     except ValueError as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{cfg_path}: {e}") from None
+
+
+def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
+    """Load and check a checkpoint directory (tensors memory-mapped when no conversion)."""
+    cfg = config(path, dtype)
+    root = Path(path)
     where = _files(root)
     headers: dict[Path, dict[str, TensorInfo]] = {f: read_header(f) for f in set(where.values())}
     want = shapes(cfg)

@@ -1,4 +1,5 @@
-"""`rawgraph serve`: the model, the engine's thread and the HTTP server, and a graceful end.
+"""`rawgraph serve`: the model, the engine (on a thread, or in a process of its own with
+`--engine-process`), the HTTP server, and a graceful end.
 
 SIGTERM (or Ctrl-C) stops admitting (new requests get 503), lets running requests finish
 for `--grace` seconds, ends the rest with finish "abort" (each stream gets its final event),
@@ -15,35 +16,49 @@ from typing import Any
 
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.reference import reference_engine
-from rawgraph.model.checkpoint import load
+from rawgraph.model.checkpoint import config, load
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.serve.app import ModelInfo, create_app
 from rawgraph.serve.metrics import Metrics
+from rawgraph.serve.process import EngineProcess
 from rawgraph.serve.text import ChatTemplate
 from rawgraph.serve.worker import Worker
 
 log = logging.getLogger("rawgraph.serve")
 
 
+def model_info(args: argparse.Namespace) -> ModelInfo:
+    """What the handlers know of the model (its configuration, tokenizer and chat template;
+    no weights are read); ValueError (CheckpointError included) for a checkpoint the
+    configuration or tokenizer of which is refused."""
+    tok = template = None
+    if args.model is not None:
+        cfg = config(args.model)
+        path = Path(args.model) / "tokenizer.json"
+        if path.is_file():
+            tok = Tokenizer(path)
+            template = ChatTemplate.from_config(Path(args.model) / "tokenizer_config.json")
+        name = Path(args.model).resolve().name
+    else:
+        cfg, name = preset(args.preset), args.preset
+    return ModelInfo(args.name or name, cfg.vocab, args.max_context, tok, template, cfg.eos)
+
+
 def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
     """The engine (on the GPU, or the reference decoder with --reference) and what the
     handlers know of the model; ValueError (CheckpointError included) for a checkpoint or
     options the model refuses."""
-    tok = template = files = None
+    info = model_info(args)
+    files = None
     if args.model is not None:
         ck = load(args.model)
         cfg, tensors, files = ck.config, ck.tensors, ck.files
-        if ck.tokenizer is not None:
-            tok = Tokenizer(ck.tokenizer)
-            template = ChatTemplate.from_config(Path(args.model) / "tokenizer_config.json")
-        name = Path(args.model).resolve().name
     else:
         cfg = preset(args.preset)
         tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
-        name = args.preset
     sizes = {"max_batch": args.max_batch, "max_context": args.max_context,
              "max_chunk": args.chunk, "max_chunk_seqs": min(8, args.max_batch)}
     if args.reference:
@@ -51,8 +66,21 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
     else:
         model = Model(cfg, tensors, seed=args.seed, files=files, **sizes)
         engine = Engine(model, progress=False)
-    info = ModelInfo(args.name or name, cfg.vocab, args.max_context, tok, template, cfg.eos)
     return engine, info
+
+
+def _engine(args: argparse.Namespace, metrics: Metrics) -> tuple[Any, ModelInfo, Any]:
+    """(the worker the handlers talk to, the model's info, what closes the engine after)."""
+    if args.engine_process:
+        info = model_info(args)  # the handlers' side reads no weights; the engine's does
+        return EngineProcess(args, metrics), info, lambda: None
+    engine, info = build(args)
+    worker = Worker(engine, metrics, max_queue=args.max_queue)
+
+    def close() -> None:
+        engine.close()
+        engine.model.close()
+    return worker, info, close
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    engine, info = build(args)
-    worker = Worker(engine, Metrics(), max_queue=args.max_queue)
+    worker, info, close = _engine(args, Metrics())
     worker.start()
     app = create_app(worker, info, timeout_s=args.request_timeout)
 
@@ -78,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
                              daemon=True).start()
             self.should_exit = True
 
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+    server = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                             timeout_graceful_shutdown=int(args.grace) + 5)
-    log.info("serving %s (context %d, batch %d) on http://%s:%d", info.model_id,
-             info.max_context, args.max_batch, args.host, args.port)
+    log.info("serving %s (context %d, batch %d) on http://%s:%d, the engine %s", info.model_id,
+             info.max_context, args.max_batch, args.host, args.port,
+             "in its own process" if args.engine_process else "on a thread")
     try:
-        Server(config).run()
+        Server(server).run()
     finally:
         worker.stop()
-        engine.close()
-        engine.model.close()
+        close()
     return 0

@@ -57,4 +57,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     q.add_argument("--seed", type=at_least(0), default=0, help="seed of random weights")
     q.add_argument("--reference", action="store_true",
                    help="serve the NumPy reference decoder on the CPU (no GPU; tiny models)")
+    q.add_argument("--engine-process", action="store_true",
+                   help="run the engine in a process of its own instead of a thread of the "
+                   "server's (the event loop and the engine then hold no lock in common)")
     return q

@@ -11,9 +11,11 @@ step boundary (a client gone, a stop string met, a deadline passed).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,39 +30,46 @@ FAILURES = 3  # iterations in a row that raise before the running requests are f
 
 @dataclass(eq=False)
 class Job:
-    """A request on its way through the worker, and where its events go."""
+    """A request on its way through the worker, and where its events go (`loop`'s queue;
+    `id` names it across a process boundary)."""
 
     request: Request
-    loop: asyncio.AbstractEventLoop
+    loop: asyncio.AbstractEventLoop | None
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     sent: int = 0  # tokens already sent
     done: bool = False
-
-    def put(self, *event: Any) -> None:
-        """Send an event to the job's handler (from any thread)."""
-        _post(self.loop, [(self, event)])
+    id: int = field(default_factory=lambda: next(_ids))
 
 
-def _post(loop: asyncio.AbstractEventLoop, events: list[tuple[Job, tuple]]) -> None:
-    """Hand events to their jobs' queues on `loop` in one wake-up of the loop: a step's
+_ids = itertools.count()
+Post = Callable[[list[tuple[Job, tuple]]], None]  # events from the engine's thread
+
+
+def post_to_loops(events: list[tuple[Job, tuple]]) -> None:
+    """Hand events to their jobs' queues, one wake-up per event loop for the lot: a step's
     events for every stream in one call (each call_soon_threadsafe writes the loop's
     wake-up pipe)."""
-    def deliver() -> None:
-        for job, event in events:
-            job.events.put_nowait(event)
-    try:
-        loop.call_soon_threadsafe(deliver)
-    except RuntimeError:  # the handlers' loop has closed: nobody is listening
-        pass
+    by_loop: dict[Any, list[tuple[Job, tuple]]] = {}
+    for job, event in events:
+        by_loop.setdefault(job.loop, []).append((job, event))
+    for loop, mine in by_loop.items():
+        def deliver(mine: list[tuple[Job, tuple]] = mine) -> None:
+            for job, event in mine:
+                job.events.put_nowait(event)
+        try:
+            loop.call_soon_threadsafe(deliver)
+        except RuntimeError:  # the handlers' loop has closed: nobody is listening
+            pass
 
 
 class Worker:
     """Runs `engine` on its own thread; `max_queue` jobs may wait for admission."""
 
     def __init__(self, engine: Engine, metrics: Metrics, *, max_queue: int = 256,
-                 idle_s: float = 0.05):
+                 idle_s: float = 0.05, post: Post = post_to_loops):
         self.engine, self.metrics, self.max_queue, self.idle_s = engine, metrics, max_queue, \
             idle_s
+        self._post = post  # where events go: the jobs' event loops, or a pipe
         self._lock = threading.Condition()
         self._inbox: list[Job] = []
         self._aborts: list[Job] = []
@@ -114,8 +123,8 @@ class Worker:
             self._admitting = False
             for job in self._inbox:  # queued, never admitted
                 job.done = True
-                job.put("error", APIError(503, "the server is shutting down",
-                                          kind="server_error"))
+            self._post([(job, ("error", APIError(503, "the server is shutting down",
+                                                 kind="server_error"))) for job in self._inbox])
             self._inbox.clear()
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and self.load[0]:
@@ -184,32 +193,30 @@ class Worker:
                 job.done = True
                 with self.metrics.lock:
                     self.metrics.requests["refused"] += 1
-                job.put("error", APIError(400, str(e)))
+                self._post([(job, ("error", APIError(400, str(e))))])
                 continue
             self._jobs.append(job)
             with self.metrics.lock:
                 self.metrics.prompt_tokens += len(job.request.prompt)
-            job.put("accepted")
+            self._post([(job, ("accepted",))])
 
     def _publish(self) -> None:
         """Each job's new tokens; the end of those that finished."""
         m, sch = self.metrics, self.engine.scheduler
         sent = 0
-        out: dict[asyncio.AbstractEventLoop, list[tuple[Job, tuple]]] = {}
+        out: list[tuple[Job, tuple]] = []
         for job in self._jobs:
             r = job.request
             new = r.output[job.sent:]
             if new:
                 job.sent += len(new)
                 sent += len(new)
-                out.setdefault(job.loop, []).append((job, ("tokens", new)))
+                out.append((job, ("tokens", new)))
             if r.finish and r not in sch.running:  # retired: its slot and blocks are free
                 job.done = True
-                out.setdefault(job.loop, []).append((job, ("finish", r.finish)))
+                out.append((job, ("finish", r.finish)))
                 with m.lock:
                     m.requests["aborted" if r.finish == "abort" else "completed"] += 1
-        for loop, events in out.items():
-            _post(loop, events)
         with self._lock:
             self._jobs = [j for j in self._jobs if not j.done]
         if sent:
@@ -226,6 +233,9 @@ class Worker:
             new = min(st.iterations - self._counted, len(last))  # iterations since the last
             m.nodes_patched += sum(last[-i].patched for i in range(1, new + 1))
         self._counted = st.iterations
+        # after the metrics: a post across a process carries them (every iteration, events
+        # or not, so the other side's view of the engine is never a step old)
+        self._post(out)
 
     def _fail_all(self) -> None:
         """Iterations keep failing: end every running job with an error (aborted in the
@@ -233,8 +243,8 @@ class Worker:
         for job in self._jobs:
             self.engine.abort(job.request)
             job.done = True
-            job.put("error", APIError(500, "the engine failed repeatedly on this batch",
-                                      kind="server_error"))
+            self._post([(job, ("error", APIError(500, "the engine failed repeatedly on this "
+                                                      "batch", kind="server_error")))])
             with self.metrics.lock:
                 self.metrics.requests["failed"] += 1
         self._jobs = []

@@ -3,6 +3,8 @@ NumPy reference of the tiny preset, behind the engine), driven over HTTP with ht
 completions and chat, streamed and whole, the tokens `Engine.generate` gives, refusals with
 OpenAI's error JSON, stop strings, a full queue, clients that leave, and SIGTERM."""
 
+import argparse
+import asyncio
 import json
 import signal
 import threading
@@ -17,14 +19,16 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from rawgraph.bench.serve import free_port, server_log, spawn_server  # noqa: E402
 from rawgraph.engine.reference import reference_engine  # noqa: E402
+from rawgraph.engine.request import Request  # noqa: E402
 from rawgraph.model.checkpoint import save  # noqa: E402
 from rawgraph.model.config import preset  # noqa: E402
 from rawgraph.model.tokenizer import Tokenizer  # noqa: E402
 from rawgraph.model.weights import random_weights  # noqa: E402
 from rawgraph.serve.app import ModelInfo, create_app  # noqa: E402
 from rawgraph.serve.metrics import Metrics  # noqa: E402
+from rawgraph.serve.protocol import APIError  # noqa: E402
 from rawgraph.serve.text import ChatTemplate  # noqa: E402
-from rawgraph.serve.worker import Worker  # noqa: E402
+from rawgraph.serve.worker import Job, Worker  # noqa: E402
 
 CFG = preset("tiny").replace(eos=(2,))
 CONTEXT = 96
@@ -286,11 +290,12 @@ def test_text_prompts_and_stop_strings_need_a_tokenizer_and_chat_a_template(chec
         s.close()
 
 
-def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint):
+@pytest.mark.parametrize("mode", [[], ["--engine-process"]])
+def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode):
     root, _ = checkpoint
     proc, url = spawn_server(["--reference", "--model", str(root), "--max-context",
                               str(CONTEXT), "--chunk", "32", "--max-batch", "2", "--grace",
-                              "0.5"], timeout_s=30)
+                              "0.5", *mode], timeout_s=30)
     try:
         with httpx.stream("POST", f"{url}/v1/completions", json={
                 "prompt": [5, 6], "max_tokens": 80, "temperature": 0, "stop_token_ids": [],
@@ -392,3 +397,50 @@ def test_an_engine_that_keeps_failing_fails_its_requests_and_the_server_goes_on(
         assert s.worker.metrics.step_failures >= 3 and s.worker.metrics.requests["failed"] == 1
     finally:
         s.close()
+
+
+def _serve_args(root, **kw):
+    from rawgraph.cli import parser
+
+    args = parser().parse_args(["serve", "--reference", "--model", str(root), "--max-context",
+                                str(CONTEXT), "--chunk", "32", "--max-batch", "2"])
+    return argparse.Namespace(**{**vars(args), **kw})
+
+
+def test_a_checkpoint_the_engine_process_refuses_is_one_line_and_exit_2(tmp_path, checkpoint,
+                                                                         capsys):
+    from rawgraph.cli import main
+
+    (tmp_path / "config.json").write_text((checkpoint[0] / "config.json").read_text())
+    assert main(["serve", "--reference", "--engine-process", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no *.safetensors files" in err
+
+
+def test_an_engine_process_that_dies_ends_its_requests_with_500(checkpoint):
+    import os
+
+    from rawgraph.serve.process import EngineProcess
+
+    ep = EngineProcess(_serve_args(checkpoint[0]), Metrics())
+    ep.start()
+    try:
+        assert ep.admitting and ep.metrics.kv_blocks_total > 0
+
+        async def go():
+            loop = asyncio.get_running_loop()
+            job = Job(Request([5, 6, 7], 3), loop)
+            ep.submit(job)
+            served = [await job.events.get() for _ in range(2)]  # accepted, then tokens
+            os.kill(ep._proc.pid, signal.SIGSTOP)  # the engine takes nothing more ...
+            doomed = Job(Request([5, 6], 20), loop)
+            ep.submit(doomed)
+            os.kill(ep._proc.pid, signal.SIGKILL)  # ... and dies with a request open
+            return served, await asyncio.wait_for(doomed.events.get(), 30)
+        served, last = asyncio.run(go())
+        assert served[0] == ("accepted",) and served[1][0] in ("tokens", "finish")
+        assert last[0] == "error" and last[1].status == 500 and not ep.admitting
+        with pytest.raises(APIError, match=r"shutting down|ended"):
+            ep.submit(Job(Request([5], 2), None))
+    finally:
+        ep.stop()
