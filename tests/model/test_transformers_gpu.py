@@ -1,11 +1,11 @@
 """Parity with transformers: random LlamaForCausalLM checkpoints saved by `save_pretrained`
 (safetensors; bf16 and fp16; one sharded; head_dim 64 and 128; GQA groups 1 to 8; tied and
-untied heads; every RoPE type rawgraph reads, llama3 with a prompt past 2,000 tokens; random
-norm weights), loaded by rawgraph, prefilled in chunks and decoded step by step. The logits of
-the prompt's last position and of every decode step are compared with transformers' float32
-forward of the same weights: rawgraph's error must be no worse than 1.5x that of
-transformers' own bf16/fp16 forward. Skipped where torch or transformers is absent; neither is
-ever imported by rawgraph itself."""
+untied heads; every RoPE type rawgraph reads, llama3 with prompts of 2,100 and 32,768
+tokens; random norm weights), loaded by rawgraph, prefilled in chunks and decoded step by
+step. The logits of the prompt's last position and of every decode step are compared with
+transformers' float32 forward of the same weights: rawgraph's error must be no worse than
+1.5x that of transformers' own bf16/fp16 forward. Skipped where torch or transformers is
+absent; neither is ever imported by rawgraph itself."""
 
 import json
 
@@ -40,6 +40,12 @@ CASES = [
           max_position_embeddings=4096),
      {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
       "high_freq_factor": 4.0, "original_max_position_embeddings": 256}, 2100, "bfloat16", True),
+    ("d64-g4-llama3-32k-bf16",  # a long prompt: 64 chunks through the paged cache
+     dict(hidden_size=512, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+          max_position_embeddings=131072),
+     {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, 32768, "bfloat16",
+     False),
     ("d128-g2-yarn-fp16", dict(hidden_size=512, num_attention_heads=4, num_key_value_heads=2,
                                head_dim=128, max_position_embeddings=4096),
      {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
