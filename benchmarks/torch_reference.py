@@ -264,8 +264,10 @@ def prefill(preset: str, lengths: list[int]) -> list[dict]:
     rows = []
     for S in lengths:
         ids = torch.ones(S, device=DEV, dtype=torch.long)
+        long = S > 16384  # seconds a forward: fewer of them
         with torch.inference_mode():
-            ms = _median_ms(lambda ids=ids: model.prefill(ids), reps=5, warmup=2)
+            ms = _median_ms(lambda ids=ids: model.prefill(ids), reps=2 if long else 5,
+                            warmup=1 if long else 2)
         rows.append({"bench": "prefill", "preset": preset, "tokens": S, "ms": ms})
         _log(f"prefill {preset} S={S}: {ms:.2f} ms")
     return rows

@@ -75,7 +75,7 @@ def check_only(name: str, only: str) -> None:
                              f"with a preset of {list(names)} and positive integers (e.g. "
                              f"profile:llama-8b:32:1024)")
         return
-    if name == "decode" and only == "long":
+    if name in ("decode", "prefill") and only == "long":
         return
     if not any(only in n for n in names):
         raise UsageError(f"bench {name} --only {only!r} matches no preset of {list(names)}")
@@ -198,8 +198,8 @@ def parser() -> argparse.ArgumentParser:
                    "run replaces benchmarks/NAME.json, a partial one goes to .scratch/bench/)")
     q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,"
                    "attention,elementwise,gemm,prefill,sample; model, decode, prefill, serve: "
-                   "a preset name; decode: long (the 16k-128k rows), profile[:PRESET]:BATCH:"
-                   "CONTEXT for a per-kernel breakdown")
+                   "a preset name; decode, prefill: long (16k-128k tokens); decode: "
+                   "profile[:PRESET]:BATCH:CONTEXT for a per-kernel breakdown")
     q.set_defaults(fn=_bench)
     demo.add_parser(sub).set_defaults(fn=_demo)
     serve_options.add_parser(sub).set_defaults(fn=_serve)

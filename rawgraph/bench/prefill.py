@@ -10,7 +10,9 @@ the same run, where torch is importable) is one forward of the whole prompt with
 cuBLAS, its LM head on the last position. Beside decode: 8 requests decoding at ~1,024 tokens
 of context while a PROMPTS[-1]-token prompt arrives: the median iteration while it prefills
 (decode rows + a chunk: the inter-token latency those 8 streams see) against the median
-decode-only iteration.
+decode-only iteration. Long prompts (issue #32; `--only long` for them alone): 32k tokens
+(and 128k on llama-1b) prefilled in chunks of 2,048, the time to the first token and the
+decode step after.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ CHUNKS = (256, 512, 1024, 2048)
 REPS = 3
 BESIDE = 8        # decoding requests beside the prefill
 BESIDE_CTX = 1024  # their prompt length
+# `--only long`: prompts prefilled in chunks of LONG_CHUNK, then decoded (8B's 128k prefill
+# alone takes tens of seconds: 32k there)
+LONG = {"llama-1b": (32768, 131072), "llama-8b": (32768,)}
+LONG_CHUNK = 2048
+LONG_DECODE = 32  # decode steps timed after a long prompt
 
 
 def _ttft_ms(engine: Engine, tokens: int) -> float:
@@ -88,10 +95,34 @@ def _preset(name: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _long(name: str) -> list[dict[str, Any]]:
+    """One sequence per LONG prompt length: its time to first token, and the mean decode
+    step after it (the context then holds the whole prompt); one run of each."""
+    lengths = LONG[name]
+    model = Model(preset(name), None, max_batch=1, max_context=max(lengths) + 2 * LONG_DECODE,
+                  max_chunk=LONG_CHUNK, max_chunk_seqs=1)
+    engine = Engine(model, chunks=[LONG_CHUNK], buckets=[1], progress=False)
+    engine.generate([[1] * LONG_CHUNK], max_new_tokens=2)  # warm
+    rows = []
+    for tokens in lengths:
+        t0 = time.perf_counter()
+        engine.generate([[1] * tokens], max_new_tokens=1)
+        ttft = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        engine.generate([[1] * tokens], max_new_tokens=LONG_DECODE + 1)
+        decode = ((time.perf_counter() - t0) * 1e3 - ttft) / LONG_DECODE
+        rows.append({"preset": name, "prompt": tokens, "chunk": LONG_CHUNK, "TTFT ms": ttft,
+                     "decode ms/step after": decode})
+    engine.close()
+    model.close()
+    return rows
+
+
 def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     """The time-to-first-token rows of preset `name` with PyTorch's forward of the same
     prompt beside them and the ratio (PyTorch's ms over ours: above 1, we are faster)."""
-    found, why = peer.measure("prefill", [(t,) for t in PROMPTS], preset=name)
+    found, why = peer.measure("prefill", sorted({(r["prompt"],) for r in rows
+                                                 if "TTFT ms" in r}), preset=name)
     theirs = peer.index(found, "tokens")
     for r in rows:
         if "TTFT ms" not in r:
@@ -104,11 +135,14 @@ def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
-    """llama-1b and llama-8b (or the presets whose names contain `only`)."""
+    """llama-1b and llama-8b (or the presets whose names contain `only`; 'long' for the
+    long prompts alone, which a full run also measures)."""
     rows = []
     for name in ("llama-1b", "llama-8b"):
-        if not only or only in name:
-            mine = _preset(name)
+        if not only or only in name or only == "long":
+            mine = [] if only == "long" else _preset(name)
+            cupy.get_default_memory_pool().free_all_blocks()
+            mine += _long(name)
             cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
             rows.extend(with_peer(mine, name))
     return rows
