@@ -1,7 +1,8 @@
 """Online serving: an OpenAI-compatible HTTP server over the engine (`rawgraph serve`).
 
-`Worker` owns the engine on its own thread; `rawgraph.serve.app.create_app` is the ASGI app
-(Starlette) that relays requests to it; `protocol` checks OpenAI's request bodies and writes
+`Worker` owns the engine on its own thread (`rawgraph.serve.process.EngineProcess`: the same,
+in a child process); `rawgraph.serve.app.create_app` is the ASGI app (Starlette) that relays
+requests to it; `protocol` checks OpenAI's request bodies and writes
 its responses. The app needs the `serve` extra (starlette, uvicorn, jinja2); what is
 imported here does not."""
 

@@ -11,62 +11,15 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
-from pathlib import Path
 from typing import Any
 
-from rawgraph.engine.engine import Engine
-from rawgraph.engine.reference import reference_engine
-from rawgraph.model.checkpoint import config, load
-from rawgraph.model.config import preset
-from rawgraph.model.decoder import Model
-from rawgraph.model.tokenizer import Tokenizer
-from rawgraph.model.weights import random_weights
 from rawgraph.serve.app import ModelInfo, create_app
+from rawgraph.serve.engine import build, model_info
 from rawgraph.serve.metrics import Metrics
 from rawgraph.serve.process import EngineProcess
-from rawgraph.serve.text import ChatTemplate
 from rawgraph.serve.worker import Worker
 
 log = logging.getLogger("rawgraph.serve")
-
-
-def model_info(args: argparse.Namespace) -> ModelInfo:
-    """What the handlers know of the model (its configuration, tokenizer and chat template;
-    no weights are read); ValueError (CheckpointError included) for a checkpoint the
-    configuration or tokenizer of which is refused."""
-    tok = template = None
-    if args.model is not None:
-        cfg = config(args.model)
-        path = Path(args.model) / "tokenizer.json"
-        if path.is_file():
-            tok = Tokenizer(path)
-            template = ChatTemplate.from_config(Path(args.model) / "tokenizer_config.json")
-        name = Path(args.model).resolve().name
-    else:
-        cfg, name = preset(args.preset), args.preset
-    return ModelInfo(args.name or name, cfg.vocab, args.max_context, tok, template, cfg.eos)
-
-
-def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
-    """The engine (on the GPU, or the reference decoder with --reference) and what the
-    handlers know of the model; ValueError (CheckpointError included) for a checkpoint or
-    options the model refuses."""
-    info = model_info(args)
-    files = None
-    if args.model is not None:
-        ck = load(args.model)
-        cfg, tensors, files = ck.config, ck.tensors, ck.files
-    else:
-        cfg = preset(args.preset)
-        tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
-    sizes = {"max_batch": args.max_batch, "max_context": args.max_context,
-             "max_chunk": args.chunk, "max_chunk_seqs": min(8, args.max_batch)}
-    if args.reference:
-        engine = reference_engine(cfg, tensors, **sizes)
-    else:
-        model = Model(cfg, tensors, seed=args.seed, files=files, **sizes)
-        engine = Engine(model, progress=False)
-    return engine, info
 
 
 def _engine(args: argparse.Namespace, metrics: Metrics) -> tuple[Any, ModelInfo, Any]:

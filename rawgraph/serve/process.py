@@ -20,6 +20,7 @@ import multiprocessing
 import threading
 from typing import Any
 
+from rawgraph.serve.engine import build
 from rawgraph.serve.metrics import Metrics
 from rawgraph.serve.protocol import APIError
 from rawgraph.serve.worker import Job, Worker, post_to_loops
@@ -45,8 +46,6 @@ def _unwire(event: tuple) -> tuple:
 
 def _child(conn: Any, args: argparse.Namespace) -> None:
     """The engine's process: build the engine, run its worker, obey the pipe."""
-    from rawgraph.serve.command import build  # the child imports what builds the model
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         engine, _ = build(args)
