@@ -186,10 +186,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_server(args: list[str], timeout_s: float = 600.0) -> tuple[subprocess.Popen, str]:
+def spawn_server(args: list[str], timeout_s: float = 600.0, *, own_group: bool = False
+                 ) -> tuple[subprocess.Popen, str]:
     """`rawgraph serve ARGS` as a subprocess on a free port, once /health answers: (the
     process, its base URL). Its output goes to a temporary file (`server_log(proc)` reads
     it): a pipe nobody reads fills up after 64 KiB of access log and stops the server.
+    `own_group`: the server leads a process group of its own (a signal can go to all of it).
     RuntimeError with the server's last output if it exits or is not up within `timeout_s`."""
     import httpx
 
@@ -197,7 +199,8 @@ def spawn_server(args: list[str], timeout_s: float = 600.0) -> tuple[subprocess.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "rawgraph.cli", "serve", *args, "--port",
                              str(port)], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            start_new_session=own_group)
     proc.log = log  # type: ignore[attr-defined]
     url, t0 = f"http://127.0.0.1:{port}", time.monotonic()
     while True:

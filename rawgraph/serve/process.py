@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import signal
 import threading
 from typing import Any
 
@@ -46,6 +47,10 @@ def _unwire(event: tuple) -> tuple:
 
 def _child(conn: Any, args: argparse.Namespace) -> None:
     """The engine's process: build the engine, run its worker, obey the pipe."""
+    # a Ctrl-C or a SIGTERM to the whole process group is the server's to handle (it drains
+    # through the pipe); this process ends when told to, or when the pipe closes
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         engine, _ = build(args)

@@ -6,6 +6,7 @@ OpenAI's error JSON, stop strings, a full queue, clients that leave, and SIGTERM
 import argparse
 import asyncio
 import json
+import os
 import signal
 import threading
 import time
@@ -290,19 +291,26 @@ def test_text_prompts_and_stop_strings_need_a_tokenizer_and_chat_a_template(chec
         s.close()
 
 
-@pytest.mark.parametrize("mode", [[], ["--engine-process"]])
-def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode):
+@pytest.mark.parametrize(("mode", "to_group"), [([], False), (["--engine-process"], False),
+                                               (["--engine-process"], True)],
+                         ids=["thread", "process", "process-group"])
+def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, to_group):
+    # to_group: the signal reaches the engine's process too (a terminal's Ctrl-C, a service
+    # manager stopping the group); the server still drains through the pipe
     root, _ = checkpoint
     proc, url = spawn_server(["--reference", "--model", str(root), "--max-context",
                               str(CONTEXT), "--chunk", "32", "--max-batch", "2", "--grace",
-                              "0.5", *mode], timeout_s=30)
+                              "0.5", *mode], timeout_s=30, own_group=to_group)
     try:
         with httpx.stream("POST", f"{url}/v1/completions", json={
                 "prompt": [5, 6], "max_tokens": 80, "temperature": 0, "stop_token_ids": [],
                 "stream": True}, timeout=30) as r:
             lines = r.iter_lines()
             assert next(lines).startswith("data: ")
-            proc.send_signal(signal.SIGTERM)
+            if to_group:
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:
+                proc.send_signal(signal.SIGTERM)
             chunks = _events(list(lines))
         assert chunks[-1]["choices"][0]["finish_reason"] in ("abort", "length")
         assert proc.wait(30) == 0
@@ -418,7 +426,7 @@ def test_a_checkpoint_the_engine_process_refuses_is_one_line_and_exit_2(tmp_path
 
 
 def test_an_engine_process_that_dies_ends_its_requests_with_500(checkpoint):
-    import os
+
 
     from rawgraph.serve.process import EngineProcess
 
