@@ -426,8 +426,6 @@ def test_a_checkpoint_the_engine_process_refuses_is_one_line_and_exit_2(tmp_path
 
 
 def test_an_engine_process_that_dies_ends_its_requests_with_500(checkpoint):
-
-
     from rawgraph.serve.process import EngineProcess
 
     ep = EngineProcess(_serve_args(checkpoint[0]), Metrics())
