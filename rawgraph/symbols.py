@@ -2,13 +2,17 @@
 
 Kernel arguments and grid dims may be expressions such as `cdiv(seq_len, 128)`. An eager
 launch evaluates them with the symbols' current values; a captured launch also remembers
-them, so the graph can later be patched in place when a symbol changes.
+them, so the graph can later be patched in place when a symbol changes. Launches read their
+table from `symbols=`, or from the current one: `with S:` makes S current on this thread
+(as `with stream:` does a CuPy stream), so a sequence of ops need not pass it to each.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,3 +246,40 @@ class Symbols:
     def set(self, **values: Any) -> None:
         """Validate and store new values."""
         self.env.update(self.validate(values))
+
+    def __enter__(self) -> Symbols:
+        """Make this table the current one on this thread (until the block ends)."""
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _stack().pop()
+
+
+_local = threading.local()
+
+
+def _stack() -> list[Symbols | None]:
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    return _local.stack
+
+
+def current(symbols: Symbols | None = None) -> Symbols | None:
+    """`symbols` if given, else the table a `with` block made current on this thread (None
+    outside any, or inside `scope(None)`)."""
+    if symbols is not None:
+        return symbols
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+@contextlib.contextmanager
+def scope(symbols: Symbols | None) -> Iterator[None]:
+    """`with scope(S):` is `with S:`; `with scope(None):` makes no table current inside
+    (launches there take fixed arguments, as a conditional node's body must)."""
+    _stack().append(symbols)
+    try:
+        yield
+    finally:
+        _stack().pop()

@@ -14,6 +14,7 @@ from rawgraph.cuda.check import CompileError, check
 from rawgraph.cuda.device import compute_capability, ensure_context, multiprocessors
 from rawgraph.cuda.launch import Launch, launch_now, observers, pdl_default
 from rawgraph.cuda.signature import Signature
+from rawgraph.symbols import current as current_symbols
 
 
 def _kernels_dir() -> Path:
@@ -153,7 +154,8 @@ class Kernel:
 
     def launch(self, grid: Any, block: Any, args: tuple, stream: Any = None, *,
                smem: int = 0, pdl: bool | None = None, symbols: Any = None) -> None:
-        """Launch now on `stream` (validated first; grid/args may be symbol expressions).
+        """Launch now on `stream` (validated first; grid/args may be symbol expressions of
+        `symbols`, or of the table a `with` block made current).
 
         Under a capture (or with symbols) the launch keeps its own storage as the record of
         the graph node it becomes; otherwise it takes the eager fast path. `pdl` None: this
@@ -161,6 +163,7 @@ class Kernel:
         """
         if pdl is None:
             pdl = pdl_default()
+        symbols = current_symbols(symbols)
         if symbols is None and not observers():
             launch_now(self, grid, block, args, stream, smem=smem, pdl=pdl)
         else:

@@ -11,9 +11,10 @@ context (decode), and the chunk's token count, sequence count and longest run (p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import cupy
@@ -39,6 +40,7 @@ from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
+from rawgraph.symbols import scope as symbols_scope
 
 # (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
 # norm's output (`ops.fold_norm`, at load), so a decode step's norm is the GEMV's scale per
@@ -124,6 +126,15 @@ def _check_finite(views: list[tuple[str, cupy.ndarray]], dtype: str,
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
 # a chunk of n tokens runs the kernels of the smallest that holds it
 PREFILL_CHUNKS = (64, 256, 1024, 2048)
+
+
+@contextlib.contextmanager
+def _on(stream: Any, symbols: Symbols | None) -> Iterator[None]:
+    """Launches inside go to `stream` (CuPy's current stream for the block) with `symbols`
+    current (None: no table, every argument fixed), so the kernel sequences below pass
+    neither to each op."""
+    with cupy_stream(stream), symbols_scope(symbols):
+        yield
 
 
 def chunk_sizes(max_chunk: int) -> tuple[int, ...]:
@@ -412,14 +423,14 @@ class Model:
 
     # -- device side: the kernel sequences ----------------------------------------------------
 
-    def _layer(self, i: int, a: dict, meta: dict, n: Any, m_max: int, attend: Any,
-               kw: dict) -> None:
+    def _layer(self, i: int, a: dict, meta: dict, n: Any, m_max: int, attend: Any) -> None:
         """One decoder layer on rows [:n] of buffers `a` (residual stream in a["r"]; the
         tokens' slots and positions in meta); kernels chosen for up to m_max rows.
         `attend(k_cache, v_cache)` runs attention over layer i's cache, which the projection
-        has appended to."""
+        has appended to. Launches go to the current stream with the current symbols
+        (`_on`)."""
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
-        lin = {"m": n, "m_max": m_max, **kw}
+        lin = {"m": n, "m_max": m_max}
         # each norm: its weight folded into the projection after it, its scale per row
         # applied by the decode GEMV (or, on the other paths, a weightless rmsnorm into h)
         norm = {"norm_eps": cfg.rms_eps, "normed": a["h"]}
@@ -432,18 +443,18 @@ class Model:
         ops.gate_up_silu(a["r"], w[p + "gate_up"], a["gu"], a["act"], **norm, **lin)
         ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
 
-    def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, kw: dict,
+    def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any,
               handoff: ops.Handoff | None = None, gather: Any = None) -> None:
         """Final norm, LM head and sampling of `rows` rows of x (of x's rows gather[r])."""
         cfg, w = self.cfg, self.w
-        ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, gather=gather, **kw)
+        ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, gather=gather)
         # on the GEMV path the LM head also merges each row's greedy pick as its blocks end,
         # and sample's greedy rows read that instead of passing over the vocabulary
         best = a["best"] if keeps_row_max(a["last"].shape[0], cfg.vocab) else None
         ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
-                   row_max=best, **kw)
+                   row_max=best)
         ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"], meta["top_p"],
-                   meta["seeds"], pos, rows, row_max=best, handoff=handoff, **kw)
+                   meta["seeds"], pos, rows, row_max=best, handoff=handoff)
 
     def launch_decode(self, batch: int, max_len: Any, stream: Any,
                       symbols: Symbols | None = None, *, pdl: bool = False, advance: Any = 0,
@@ -459,13 +470,11 @@ class Model:
         also written to (row r's at [r, its position % 2], ops.Handoff)."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
-        with programmatic(pdl):
-            self._decode(batch, max_len, stream, symbols, advance, host_next)
+        with programmatic(pdl), _on(stream, symbols):
+            self._decode(batch, max_len, advance, host_next)
 
-    def _decode(self, batch: int, max_len: Any, stream: Any, symbols: Symbols | None,
-                advance: Any, host_next: Any) -> None:
+    def _decode(self, batch: int, max_len: Any, advance: Any, host_next: Any) -> None:
         cfg, a, meta = self.cfg, {k: v[:batch] for k, v in self.dec.items()}, self.dec_meta.dev
-        kw = {"stream": stream, "symbols": symbols}
         m = {k: v[:batch] for k, v in meta.items()}
         q3 = a["q"]
 
@@ -478,13 +487,13 @@ class Model:
                 ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                      m["slots"], a["attn"].reshape(q3.shape), self.workspace,
                                      max_len, scale=cfg.attention_scale,
-                                     splits=self.splits[batch - 1], **kw)
+                                     splits=self.splits[batch - 1])
 
-        ops.embedding(m["ids"], self.w["embed"], a["r"], **kw)
+        ops.embedding(m["ids"], self.w["embed"], a["r"])
         for i in range(cfg.layers):
-            self._layer(i, a, m, batch, batch, attend, kw)
+            self._layer(i, a, m, batch, batch, attend)
         handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
-        self._head(a["r"], a, m, m["pos"], batch, kw, handoff)
+        self._head(a["r"], a, m, m["pos"], batch, handoff)
 
     def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, stream: Any,
                        symbols: Symbols | None = None, *, chunk: int | None = None) -> None:
@@ -498,35 +507,35 @@ class Model:
         chunk = chunk or self.max_chunk
         if not 1 <= chunk <= self.max_chunk:
             raise ValueError(f"chunk {chunk} outside [1, {self.max_chunk}]")
-        kw = {"stream": stream, "symbols": symbols}
         q3 = a["q"]
 
         def attend(kc: Any, vc: Any) -> None:
             ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
                                   m["seqs"], a["attn"].reshape(q3.shape), max_q_len, num_seqs,
                                   scale=cfg.attention_scale,
-                                  rows=ops.attention.prefill_rows(chunk), **kw)
+                                  rows=ops.attention.prefill_rows(chunk))
 
-        ops.embedding(m["ids"], self.w["embed"], a["r"], n, **kw)
-        for i in range(cfg.layers):
-            self._layer(i, a, m, n, chunk, attend, kw)
-        if capture_status(stream) == "active":
-            handle = condition_handle(stream)
-            set_condition_any(m["final"], num_seqs, handle, stream, symbols)
-            if self._body_stream is None:
-                self._body_stream = new_stream()
-            with if_node(stream, handle, self._body_stream, name="LM head"):
-                self._prefill_head(self._body_stream)
-        elif self.pre_meta.host["final"][:num_seqs].any():  # eager: the host decides
-            self._prefill_head(stream)
+        with _on(stream, symbols):
+            ops.embedding(m["ids"], self.w["embed"], a["r"], n)
+            for i in range(cfg.layers):
+                self._layer(i, a, m, n, chunk, attend)
+            if capture_status(stream) == "active":
+                handle = condition_handle(stream)
+                set_condition_any(m["final"], num_seqs, handle, stream)
+                if self._body_stream is None:
+                    self._body_stream = new_stream()
+                with if_node(stream, handle, self._body_stream, name="LM head"):
+                    self._prefill_head(self._body_stream)
+            elif self.pre_meta.host["final"][:num_seqs].any():  # eager: the host decides
+                self._prefill_head(stream)
 
     def _prefill_head(self, stream: Any) -> None:
         """The head of a prefill chunk over all max_chunk_seqs rows, each the last row of its
         sequence in the chunk, gathered by the norm (fixed arguments: in a graph it is an IF
         node's body, which cannot be patched; unused rows read row 0)."""
         a, m, s = self.pre, self.pre_meta.dev, self.max_chunk_seqs
-        kw = {"stream": stream, "symbols": None}
-        self._head(a["r"], a, m, m["last_pos"], s, kw, gather=m["last"])
+        with _on(stream, None):
+            self._head(a["r"], a, m, m["last_pos"], s, gather=m["last"])
 
     # -- eager conveniences -----------------------------------------------------------------
 

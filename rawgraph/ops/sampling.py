@@ -12,7 +12,7 @@ import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.symbols import Expr, Range, Sym, Symbols
+from rawgraph.symbols import Expr, Range, Sym, Symbols, current
 
 ARGMAX = {"float16": Kernel("argmax", "argmax_f16",
                             "const __half* logits, int* out, int rows, int vocab"),
@@ -102,6 +102,7 @@ def _check_handoff(h: Handoff, n: int, symbols: Symbols | None) -> None:
     shapes.array(h.seq_lens, "handoff seq_lens", np.int32, (None,))
     if h.host is not None:
         shapes.array(h.host, "handoff host", np.int32, (n, 2))
+    symbols = current(symbols)
     if isinstance(h.advance, Expr):
         spec = symbols.specs.get(h.advance.name) if symbols is not None \
             and isinstance(h.advance, Sym) else None

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rawgraph.dtypes import kind_of
-from rawgraph.symbols import Expr, Range, Symbols
+from rawgraph.symbols import Expr, Range, Symbols, current
 
 
 def tensor(arr: Any, name: str, shape: tuple | None = None, dtype: str | None = None,
@@ -58,8 +58,10 @@ def top(n: Any, what: str, symbols: Symbols | None) -> int:
     ranges (assumes it grows with them, as lengths do)."""
     if not isinstance(n, Expr):
         return n
+    symbols = current(symbols)
     if symbols is None:
-        raise ValueError(f"{what} is symbolic ({n!r}): pass symbols=")
+        raise ValueError(f"{what} is symbolic ({n!r}): pass symbols= (or launch inside "
+                         f"`with symbols:`)")
     hi = {}
     for s in n.symbols():
         spec = symbols.specs.get(s)
