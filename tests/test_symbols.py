@@ -74,3 +74,31 @@ def test_top_of_an_expression_over_its_ranges():
     with pytest.raises(ValueError, match="reaches 201"):
         count(S.seq * 2 + 1, 200, "rows", S)
     assert count(None, 5, "rows", S) == 5
+
+
+def test_a_with_block_makes_a_table_current_on_its_thread_only():
+    import threading
+
+    from rawgraph.ops.shapes import count
+    from rawgraph.symbols import current, scope
+
+    S, T = Symbols(seq=Range(1, 100)), Symbols(seq=Range(1, 10))
+    assert current() is None
+    seen = []
+    with S:
+        assert current() is S and current(T) is T  # a table passed wins
+        assert count(S.seq * 2, 200, "rows", None) is not None  # checked against S's range
+        with scope(None):  # inside: no table (a conditional body's fixed arguments)
+            assert current() is None
+            with pytest.raises(ValueError, match="pass symbols="):
+                count(S.seq, 200, "rows", None)
+        with T:
+            assert current() is T
+        assert current() is S
+        t = threading.Thread(target=lambda: seen.append(current()))
+        t.start()
+        t.join()
+    assert current() is None and seen == [None]
+    with pytest.raises(KeyError), S:  # an exception leaves the block's table behind
+        S.validate({"nope": 1})
+    assert current() is None
