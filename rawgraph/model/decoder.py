@@ -133,7 +133,8 @@ def _on(stream: Any, symbols: Symbols | None) -> Iterator[None]:
     """Launches inside go to `stream` (CuPy's current stream for the block) with `symbols`
     current (None: no table, every argument fixed), so the kernel sequences below pass
     neither to each op."""
-    with cupy_stream(stream), symbols_scope(symbols):
+    current = contextlib.nullcontext() if stream is None else cupy_stream(stream)
+    with current, symbols_scope(symbols):
         yield
 
 
