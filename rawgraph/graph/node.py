@@ -90,5 +90,4 @@ class KernelNode:
 
     def as_launch(self) -> Launch:
         """The captured launch with this node's current values (to launch it eagerly)."""
-        values = list(self.pack.values)
-        return self.launch.clone(self.grid, tuple(values))
+        return self.launch.clone(self.grid, self.pack.values)
