@@ -1,5 +1,6 @@
 """The thread that owns the engine (and so the GPU): requests in through a lock-guarded inbox,
-tokens out to each request's asyncio queue as each iteration commits.
+events out through `post` as each iteration commits (by default to each request's asyncio
+queue, all of an iteration's in one wake-up of the loop; in an engine process, to its pipe).
 
 The HTTP side never touches the engine. `submit` queues a job and returns at once; the
 worker admits it (the engine's own checks decide: an "error" event, or "accepted"), steps
@@ -63,7 +64,8 @@ def post_to_loops(events: list[tuple[Job, tuple]]) -> None:
 
 
 class Worker:
-    """Runs `engine` on its own thread; `max_queue` jobs may wait for admission."""
+    """Runs `engine` on its own thread; `max_queue` jobs may wait for admission; `post` takes
+    each iteration's events (with the metrics already updated)."""
 
     def __init__(self, engine: Engine, metrics: Metrics, *, max_queue: int = 256,
                  idle_s: float = 0.05, post: Post = post_to_loops):
