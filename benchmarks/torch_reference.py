@@ -33,7 +33,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -62,33 +62,18 @@ def _median_ms(fn, reps: int = 20, warmup: int = 5) -> float:
     return statistics.median(times)
 
 
-@dataclass
-class Shape:
-    """A LLaMA decoder's dimensions (rawgraph's preset of the same name)."""
+def _shape(name: str) -> Any:
+    """The LLaMA dimensions of rawgraph's preset `name` (rawgraph imports no torch; this
+    script may import rawgraph)."""
+    from rawgraph.model.config import preset
 
-    vocab: int
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    rope_theta: float
-    eps: float
-
-    @classmethod
-    def of(cls, name: str) -> Shape:
-        from rawgraph.model.config import preset  # shapes only: rawgraph imports no torch
-
-        c = preset(name)
-        return cls(c.vocab, c.hidden, c.layers, c.heads, c.kv_heads, c.head_dim,
-                   c.intermediate, c.rope_theta, c.rms_eps)
+    return preset(name)
 
 
 class Decoder:
     """Random bf16 weights (scaled so activations stay finite) and the forward passes."""
 
-    def __init__(self, s: Shape, seed: int = 0):
+    def __init__(self, s: Any, seed: int = 0):
         self.s = s
         g = torch.Generator(device=DEV).manual_seed(seed)
 
@@ -119,7 +104,7 @@ class Decoder:
         return x * cos + torch.cat([-b, a], -1) * sin
 
     def _mlp(self, h: torch.Tensor, L: dict) -> torch.Tensor:
-        a = F.rms_norm(h, (self.s.hidden,), L["n2"], self.s.eps)
+        a = F.rms_norm(h, (self.s.hidden,), L["n2"], self.s.rms_eps)
         g, u = F.linear(a, L["gu"]).chunk(2, -1)
         return h + F.linear(F.silu(g) * u, L["down"])
 
@@ -130,7 +115,7 @@ class Decoder:
         cos, sin = self.rope(pos)  # (1, d): broadcast over rows and heads
         h = self.embed[ids]
         for L, (kc, vc) in zip(self.layers, caches):
-            a = F.rms_norm(h, (s.hidden,), L["n1"], s.eps)
+            a = F.rms_norm(h, (s.hidden,), L["n1"], s.rms_eps)
             q, k, v = F.linear(a, L["qkv"]).split(
                 [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], -1)
             q = self._rotate(q.view(B, s.heads, s.head_dim), cos, sin)
@@ -140,7 +125,7 @@ class Decoder:
             o = F.scaled_dot_product_attention(q[:, :, None], kc, vc, enable_gqa=True)
             h = h + F.linear(o.reshape(B, s.heads * s.head_dim), L["o"])
             h = self._mlp(h, L)
-        logits = F.linear(F.rms_norm(h, (s.hidden,), self.norm, s.eps), self.head)
+        logits = F.linear(F.rms_norm(h, (s.hidden,), self.norm, s.rms_eps), self.head)
         return logits.argmax(-1)
 
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
@@ -150,7 +135,7 @@ class Decoder:
         cos, sin = cos[:, None], sin[:, None]  # (S, 1, d)
         h = self.embed[ids]
         for L in self.layers:
-            a = F.rms_norm(h, (s.hidden,), L["n1"], s.eps)
+            a = F.rms_norm(h, (s.hidden,), L["n1"], s.rms_eps)
             q, k, v = F.linear(a, L["qkv"]).split(
                 [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], -1)
             q = self._rotate(q.view(S, s.heads, s.head_dim), cos, sin).transpose(0, 1)
@@ -160,7 +145,7 @@ class Decoder:
                                                enable_gqa=True)
             h = h + F.linear(o[0].transpose(0, 1).reshape(S, s.heads * s.head_dim), L["o"])
             h = self._mlp(h, L)
-        last = F.rms_norm(h[-1:], (s.hidden,), self.norm, s.eps)
+        last = F.rms_norm(h[-1:], (s.hidden,), self.norm, s.rms_eps)
         return F.linear(last, self.head).argmax(-1)
 
 
@@ -180,7 +165,7 @@ def _graphed(fn, *args):
 
 def decode(preset: str, cases: list[tuple[int, int]], compile_b1: bool) -> list[dict]:
     """Per (B, context): ms of one graph-replayed decode step (and torch.compile'd at B=1)."""
-    s = Shape.of(preset)
+    s = _shape(preset)
     model = Decoder(s)
     compiled = torch.compile(model.decode) if compile_b1 else None
     rows = []
@@ -260,7 +245,7 @@ def matmul(cases: list[tuple[int, int, int]]) -> list[dict]:
 
 def prefill(preset: str, lengths: list[int]) -> list[dict]:
     """Per prompt length: ms of the forward that gives the first token."""
-    model = Decoder(Shape.of(preset))
+    model = Decoder(_shape(preset))
     rows = []
     for S in lengths:
         ids = torch.ones(S, device=DEV, dtype=torch.long)
