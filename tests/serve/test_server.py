@@ -91,6 +91,23 @@ def served(checkpoint):
     s.close()
 
 
+def _options(root):
+    """`rawgraph serve` options for the tiny checkpoint on the NumPy decoder."""
+    return ["--reference", "--model", str(root), "--max-context", str(CONTEXT), "--chunk", "32",
+            "--max-batch", "2"]
+
+
+def _slowed(s):
+    """`s` with its engine taking 20 ms a step (so requests run long enough to interrupt)."""
+    step = s.engine.step
+
+    def slow_step():
+        time.sleep(0.02)
+        return step()
+    s.engine.step = slow_step
+    return s
+
+
 def _events(lines):
     """The data of each server-sent event; asserts the framing."""
     out = []
@@ -298,9 +315,8 @@ def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, t
     # to_group: the signal reaches the engine's process too (a terminal's Ctrl-C, a service
     # manager stopping the group); the server still drains through the pipe
     root, _ = checkpoint
-    proc, url = spawn_server(["--reference", "--model", str(root), "--max-context",
-                              str(CONTEXT), "--chunk", "32", "--max-batch", "2", "--grace",
-                              "0.5", *mode], timeout_s=30, own_group=to_group)
+    proc, url = spawn_server([*_options(root), "--grace", "0.5", *mode], timeout_s=30,
+                             own_group=to_group)
     try:
         with httpx.stream("POST", f"{url}/v1/completions", json={
                 "prompt": [5, 6], "max_tokens": 80, "temperature": 0, "stop_token_ids": [],
@@ -322,8 +338,7 @@ def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, t
 def test_a_spawned_server_keeps_serving_past_64_kib_of_access_log(checkpoint):
     # its output once went to a pipe nobody read: the server stopped when the pipe was full
     root, _ = checkpoint
-    proc, url = spawn_server(["--reference", "--model", str(root), "--max-context",
-                              str(CONTEXT), "--chunk", "32", "--max-batch", "2"], timeout_s=30)
+    proc, url = spawn_server(_options(root), timeout_s=30)
     try:
         with httpx.Client(timeout=10) as client:
             for _ in range(1500):  # an access-log line each, about 100 KB
@@ -339,13 +354,7 @@ def test_a_spawned_server_keeps_serving_past_64_kib_of_access_log(checkpoint):
 
 
 def test_draining_finishes_what_it_can_then_aborts_the_rest(checkpoint):
-    s = Served(checkpoint[1])
-    step = s.engine.step
-
-    def slow_step():  # 20 ms a step: 80 tokens cannot finish within the grace
-        time.sleep(0.02)
-        return step()
-    s.engine.step = slow_step
+    s = _slowed(Served(checkpoint[1]))  # 80 tokens cannot finish within the grace
     try:
         with httpx.stream("POST", f"{s.url}/v1/completions", json={
                 "prompt": [5, 6], "max_tokens": 80, "temperature": 0, "stream": True},
@@ -365,13 +374,7 @@ def test_draining_finishes_what_it_can_then_aborts_the_rest(checkpoint):
 
 
 def test_a_request_past_its_deadline_is_aborted_with_what_it_has(checkpoint):
-    s = Served(checkpoint[1], timeout_s=0.3)
-    step = s.engine.step
-
-    def slow_step():  # 20 ms a step: 80 tokens take longer than the deadline
-        time.sleep(0.02)
-        return step()
-    s.engine.step = slow_step
+    s = _slowed(Served(checkpoint[1], timeout_s=0.3))  # 80 tokens outlast the deadline
     try:
         r = httpx.post(f"{s.url}/v1/completions", json={
             "prompt": [5, 6], "max_tokens": 80, "temperature": 0}, timeout=30).json()
@@ -410,8 +413,7 @@ def test_an_engine_that_keeps_failing_fails_its_requests_and_the_server_goes_on(
 def _serve_args(root, **kw):
     from rawgraph.cli import parser
 
-    args = parser().parse_args(["serve", "--reference", "--model", str(root), "--max-context",
-                                str(CONTEXT), "--chunk", "32", "--max-batch", "2"])
+    args = parser().parse_args(["serve", *_options(root)])
     return argparse.Namespace(**{**vars(args), **kw})
 
 
