@@ -8,11 +8,10 @@ node), `inline` (the same head kernels captured without the IF node), `eager`, o
 `body:SEQ[:host]`, the IF body cut to the kernels SEQ names in order (e: the gather of the
 last rows as a separate kernel, r: rmsnorm of the gathered rows, g: rmsnorm gathering them
 itself, l: the LM head's GEMV), `:host` with the condition fixed at 1 instead of set by a
-kernel. Seen with compute-sanitizer 2025.3.1 (driver 580.159) when the head's body was the
-gather, then the norm, GEMV and sampling: `shipped` and `body:er` (with or without `:host`)
-crashed on the host in the first copy after the graph's launch; `inline`, `eager`,
-`body:e`, `body:r`, `body:rr`, `body:ee`, `body:l`: 0 hazards. The body now starts with the
-gathering norm (`g`). Prints the first tokens of three replays; a tiny fp16 model, one
+kernel. Seen with compute-sanitizer 2025.3.1 (driver 580.159): `body:er` (with or without
+`:host`) crashes on the host in the first copy after the graph's launch; `inline`, `eager`,
+`body:e`, `body:r`, `body:rr`, `body:ee`, `body:l`: 0 hazards. The shipped body is `g`, the
+LM head and sampling. Prints the first tokens of three replays; a tiny fp16 model, one
 layer, runs in seconds.
 """
 

@@ -3,8 +3,8 @@ abort, load, admitting, metrics, drain_and_stop, stop) with the engine, and the 
 thread that steps it, in a child process that alone touches the GPU.
 
 Why a process (`rawgraph serve --engine-process`): on a thread, the event loop's Python for
-each streamed token (the relay, the SSE chunk, uvicorn's send: 40-50 us of CPU a token on
-the CPU machine) and the engine's host work between steps take turns at one interpreter
+each streamed token (the relay, the SSE chunk, uvicorn's send; benchmarks/NOTES.md,
+"Serving") and the engine's host work between steps take turns at one interpreter
 lock, and at LLaMA-1B's short steps the engine's next launch can wait for the loop; in a
 process of its own it never does. Whether that pays for the pipe is `bench serve`'s to say
 (it runs llama-1b both ways). Over one pipe each way: requests and aborts go down; each

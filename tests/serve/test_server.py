@@ -336,7 +336,7 @@ def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, t
 
 
 def test_a_spawned_server_keeps_serving_past_64_kib_of_access_log(checkpoint):
-    # its output once went to a pipe nobody read: the server stopped when the pipe was full
+    # a pipe nobody reads would fill after 64 KiB and stop the server on its next write
     root, _ = checkpoint
     proc, url = spawn_server(_options(root), timeout_s=30)
     try:
