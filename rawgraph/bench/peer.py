@@ -41,7 +41,10 @@ def measure(what: str, cases: list[tuple[int, ...]], *, preset: str | None = Non
         return [], f"the PyTorch reference took over {timeout_s:.0f} s"
     if out.returncode:
         return [], "the PyTorch reference failed: " + out.stderr.strip()[-500:]
-    return json.loads(out.stdout), ""
+    try:  # the rows are the last line (a library may have printed before it)
+        return json.loads(out.stdout.strip().splitlines()[-1]), ""
+    except (IndexError, ValueError):
+        return [], "the PyTorch reference printed no rows: " + out.stdout.strip()[-200:]
 
 
 def index(rows: list[dict], *keys: str) -> dict[tuple, dict[str, Any]]:

@@ -44,6 +44,10 @@ def test_a_failing_peer_is_reported_with_its_last_words(script):
     script("import sys; print('cuda out of memory', file=sys.stderr); sys.exit(1)")
     rows, why = peer.measure("decode", [(1, 1024)], preset="llama-1b")
     assert rows == [] and why.endswith("cuda out of memory")
+    script("print('loading...'); print('[{\"B\": 1, \"context\": 8, \"ms\": 1.0}]')")
+    assert peer.measure("decode", [(1, 8)])[0] == [{"B": 1, "context": 8, "ms": 1.0}]
+    script("print('no rows here')")
+    assert peer.measure("decode", [(1, 8)])[1].endswith("printed no rows: no rows here")
 
 
 def test_the_peer_s_rows_land_beside_ours(script):
