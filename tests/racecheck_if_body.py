@@ -1,9 +1,13 @@
 """compute-sanitizer racecheck and the prefill graph's IF body (benchmarks/NOTES.md,
 "Sanitizers"): the smallest case that crashes the tool, and the same kernels without it.
 
-    compute-sanitizer --tool racecheck python3 tests/racecheck_if_body.py MODE
+    compute-sanitizer --tool racecheck python3 -m tests.racecheck_if_body MODE
 
-MODE: `shipped` (the prefill chunk graph as the engine captures it: the LM head in an IF
+(as a module: run as a script, its folder would come first on the path and tests/cuda would
+hide the `cuda` package that CuPy and cuda-bindings share.)
+
+MODE: `toy` (two race-free kernels of a few lines, each through its own shared memory, in an
+IF body), `shipped` (the prefill chunk graph as the engine captures it: the LM head in an IF
 node), `inline` (the same head kernels captured without the IF node), `eager`, or
 `body:SEQ[:host]`, the IF body cut to the kernels SEQ names in order (e: the gather of the
 last rows as a separate kernel, r: rmsnorm of the gathered rows, g: rmsnorm gathering them
@@ -60,7 +64,58 @@ def _inline() -> None:
     Model.launch_prefill = on_one_stream
 
 
+_TOY = r"""
+extern "C" __global__ void reverse(const float* x, float* y) {
+    __shared__ float s[256];
+    s[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    y[threadIdx.x] = s[255 - threadIdx.x];
+}
+extern "C" __global__ void rotate(const float* y, float* z) {
+    __shared__ float s[512];
+    s[2 * threadIdx.x] = 2.0f * y[threadIdx.x];
+    __syncthreads();
+    z[threadIdx.x] = s[2 * ((threadIdx.x + 1) % 256)];
+}
+"""
+
+
+def toy() -> None:
+    """Two kernels that cannot race, one after the other in an IF body whose condition is 1."""
+    import cupy
+
+    from rawgraph.cuda.stream import new_stream
+    from rawgraph.graph.capture import capture
+    from rawgraph.graph.conditional import condition_handle, if_node
+
+    mod = cupy.RawModule(code=_TOY)
+    reverse, rotate = mod.get_function("reverse"), mod.get_function("rotate")
+    x = cupy.arange(256, dtype=cupy.float32)
+    y, z = cupy.zeros_like(x), cupy.zeros_like(x)
+    stream, body = new_stream(), new_stream()
+    with stream:
+        reverse((1,), (256,), (x, y))                  # load both modules before the capture
+        rotate((1,), (256,), (y, z))
+    stream.synchronize()
+    with capture(stream, name="toy") as cap:
+        with if_node(stream, condition_handle(stream, default=1), body, name="toy IF"), body:
+            reverse((1,), (256,), (x, y))
+            rotate((1,), (256,), (y, z))
+    ex = cap.graph.instantiate(upload_stream=stream)
+    want = 2 * np.roll(np.arange(256, dtype=np.float32)[::-1], -1)
+    for i in range(3):
+        with stream:
+            z.fill(0)
+        ex.launch(stream)
+        stream.synchronize()
+        print("toy", i, "ok" if (z.get() == want).all() else "WRONG", flush=True)
+    ex.close()
+    cap.graph.close()
+
+
 def main(mode: str) -> None:
+    if mode == "toy":
+        return toy()
     if mode.startswith("body:"):
         _, seq, *host = mode.split(":")
         _cut_body(seq)

@@ -37,6 +37,10 @@ def render(t: Any, ref: Callable[[str], str] | None = None) -> str:
 class KernelNode:
     """The record of one patchable kernel node (a launch that reads symbols)."""
 
+    # slots: the patch program reads and writes these on every patched node
+    __slots__ = ("handle", "launch", "kernel", "dyn", "grid_dyn", "bounds", "floats", "_rule",
+                 "pack", "grid", "args", "params", "params_grid")
+
     def __init__(self, handle: Any, launch: Launch):
         self.handle, self.launch, self.kernel = handle, launch, launch.kernel
         params = launch.kernel.sig.params

@@ -109,7 +109,7 @@ def _compile(plan: PatchPlan, names: tuple[str, ...], handle: Any, set_params: S
         node = plan.nodes[j]
         deps = [f"c{k}" for k, n in enumerate(names) if j in reads[n]]
         guard[j] = "True" if len(deps) == len(names) else " or ".join(deps)
-        ns[f"N{j}"], ns[f"B{j}"] = node, node.pack.buffer
+        ns[f"N{j}"], ns[f"B{j}"], ns[f"K{j}"] = node, node.pack.buffer, node.handle
         src.append(f"    if {guard[j]}:")
         if node.floats:  # rare: float arguments computed from symbols; let resolve convert
             src.append(f"        g{j}, d{j} = N{j}.resolve({new_env})")
@@ -136,7 +136,7 @@ def _compile(plan: PatchPlan, names: tuple[str, ...], handle: Any, set_params: S
         src += [f"            if g{j} != N{j}.params_grid:",
                 f"                Q{j}.gridDimX, Q{j}.gridDimY, Q{j}.gridDimZ = g{j}",
                 f"                N{j}.params_grid = g{j}",
-                f"            err, = SET(H, N{j}.handle, Q{j})",
+                f"            err, = SET(H, K{j}, Q{j})",
                 "            if err:",
                 f"                fail(W{j}, err)"]
     src += ["        pass", "    except BaseException:", "        restore(done, H, SET, PF)",

@@ -79,6 +79,7 @@ def test_graph_follows_table_updates_over_many_steps(stream, rng):
             slots[i], pos[i] = s, t.lens[s] - 1
             expect[s].append(rows[i])
         k_new.set(rows, stream)
+        v_new.set(-rows, stream)                       # kv_append reads both
         meta.set(np.stack([slots, pos]), stream)
         kv.sync(stream)                                # COW copies + one copy of the tables
         with stream:
