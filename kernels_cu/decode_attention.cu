@@ -11,11 +11,15 @@
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
 //       int max_splits, float scale, int q_stride)
 //   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory decode_smem(D).
-//   Each row cuts its own context into splits of len / max_splits tokens rounded up to 64 (a
-//   block's 4 warps x 16): long rows spread over max_splits blocks whatever the other rows'
-//   lengths, short ones take ceil(len / 64) splits of 64 tokens. n_splits must cover every
-//   row's splits: min(max_splits, ceil(max_len / 64)) does; blocks past a row's splits write
-//   an empty result. Block (b, h, s) reads split s of sequence b (tokens [s * split,
+//   Each row cuts its own context into splits whatever the other rows' lengths, each a
+//   multiple of 64 tokens (a block's 4 warps x 16): up to kShortSplits * kLongSplit tokens
+//   into at most kShortSplits splits (len / kShortSplits rounded up; short rows take
+//   ceil(len / 64) splits of 64), longer rows into splits of at least kLongSplit tokens, as
+//   many as max_splits allows (len / max_splits rounded up). A row on its own is bound by
+//   latency up to a few thousand tokens (more splits there only add partials to combine);
+//   past that, splits are what keeps the SMs busy. With max_splits <= kShortSplits every
+//   row takes len / max_splits. n_splits must cover every row's splits: min(max_splits,
+//   ceil(max_len / 64)) does; blocks past a row's splits write an empty result. Block (b, h, s) reads split s of sequence b (tokens [s * split,
 //   min((s + 1) * split, len))) once for all G = q_heads / kv_heads query heads of kv head h
 //   (G <= 16), on tensor cores: the G query rows (zero-padded to 16) are the A operand of
 //   mma.m16n8k16.
@@ -52,6 +56,8 @@
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32, kChunk = 16;
+// the split rule (ops/attention.py SHORT_SPLITS, LONG_SPLIT): see the header
+constexpr int kShortSplits = 16, kLongSplit = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // K/V chunks in flight per warp (+1 being used): 66 KB of shared memory per block for D = 64
@@ -81,7 +87,8 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   if (slot < 0) return;
   const int G = q_heads / kv_heads;
   const int len = seq_lens[slot];
-  const int per = (len + max_splits - 1) / max_splits;  // this row's split length, 64-aligned
+  const int per = max((len + max_splits - 1) / max_splits,  // this row's split length
+                      min((len + kShortSplits - 1) / kShortSplits, kLongSplit));
   const int split_len = (per + kWarps * kChunk - 1) / (kWarps * kChunk) * (kWarps * kChunk);
   const int begin = min(split * split_len, len), end = min(begin + split_len, len);
   const int row_stride = kv_heads * D;

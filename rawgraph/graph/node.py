@@ -38,8 +38,8 @@ class KernelNode:
     """The record of one patchable kernel node (a launch that reads symbols)."""
 
     # slots: the patch program reads and writes these on every patched node
-    __slots__ = ("handle", "launch", "kernel", "dyn", "grid_dyn", "bounds", "floats", "_rule",
-                 "pack", "grid", "args", "params", "params_grid")
+    __slots__ = ("_rule", "args", "bounds", "dyn", "floats", "grid", "grid_dyn", "handle",
+                 "kernel", "launch", "pack", "params", "params_grid")
 
     def __init__(self, handle: Any, launch: Launch):
         self.handle, self.launch, self.kernel = handle, launch, launch.kernel

@@ -74,7 +74,9 @@ class BlockTables:
         self.table = np.full((max_seqs, max_blocks_per_seq), -1, np.int32)
         self.lens = np.zeros(max_seqs, np.int32)
         self.active: set[int] = set()
-        self.pending_copies: list[tuple[int, int]] = []  # (src block, dst block)
+        # (src block, dst block, rows): the rows of src that hold tokens (the rest were
+        # never written; copying them would read uninitialized memory)
+        self.pending_copies: list[tuple[int, int, int]] = []
         self.changed: set[int] = set(range(max_seqs))  # rows the device has not seen
 
     @property
@@ -112,7 +114,7 @@ class BlockTables:
         got = self.alloc.allocate(fresh + cow, f" to append {n} tokens to sequence {s}")
         if cow:  # the partly filled last block is shared: write into a private copy
             copy = got.pop()
-            self.pending_copies.append((last, copy))
+            self.pending_copies.append((last, copy, old % self.block_size))
             self.alloc.release([last])
             self.table[s, have - 1] = copy
         self.table[s, have:have + fresh] = got

@@ -66,9 +66,9 @@ class PagedKVCache:
         s = cupy_stream(stream)
         t = self.tables
         with s:
-            for src, dst in t.pending_copies:
-                self.k[:, dst] = self.k[:, src]
-                self.v[:, dst] = self.v[:, src]
+            for src, dst, rows in t.pending_copies:
+                self.k[:, dst, :rows] = self.k[:, src, :rows]
+                self.v[:, dst, :rows] = self.v[:, src, :rows]
         t.pending_copies.clear()
         h = self._meta.begin()  # the previous step's copy has read the pinned buffer
         self.syncs += 1

@@ -67,13 +67,22 @@ def decode_smem(head_dim: int) -> int:
 
 SPLIT_ALIGN = DECODE_WARPS * DECODE_CHUNK  # tokens: splits are cut at whole warp steps
 SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
-# Splits a row takes at most: one row's step is latency-bound, and more splits never paid in
-# its decode graph (benchmarks/NOTES.md, "Decode attention")
-SPLIT_CAP = 16
+# The kernel's rule for one row (decode_attention.cu, kShortSplits and kLongSplit): up to
+# SHORT_SPLITS * LONG_SPLIT tokens at most SHORT_SPLITS splits (a lone row's step there is
+# bound by latency, and 16 splits beat 48 in its decode graph: benchmarks/NOTES.md, "Decode
+# attention"); longer rows splits of at least LONG_SPLIT tokens, up to the `splits` given.
+SHORT_SPLITS, LONG_SPLIT = 16, 256
 
 
-def decode_splits(units: int, resident: int, most: int = SPLIT_CAP) -> int:
-    """Splits per (row, kv head) of decode attention once contexts are long: a block per
+def row_splits(length: int, splits: int) -> int:
+    """The splits the kernel cuts a row of `length` tokens into, given `splits` (max_splits)."""
+    per = max(-(-length // splits), min(-(-length // SHORT_SPLITS), LONG_SPLIT))
+    per = -(-per // SPLIT_ALIGN) * SPLIT_ALIGN
+    return -(-length // per)
+
+
+def decode_splits(units: int, resident: int) -> int:
+    """Splits per (row, kv head) of decode attention (the kernel's max_splits): a block per
     (row, kv head, split), `units` = rows x kv heads, `resident` = blocks the GPU runs at
     once (one wave).
 
@@ -84,13 +93,14 @@ def decode_splits(units: int, resident: int, most: int = SPLIT_CAP) -> int:
     lengths on the H200 found the best one per shape to be the one whose blocks filled whole
     waves; with this rule (LLaMA-1B / 8B heads, % of copy bandwidth, fixed 128 / 512-token
     splits before): B=8 ctx 16384 55 / 57 -> 90 / 86, B=32 ctx 4096 72 / 77 -> 86 / 83.
-    At most `most` (SPLIT_CAP): a lone row's step is latency-bound, not throughput-bound.
+    Rows up to SHORT_SPLITS * LONG_SPLIT tokens take at most SHORT_SPLITS of them
+    (`row_splits`).
     """
     if units < 1 or resident < 1:
         raise ValueError(f"units = {units}, resident = {resident}: both must be positive")
     counts = range(1, max(1, SPLIT_WAVES * resident // units) + 1)
     fill = {s: units * s / (-(-units * s // resident) * resident) for s in counts}
-    return min(most, min(s for s in counts if fill[s] >= max(fill.values()) - 0.05))
+    return min(s for s in counts if fill[s] >= max(fill.values()) - 0.05)
 
 
 @functools.cache
@@ -145,9 +155,9 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     q, out: (batch, q_heads, D) with D in (64, 128) (q's rows may be strided: a view into a
     fused QKV output); caches: one layer (num_blocks, block_size,
     kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
-    row: nothing written). Each row cuts its context into at most `splits` splits of its
-    own (len / splits tokens rounded up to 64; default `default_splits` for this batch), a
-    block each per kv head, then a combine. `max_len` (int or symbol) bounds every length:
+    row: nothing written). Each row cuts its context into `row_splits(len, splits)` splits
+    of its own (default `default_splits` for this batch), a block each per kv head, then a
+    combine. `max_len` (int or symbol) bounds every length:
     min(splits, ceil(max_len / 64)) splits run, which is what a graph patches as contexts
     grow; results do not depend on it. workspace: workspace_floats(batch, q_heads, D,
     splits) float32.

@@ -30,10 +30,10 @@ def test_fork_shares_and_copy_on_write_splits_the_last_block():
     t.fork(0, 1)
     assert list(t.table[1][:2]) == [0, 1] and list(t.alloc.refs[:2]) == [2, 2]
     t.append(1, 1)                     # writes into shared block 1: copy it first
-    assert t.pending_copies == [(1, 2)] and list(t.table[1][:2]) == [0, 2]
+    assert t.pending_copies == [(1, 2, 2)] and list(t.table[1][:2]) == [0, 2]
     assert list(t.alloc.refs[:3]) == [2, 1, 1]
     t.append(0, 1)                     # block 1 is private to seq 0 again: no copy
-    assert t.pending_copies == [(1, 2)]
+    assert t.pending_copies == [(1, 2, 2)]
     t.free(0)
     assert list(t.alloc.refs[:3]) == [1, 0, 1] and t.alloc.num_free == 6
     t.free(1)

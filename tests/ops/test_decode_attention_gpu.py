@@ -6,7 +6,7 @@ import pytest
 
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
-from rawgraph.ops.attention import default_splits
+from rawgraph.ops.attention import default_splits, row_splits
 from tests.helpers import POISON, host, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
@@ -58,6 +58,28 @@ def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits)
                                 np.array(slots), 128**-0.5)
     np.testing.assert_allclose(host(out, "bfloat16"), want, rtol=TOL["bfloat16"],
                                atol=TOL["bfloat16"])
+
+
+@pytest.mark.parametrize("splits", [16, 40])
+def test_long_rows_take_splits_of_at_least_256_tokens(stream, rng, splits):
+    # past 16 x 256 tokens a row is cut into splits of >= 256 tokens, up to `splits`; the
+    # splits the kernel wrote (m > -inf in the workspace) are the ones row_splits says
+    lens = {0: 9000, 1: 4096, 2: 4097, 3: 300, 4: 20000}
+    slots = [4, 0, 1, 2, 3]
+    kv, kh, vh, q, qh, slots_d = _setup(rng, "float16", 32, 8, 64, lens, slots)
+    out = poisoned(q.shape, "float16")
+    ws = cupy.full(ops.workspace_floats(len(slots), 32, 64, splits), np.nan, np.float32)
+    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
+                         20000, splits=splits, stream=stream)
+    stream.synchronize()
+    want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
+                                np.array(slots), 64**-0.5)
+    np.testing.assert_allclose(host(out, "float16"), want, rtol=TOL["float16"],
+                               atol=TOL["float16"])
+    m = ws.get().reshape(len(slots), 32, splits, 64 + 2)[..., 64]
+    for b, s in enumerate(slots):
+        written = np.isfinite(m[b]) & (m[b] > -np.inf)
+        assert (written.sum(axis=1) == row_splits(lens[s], splits)).all(), (lens[s], splits)
 
 
 @pytest.mark.parametrize("block_size", [8, 24, 32, 48])

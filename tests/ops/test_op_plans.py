@@ -1,9 +1,18 @@
 """Launch planning of the ops, without a GPU: linear kernels, clusters and tiles; attention
 splits."""
 
+import math
+
 import pytest
 
-from rawgraph.ops.attention import SPLIT_CAP, SPLIT_WAVES, decode_splits
+from rawgraph.ops.attention import (
+    LONG_SPLIT,
+    SHORT_SPLITS,
+    SPLIT_ALIGN,
+    SPLIT_WAVES,
+    decode_splits,
+    row_splits,
+)
 from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
 from rawgraph.ops.linear import (
     GEMM_TILES,
@@ -75,15 +84,29 @@ def test_decode_attention_splits_fill_whole_waves():
     # 8 kv heads; the H200 holds 396 blocks of the d=64 kernel (3 per SM), 264 of d=128 (2):
     # the counts the sweep in benchmarks/NOTES.md found best, blocks just under one wave (or
     # four at B=32, 64 of d=64)
-    assert [decode_splits(8 * b, 396, 99) for b in (1, 4, 8, 16, 32, 64)] == [48, 12, 6, 3, 3, 3]
-    assert [decode_splits(8 * b, 264, 99) for b in (1, 4, 8, 16, 32, 64)] == [32, 8, 4, 2, 1, 1]
-    # ... at most SPLIT_CAP: one row's step is latency-bound (16 beat 48 in the decode graph)
-    assert [decode_splits(8 * b, 396) for b in (1, 2, 4)] == [SPLIT_CAP, SPLIT_CAP, 12]
+    assert [decode_splits(8 * b, 396) for b in (1, 4, 8, 16, 32, 64)] == [48, 12, 6, 3, 3, 3]
+    assert [decode_splits(8 * b, 264) for b in (1, 4, 8, 16, 32, 64)] == [32, 8, 4, 2, 1, 1]
     for units in range(1, 2000, 7):  # never more than SPLIT_WAVES waves, at least one split
         s = decode_splits(units, 396)
         assert s == 1 or units * s <= SPLIT_WAVES * 396
     with pytest.raises(ValueError, match="positive"):
         decode_splits(0, 396)
+
+
+def test_a_row_takes_16_splits_up_to_4096_tokens_then_splits_of_at_least_256():
+    # a lone row's step is latency-bound up to a few thousand tokens (16 splits beat 48 in
+    # the decode graph); past SHORT_SPLITS * LONG_SPLIT tokens more splits keep SMs busy
+    assert [row_splits(n, 48) for n in (1, 64, 65, 1000, 4096)] == [1, 1, 2, 16, 16]
+    assert [row_splits(n, 48) for n in (4097, 8192, 32768, 131072)] == [17, 32, 47, 48]
+    for splits in (1, 3, 6, 16, 48, 200):
+        for n in (1, 63, 64, 640, 4096, 4097, 5000, 20000, 131072):
+            got = row_splits(n, splits)
+            assert 1 <= got <= min(splits, -(-n // SPLIT_ALIGN))  # n_splits covers it
+            if splits <= SHORT_SPLITS:  # then the rule is len / splits, as it always was
+                per = math.ceil(math.ceil(n / splits) / SPLIT_ALIGN) * SPLIT_ALIGN
+                assert got == -(-n // per)
+            if n > SHORT_SPLITS * LONG_SPLIT:  # splits of at least LONG_SPLIT tokens
+                assert got <= -(-n // LONG_SPLIT)
 
 
 def test_array_checks_dtype_shape_and_contiguity():
