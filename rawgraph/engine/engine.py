@@ -257,7 +257,7 @@ class Engine:
         """Undo an iteration that raised: wait for what it queued on the GPU, give back the
         cache it grew and the admissions it made, and put every request's tokens and prompt
         progress back. The next decode step copies its inputs from the host again."""
-        run, m, t = self.runner, self.model, self.model.kv.tables
+        run, t = self.runner, self.model.kv.tables
         for s in {run.decode_stream, run.prefill_stream}:
             try:
                 cupy_stream(s).synchronize()
@@ -275,8 +275,7 @@ class Engine:
         for r in mark.admitted:  # back to how they were queued
             r.output.clear()
             r.prefilled, r.finish, r.first_step, r.last_step = 0, "", -1, -1
-        m.forget_handoff()
-        run.restore(mark.runner)
+        run.restore(mark.runner)  # and the next decode step copies its inputs again
         self._ahead, self._chained = mark.ahead, False
         self.stats.rollbacks += 1
 

@@ -23,7 +23,7 @@ from rawgraph.engine.runner import IterStats, Launched
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.model.config import LlamaConfig
 from rawgraph.model.reference import KVState, float_weights, forward
-from rawgraph.model.step import PrefillPiece, final_tokens
+from rawgraph.model.step import Limits, PrefillPiece, check_follow, final_tokens, last_step
 from rawgraph.ops.reference import sample_probs
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
 
@@ -50,6 +50,7 @@ class ReferenceModel:
         self.cfg = cfg
         self.max_batch, self.max_context = max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, min(max_chunk_seqs, max_batch)
+        self.limits = Limits(max_batch, max_chunk, self.max_chunk_seqs, max_context, cfg.vocab)
         self.w = float_weights(cfg, tensors)
         per_seq = math.ceil(max_context / block_size)
         self.kv = HostCache(BlockTables(BlockAllocator(max_batch * per_seq), block_size,
@@ -62,9 +63,6 @@ class ReferenceModel:
         self.kv.tables.free(slot)
         self.states.pop(slot, None)
         self.sampling.pop(slot, None)
-
-    def forget_handoff(self) -> None:
-        """Nothing to forget: the host runner hands tokens over on the host."""
 
     def logits(self, slot: int, tokens: Sequence[int]) -> np.ndarray:
         """The next-token logits after feeding `tokens` to `slot`'s sequence (its cache
@@ -127,6 +125,7 @@ class ReferenceRunner(Launched):
         while len(self._unread) > (1 if follow else 0):
             self.collect(self._unread[0])
         if follow:
+            check_follow(self._last_step, slots, t, m.limits)  # as Model.prepare_follow
             tokens = [self._last[s] for s in slots]
         elif slots and tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
@@ -144,6 +143,8 @@ class ReferenceRunner(Launched):
             params = sampling[i] if sampling is not None else m.sampling[s]
             out.append(pick(m.logits(s, [tok]), params, int(t.lens[s])))
         self._last.update(zip(slots, out))
+        if slots:
+            self._last_step = last_step(slots, t, 0)
         st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces),
                        eager=["the reference decoder on the host"])
         pending = HostPending(list(pieces), len(slots), st, final_tokens(first, pieces), out)

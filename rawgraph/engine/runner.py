@@ -35,7 +35,7 @@ from rawgraph.graph.graph import Graph
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.decoder import PREFILL_CHUNKS, Model
-from rawgraph.model.step import PrefillPiece, final_tokens
+from rawgraph.model.step import LastStep, PrefillPiece, final_tokens, last_step
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Range, Symbols
 
@@ -80,12 +80,13 @@ def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> t
 
 class Launched:
     """What a runner has launched and not read yet (each with `tokens`, None until read),
-    and whose turn it is of the two alternating decode events: the state an engine's
-    rollback puts back."""
+    whose turn it is of the two alternating decode events, and the last decode step, which
+    a step may continue on the device (`follow`): the state an engine's rollback puts back."""
 
     def __init__(self) -> None:
         self._unread: list = []  # decode launches whose tokens were not read yet
         self._turn = 0
+        self._last_step: LastStep | None = None  # the last decode step, if it may be continued
 
     def state(self) -> tuple[list, int]:
         """What an engine's rollback restores: the launched iterations not read yet, and
@@ -96,6 +97,9 @@ class Launched:
         """Back to `state` (iterations read since stay read: their tokens are on the host)."""
         unread, self._turn = state
         self._unread = [p for p in unread if p.tokens is None]
+        # the device's step inputs may be a rolled-back step's: the next decode step copies
+        # them from the host
+        self._last_step = None
 
 
 class Runner(Launched):
@@ -204,10 +208,10 @@ class Runner(Launched):
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
         tokens. `follow`: a decode step of the same slots, in the same order, as the last
         decode launch, fed the tokens that step samples on the device (`tokens` None;
-        `Model.prepare_follow`): the host can prepare and launch it before it has read them,
-        so its work hides behind the GPU's. Tokens this launch could overwrite are read
-        first (waiting for them): only the last step's may stay unread across a step that
-        continues it."""
+        `Model.prepare_follow` checks that it continues that step): the host can prepare and
+        launch it before it has read them, so its work hides behind the GPU's. Tokens this
+        launch could overwrite are read first (waiting for them): only the last step's may
+        stay unread across a step that continues it."""
         if follow:
             if pieces or tokens is not None or sampling is not None:
                 raise ValueError("follow: a decode step alone, its tokens from the device and "
@@ -235,11 +239,13 @@ class Runner(Launched):
         if pieces:
             n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
-            longest = m.prepare_follow(slots, ds)
+            longest = m.prepare_follow(slots, self._last_step, ds)
         elif slots:  # its copy of the tables carries the prefill's too
-            longest = m.prepare_decode(slots, tokens, ds, sampling, advance=True)
+            longest = m.prepare_decode(slots, tokens, ds, sampling)
         else:
             m.kv.sync(ds)
+        if slots:  # every decode step launches with advance=1: the next may continue it
+            self._last_step = last_step(slots, m.kv.tables, m.kv.syncs)
         if pieces and ps is not ds:
             self._tables_copied.record(cupy_stream(ds))
             cupy_stream(ps).wait_event(self._tables_copied)

@@ -74,6 +74,9 @@ class BlockTables:
         self.table = np.full((max_seqs, max_blocks_per_seq), -1, np.int32)
         self.lens = np.zeros(max_seqs, np.int32)
         self.active: set[int] = set()
+        # sequences started in each slot so far: which one a slot holds (a sequence that
+        # ends and a new one in its slot are told apart even at the same length)
+        self.started = np.zeros(max_seqs, np.int64)
         # (src block, dst block, rows): the rows of src that hold tokens (the rest were
         # never written; copying them would read uninitialized memory)
         self.pending_copies: list[tuple[int, int, int]] = []
@@ -98,6 +101,7 @@ class BlockTables:
         """Start an empty sequence in slot s."""
         self._check_slot(s, active=False)
         self.active.add(s)
+        self.started[s] += 1
         self.lens[s] = 0
 
     def append(self, s: int, n: int = 1) -> None:
@@ -177,6 +181,7 @@ class BlockTables:
         blocks = self._blocks(src)
         self.alloc.share(blocks)
         self.active.add(dst)
+        self.started[dst] += 1
         self.table[dst] = -1
         self.table[dst, :len(blocks)] = blocks
         self.lens[dst] = self.lens[src]

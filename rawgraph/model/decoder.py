@@ -222,9 +222,6 @@ class Model:
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
         self.sampling["top_p"][:] = 1.0  # greedy until set_sampling says otherwise
         self._sampling_pushed = False
-        # after a step launched with advance: (its slots, their lengths, kv syncs so far);
-        # what a step continuing it on the device (prepare_follow) checks against
-        self._handoff: tuple[np.ndarray, np.ndarray, int] | None = None
         # buffers were zeroed and constants copied on the current stream: done before any
         # other stream (the engine's) may read them
         cupy.cuda.get_current_stream().synchronize()
@@ -320,15 +317,14 @@ class Model:
 
     def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
                        sampling: Sequence[SamplingParams] | None = None, *,
-                       sync: bool = True, advance: bool = False) -> int:
+                       sync: bool = True) -> int:
         """Host side of one decode step: grow each sequence by its token, then copy ids,
         positions, slots, sampling parameters (and with `sync`, tables and lengths) to the
         device. Returns the longest context (the `max_len` of `launch_decode`).
 
         `sampling` (one per row) replaces the slots' stored parameters (`set_sampling`);
-        without it the stored ones apply. `advance`: the step will be launched with
-        `advance=1`, so a step may continue it (`prepare_follow`). Vectorized: this runs
-        before every step.
+        without it the stored ones apply. Launched with `advance=1`, the step may be continued
+        on the device (`prepare_follow`). Vectorized: this runs before every step.
         """
         n = len(slots)
         sl, tok = self.check_decode(slots, tokens)
@@ -356,28 +352,22 @@ class Model:
         self._sampling_pushed = True
         if sync:
             self.kv.sync(stream)
-        self._handoff = (sl, lens.copy(), self.kv.syncs) if advance else None
         return int(lens.max())
 
-    def prepare_follow(self, slots: Sequence[int], stream: Any) -> int:
-        """Host side of a decode step that continues the last one (prepared with `advance`
-        and launched with `advance=1`) on the same slots in the same order: that step's
-        sampler already made its tokens these rows' inputs and moved their positions and
-        cache lengths on, on the device. Here each sequence grows by the token on its way;
+    def prepare_follow(self, slots: Sequence[int], last: step.LastStep | None,
+                       stream: Any) -> int:
+        """Host side of a decode step that continues `last` (`step.last_step` of the decode
+        step before, launched with `advance=1`) on the same slots in the same order: that
+        step's sampler already made its tokens these rows' inputs and moved their positions
+        and cache lengths on, on the device. Here each sequence grows by the token on its way;
         a copy runs only for a new cache block or copy-on-write (tables), a sync of the
         lengths since that step, or sampling parameters set since. Returns the longest
-        context. ValueError if the slots, or their sequences on the host, are not the ones
-        that step left."""
-        if self._handoff is None:
-            raise ValueError("no decode step to continue: prepare one with advance=True")
-        sl, lens, syncs = self._handoff
-        if list(slots) != sl.tolist():
-            raise ValueError(f"slots {list(slots)} are not the continued step's {sl.tolist()}")
+        context. ValueError (`step.check_follow`) if the slots, or their sequences on the
+        host, are not the ones that step left."""
         t = self.kv.tables
-        if not all(s in t.active for s in slots) or (t.lens[sl] != lens).any():
-            raise ValueError(f"slots {list(slots)}: their sequences changed since the step "
-                             f"this one continues")
-        step.check_context(int(lens.max()) + 1, self.limits)
+        step.check_follow(last, slots, t, self.limits)
+        assert last is not None
+        sl = last.slots
         t.append_one(sl)  # all or nothing
         if not self._sampling_pushed:  # only the sampling fields: ids and positions moved on
             h = self.dec_meta.begin()
@@ -385,11 +375,9 @@ class Model:
                 h[name][:len(sl)] = arr[sl]
             self.dec_meta.push(stream, self.dec_meta.offset("ids"))
             self._sampling_pushed = True
-        if t.changed or t.pending_copies or self.kv.syncs != syncs:
+        if t.changed or t.pending_copies or self.kv.syncs != last.syncs:
             self.kv.sync(stream)  # host lengths now equal what the device moved on to
-        lens = t.lens[sl]
-        self._handoff = (sl, lens.copy(), self.kv.syncs)
-        return int(lens.max())
+        return int(t.lens[sl].max())
 
     def prepare_prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
                         sync: bool = True) -> tuple[int, int, int]:
@@ -566,17 +554,9 @@ class Model:
         cupy_stream(stream).synchronize()
         return final_tokens(self.pre["next"][:seqs].get().tolist(), pieces)
 
-    def forget_handoff(self) -> None:
-        """The device's step inputs may no longer be what a continuing step expects (an
-        iteration was rolled back): the next decode step copies them from the host."""
-        self._handoff = None
-        self._sampling_pushed = False
-
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""
         self.kv.tables.free(slot)
-        if self._handoff is not None and slot in self._handoff[0]:
-            self._handoff = None  # a new sequence in the slot is no continuation
 
     def close(self) -> None:
         """Release the weights arena (freed once no view remains)."""

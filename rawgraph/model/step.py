@@ -3,7 +3,8 @@
 A prefill chunk is made of pieces (`PrefillPiece`), one per sequence. The decoder's limits
 (`Limits`) and the cache's block tables are all a check needs: a decode
 step's rows (`decode_rows`), a prefill chunk's pieces (`chunk`), the KV blocks a growth takes
-(`blocks_needed`), and the one check of a context against `max_context` (`check_context`).
+(`blocks_needed`), the one check of a context against `max_context` (`check_context`), and
+whether a decode step may continue the last one on the device (`LastStep`, `check_follow`).
 Each raises ValueError naming the problem and changes nothing, so `Model` and the runner call
 them before touching the tables or the device; none needs a GPU.
 """
@@ -66,6 +67,42 @@ class Chunk:
     seqs: int                    # pieces (one sequence each)
     longest: int                 # the longest piece
     need: dict[int, int]         # slot -> tokens it grows by
+
+
+@dataclass(frozen=True)
+class LastStep:
+    """A decode step launched with `advance=1`: its sampler made its tokens the rows' next
+    inputs and moved their positions and cache lengths on, on the device. A step continuing
+    it (`Model.prepare_follow`) takes the same rows in the same order, of the same sequences,
+    at the lengths that step left (`check_follow`)."""
+
+    slots: np.ndarray    # (rows,) int64
+    lens: np.ndarray     # (rows,) their lengths after that step
+    started: np.ndarray  # (rows,) tables.started[slots]: the sequences the slots held
+    syncs: int           # the cache's table copies by then (a later one rewrote the lengths)
+
+
+def last_step(slots: Sequence[int], tables: BlockTables, syncs: int) -> LastStep:
+    """The record of a decode step of `slots` just prepared (`syncs`: the cache's copies)."""
+    sl = np.asarray(slots, np.int64)
+    return LastStep(sl, tables.lens[sl].copy(), tables.started[sl].copy(), syncs)
+
+
+def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTables,
+                 limits: Limits) -> None:
+    """ValueError unless a decode step of `slots` may continue `last` (None: no step to
+    continue); nothing changes."""
+    if last is None:
+        raise ValueError("no decode step to continue: the last one was not a decode step "
+                         "launched with advance=1, or it was rolled back")
+    sl = last.slots
+    if list(slots) != sl.tolist():
+        raise ValueError(f"slots {list(slots)} are not the continued step's {sl.tolist()}")
+    if (not all(s in tables.active for s in slots) or (tables.lens[sl] != last.lens).any()
+            or (tables.started[sl] != last.started).any()):
+        raise ValueError(f"slots {list(slots)}: their sequences changed since the step this "
+                         f"one continues")
+    check_context(int(last.lens.max()) + 1, limits)
 
 
 def check_context(context: int, limits: Limits, where: str = "") -> None:

@@ -14,6 +14,7 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.engine.runner import IterStats, Launched
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
+from rawgraph.model.step import Limits, check_follow, last_step
 from rawgraph.ops.sampling import SamplingParams
 from tests.helpers import drive, inject
 
@@ -26,7 +27,7 @@ def _next(tokens: list[int]) -> int:
 
 
 class FakeModel:
-    """What the engine uses of a Model: sizes, the host block tables, free, forget_handoff."""
+    """What the engine uses of a Model: sizes, the host block tables, free."""
 
     def __init__(self, max_batch=4, max_context=256, max_chunk_seqs=4, num_blocks=64):
         self.cfg = SimpleNamespace(vocab=VOCAB)
@@ -34,14 +35,11 @@ class FakeModel:
             max_chunk_seqs
         self.max_chunk = 32
         tables = BlockTables(BlockAllocator(num_blocks), 16, max_batch, max_context // 16)
-        self.kv = SimpleNamespace(tables=tables, block_size=16)
-        self.handoff = None
+        self.kv = SimpleNamespace(tables=tables, block_size=16, syncs=0)
+        self.limits = Limits(max_batch, 32, max_chunk_seqs, max_context, VOCAB)
 
     def free(self, slot):
         self.kv.tables.free(slot)
-
-    def forget_handoff(self):
-        self.handoff = None
 
 
 class FakeRunner(Launched):
@@ -64,7 +62,7 @@ class FakeRunner(Launched):
         while len(self._unread) > (1 if follow else 0):  # as the real one: read, then reuse
             self.collect(self._unread[0])
         if follow:
-            assert m.handoff == list(slots), "a follow step must continue the last one's rows"
+            check_follow(self._last_step, slots, t, m.limits)  # as Model.prepare_follow
             tokens = [self.last[s] for s in slots]
         for s in list(self.cache):  # the cache holds what the tables say
             self.cache[s] = self.cache[s][:int(t.lens[s])] if s in t.active else []
@@ -83,7 +81,7 @@ class FakeRunner(Launched):
             out.append(_next(self.cache[s]))
         self.last.update(zip(slots, out))
         if slots:
-            m.handoff = list(slots)
+            self._last_step = last_step(slots, t, 0)
         st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
         p = SimpleNamespace(rows=len(slots), st=st, first=first, out=out, tokens=None)
         if slots:

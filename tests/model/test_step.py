@@ -93,6 +93,31 @@ def test_final_tokens_mark_pieces_that_sampled_nothing():
     assert step.final_tokens([7, 8], pieces) == [7, -1]
 
 
+def test_a_step_continues_only_the_same_rows_of_the_same_sequences():
+    t = _tables()
+    t.add(2)
+    t.append(2, 5)
+    last = step.last_step([2, 0], t, syncs=3)
+    assert last.lens.tolist() == [5, 20] and last.syncs == 3
+    step.check_follow(last, [2, 0], t, LIMITS)  # as left: it may continue
+    with pytest.raises(ValueError, match="no decode step to continue"):
+        step.check_follow(None, [2, 0], t, LIMITS)
+    with pytest.raises(ValueError, match="not the continued step's"):
+        step.check_follow(last, [0, 2], t, LIMITS)  # another order
+    t.append(0, 1)  # slot 0 grew on the host since
+    with pytest.raises(ValueError, match="changed since"):
+        step.check_follow(last, [2, 0], t, LIMITS)
+    t.truncate(0, 20)
+    t.free(2)  # slot 2 ends, and a new sequence reaches the same length in it
+    t.add(2)
+    t.append(2, 5)
+    with pytest.raises(ValueError, match="changed since"):
+        step.check_follow(last, [2, 0], t, LIMITS)
+    t.append(1, 1)  # 64 tokens: no room for the one on its way
+    with pytest.raises(ValueError, match="context 65 exceeds"):
+        step.check_follow(step.last_step([1], t, syncs=0), [1], t, LIMITS)
+
+
 def test_the_model_checks_its_steps_through_them():
     # Model's host side without a GPU: a bare Model with block tables and limits only
     from types import SimpleNamespace

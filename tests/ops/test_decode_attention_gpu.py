@@ -13,8 +13,8 @@ pytestmark = pytest.mark.gpu
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
 
 
-def _setup(rng, dtype, q_heads, kv_heads, d, lens, batch_slots, block_size=16):
-    kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, block_size=block_size)
+def _setup(rng, dtype, q_heads, kv_heads, d, lens, batch_slots, block_size=16, **cache):
+    kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, block_size=block_size, **cache)
     q, qh = randn(rng, (len(batch_slots), q_heads, d), dtype)
     cupy.cuda.Device().synchronize()  # inputs made on the default stream; kernels use another
     return kv, kh, vh, q, qh, cupy.asarray(np.array(batch_slots, np.int32))
@@ -66,7 +66,8 @@ def test_long_rows_take_splits_of_at_least_256_tokens(stream, rng, splits):
     # splits the kernel wrote (m > -inf in the workspace) are the ones row_splits says
     lens = {0: 9000, 1: 4096, 2: 4097, 3: 300, 4: 20000}
     slots = [4, 0, 1, 2, 3]
-    kv, kh, vh, q, qh, slots_d = _setup(rng, "float16", 32, 8, 64, lens, slots)
+    kv, kh, vh, q, qh, slots_d = _setup(rng, "float16", 32, 8, 64, lens, slots, block_size=64,
+                                        num_blocks=600, max_blocks=320)
     out = poisoned(q.shape, "float16")
     ws = cupy.full(ops.workspace_floats(len(slots), 32, 64, splits), np.nan, np.float32)
     ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
