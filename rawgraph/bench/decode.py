@@ -207,9 +207,9 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
 
     def graph_step() -> None:
         t0 = time.perf_counter()
-        longest = model.prepare_decode(slots, tokens, s)
+        max_len = model.prepare_decode(slots, tokens, s)
         t1 = time.perf_counter()
-        patched.append(ex.set(max_len=longest))
+        patched.append(ex.set(max_len=max_len))
         ex.launch(s)
         t2 = time.perf_counter()
         prepare_us.append((t1 - t0) * 1e6)

@@ -8,8 +8,8 @@ and hands them on as the next step's inputs, so a step that continues the last o
 (`follow`) copies nothing unless a sequence needs a new cache block. Batches above the
 largest bucket run eagerly, and the reason is logged.
 Prefill: one graph per chunk size; a chunk of n tokens runs in the smallest graph that
-holds it, with n, the sequence count and the longest piece patched in, so the last partial
-chunk of a prompt costs a patch, not a recapture or a pad to the full chunk.
+holds it, with n, the sequence count and the longest piece (`max_q_len`) patched in, so the
+last partial chunk of a prompt costs a patch, not a recapture or a pad to the full chunk.
 With two streams, a prefill chunk and a decode step of the same iteration run concurrently,
 ordered after one shared copy of the cache tables by an event.
 The eager path issues exactly the same launches (same buckets, same kernels): its tokens
@@ -144,10 +144,11 @@ class Runner(Launched):
                 m.launch_decode(size, sym.max_len, s, symbols=sym, pdl=self.pdl,
                                 advance=sym.advance, host_next=self._token_pairs[:size])
         else:
-            sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs), q=Range(1, size))
-            sym.set(n=size, seqs=1, q=size)
+            sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs),
+                          max_q_len=Range(1, size))
+            sym.set(n=size, seqs=1, max_q_len=size)
             with capture(s, name=f"prefill C={size}") as cap:
-                m.launch_prefill(sym.n, sym.seqs, sym.q, s, symbols=sym, chunk=size)
+                m.launch_prefill(sym.n, sym.seqs, sym.max_q_len, s, symbols=sym, chunk=size)
         return cap.graph
 
     def keys(self) -> list[tuple[str, int]]:
@@ -237,11 +238,11 @@ class Runner(Launched):
                 self._settle(self._unread[0])
         t0 = time.perf_counter()
         if pieces:
-            n, seqs, longest_piece = m.prepare_prefill(pieces, ps, sync=False)
+            n, seqs, max_q_len = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
-            longest = m.prepare_follow(slots, self._last_step, ds)
+            max_len = m.prepare_follow(slots, self._last_step, ds)
         elif slots:  # its copy of the tables carries the prefill's too
-            longest = m.prepare_decode(slots, tokens, ds, sampling)
+            max_len = m.prepare_decode(slots, tokens, ds, sampling)
         else:
             m.kv.sync(ds)
         if slots:  # every decode step launches with advance=1: the next may continue it
@@ -253,23 +254,23 @@ class Runner(Launched):
         if slots:  # decode first: it is what the waiting users feel
             if dec_ex is not None:
                 tp = time.perf_counter()
-                st.patched += dec_ex.set(max_len=longest, advance=1)
+                st.patched += dec_ex.set(max_len=max_len, advance=1)
                 st.patch_us += (time.perf_counter() - tp) * 1e6
                 dec_ex.launch(ds)
             else:  # the bucket's rows (the graphs' launches), or above them the rows alone
                 rows = b or len(slots)
-                m.launch_decode(rows, longest, ds, pdl=self.pdl, advance=1,
+                m.launch_decode(rows, max_len, ds, pdl=self.pdl, advance=1,
                                 host_next=self._token_pairs[:rows])
             done.record(cupy_stream(ds))
             self._turn ^= 1
         if pieces:
             if pre_ex is not None:
                 tp = time.perf_counter()
-                st.patched += pre_ex.set(n=n, seqs=seqs, q=longest_piece)
+                st.patched += pre_ex.set(n=n, seqs=seqs, max_q_len=max_q_len)
                 st.patch_us += (time.perf_counter() - tp) * 1e6
                 pre_ex.launch(ps)
             else:
-                m.launch_prefill(n, seqs, longest_piece, ps, chunk=c)
+                m.launch_prefill(n, seqs, max_q_len, ps, chunk=c)
         st.host_us = (time.perf_counter() - t0) * 1e6
         parity = (m.kv.tables.lens[np.asarray(slots, np.int64)] - 1) & 1 if slots else None
         p = Pending(list(pieces), len(slots), parity, done, st, t0)

@@ -320,7 +320,7 @@ class Model:
                        sync: bool = True) -> int:
         """Host side of one decode step: grow each sequence by its token, then copy ids,
         positions, slots, sampling parameters (and with `sync`, tables and lengths) to the
-        device. Returns the longest context (the `max_len` of `launch_decode`).
+        device. Returns the step's longest context, `max_len` for `launch_decode`.
 
         `sampling` (one per row) replaces the slots' stored parameters (`set_sampling`);
         without it the stored ones apply. Launched with `advance=1`, the step may be continued
@@ -361,9 +361,9 @@ class Model:
         step's sampler already made its tokens these rows' inputs and moved their positions
         and cache lengths on, on the device. Here each sequence grows by the token on its way;
         a copy runs only for a new cache block or copy-on-write (tables), a sync of the
-        lengths since that step, or sampling parameters set since. Returns the longest
-        context. ValueError (`step.check_follow`) if the slots, or their sequences on the
-        host, are not the ones that step left."""
+        lengths since that step, or sampling parameters set since. Returns the step's
+        longest context (`max_len`). ValueError (`step.check_follow`) if the slots, or their
+        sequences on the host, are not the ones that step left."""
         t = self.kv.tables
         step.check_follow(last, slots, t, self.limits)
         assert last is not None
@@ -382,9 +382,10 @@ class Model:
     def prepare_prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
                         sync: bool = True) -> tuple[int, int, int]:
         """Host side of one prefill chunk: grow each sequence by its piece, copy metadata
-        (and with `sync`, the cache tables). Returns (tokens, sequences, longest piece) for
-        `launch_prefill`. Without `sync`, call `kv.sync` before launching: a prefill and a
-        decode step prepared together share one copy of the tables."""
+        (and with `sync`, the cache tables). Returns (n, num_seqs, max_q_len) for
+        `launch_prefill`: tokens, sequences, the longest piece. Without `sync`, call
+        `kv.sync` before launching: a prefill and a decode step prepared together share one
+        copy of the tables."""
         chunk = step.chunk(pieces, self.kv.tables, self.limits)
         self.grow(chunk.need)
         h = self.pre_meta.begin()
@@ -408,7 +409,7 @@ class Model:
         self.pre_meta.push(stream)
         if sync:
             self.kv.sync(stream)
-        return chunk.tokens, chunk.seqs, chunk.longest
+        return chunk.tokens, chunk.seqs, chunk.max_q_len
 
     # -- device side: the kernel sequences ----------------------------------------------------
 
@@ -531,8 +532,8 @@ class Model:
     def decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any = None,
                sampling: Sequence[SamplingParams] | None = None) -> list[int]:
         """One eager decode step: feed `tokens` to sequences `slots`; their next tokens."""
-        longest = self.prepare_decode(slots, tokens, stream, sampling)
-        self.launch_decode(len(slots), longest, stream)
+        max_len = self.prepare_decode(slots, tokens, stream, sampling)
+        self.launch_decode(len(slots), max_len, stream)
         cupy_stream(stream).synchronize()
         return self.dec["next"][:len(slots)].get().tolist()
 
@@ -549,8 +550,8 @@ class Model:
         elif not min(n, self.max_chunk) <= chunk <= self.max_chunk:
             raise ValueError(f"chunk {chunk}: at least the {n} tokens of the pieces and at "
                              f"most max_chunk = {self.max_chunk}")
-        n, seqs, longest = self.prepare_prefill(pieces, stream)
-        self.launch_prefill(n, seqs, longest, stream, chunk=chunk)
+        n, seqs, max_q_len = self.prepare_prefill(pieces, stream)
+        self.launch_prefill(n, seqs, max_q_len, stream, chunk=chunk)
         cupy_stream(stream).synchronize()
         return final_tokens(self.pre["next"][:seqs].get().tolist(), pieces)
 

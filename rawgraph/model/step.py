@@ -65,7 +65,7 @@ class Chunk:
 
     tokens: int                  # all pieces' tokens
     seqs: int                    # pieces (one sequence each)
-    longest: int                 # the longest piece
+    max_q_len: int               # the longest piece (its query rows)
     need: dict[int, int]         # slot -> tokens it grows by
 
 

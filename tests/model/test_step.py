@@ -69,7 +69,7 @@ def test_a_chunk_is_sized_once():
     t = _tables()
     c = step.chunk([PrefillPiece(0, [1, 2, 3], 20), PrefillPiece(2, list(range(10)), 0)],
                    t, LIMITS)
-    assert (c.tokens, c.seqs, c.longest, c.need) == (13, 2, 10, {0: 3, 2: 10})
+    assert (c.tokens, c.seqs, c.max_q_len, c.need) == (13, 2, 10, {0: 3, 2: 10})
 
 
 @pytest.mark.parametrize(("pieces", "match"), [
