@@ -14,8 +14,9 @@ against a copy that moves as many bytes as they do, since a copy of 33 MB does n
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cupy
@@ -31,9 +32,10 @@ from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
 from rawgraph.memory.paged import PagedKVCache
+from rawgraph.ops import linear as linear_module
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.linear import takes_skinny
+from rawgraph.ops.linear import hopper, takes_skinny
 
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
 F16 = np.float16
@@ -118,6 +120,16 @@ def _rand(shape: tuple, rng: np.random.Generator, scale: float = 1.0) -> cupy.nd
 def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
     return per_launch_us(lambda i: ops.linear(x, ws[i % len(ws)], y, stream=s),
                          max(len(ws), 16), s)
+
+
+@contextlib.contextmanager
+def _wgmma_skinny() -> Iterator[None]:
+    """The skinny GEMM on wgmma and TMA (skinny_sm90.cu) while the block runs."""
+    was, linear_module.WGMMA_SKINNY = linear_module.WGMMA_SKINNY, True
+    try:
+        yield
+    finally:
+        linear_module.WGMMA_SKINNY = was
 
 
 def _attention(rows: list, row: Callable, s: Any) -> None:
@@ -217,6 +229,11 @@ def run(only: str = "") -> list[dict[str, Any]]:
                 kind = "skinny" if takes_skinny(m, n) else "gemv"
                 nbytes = 2 * (n * k + m * (k + n))
                 row(f"{kind} {model} {name}", f"{n}x{k}", m, us, nbytes, 85 if big else 0)
+                if kind == "skinny" and hopper():  # the wgmma kernel beside it (issue #28)
+                    with _wgmma_skinny():
+                        w_us = _gemv_us(ws, x[:m], y[:m], s)
+                    rows[-1].update({"wgmma us": w_us,
+                                     "wgmma % floor": 100 * nbytes / w_us / 1e3 / floor})
                 if big:
                     with programmatic(True):
                         chained = _gemv_us(ws, x[:m], y[:m], s)

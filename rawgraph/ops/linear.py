@@ -43,6 +43,15 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gem
 # fill whole waves): the wider tile reads less shared memory per product
 TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
+# The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
+# x-row tiles of 32 or 64 rows, rings of SKINNY90_STAGES[tile] slots (two blocks an SM).
+# Compiled without spills but not
+# yet run on the H200: off until its GPU test passes and `bench kernels` shows it ahead.
+WGMMA_SKINNY = False
+SKINNY90_ROWS, SKINNY90_STAGES, SKINNY90_THREADS = (32, 64), {32: 8, 64: 5}, 160
+SKINNY90 = {(dt, mx, c): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else ""),
+                                _SIG90.format(t=t))
+            for dt, (s, t) in KERNEL_TYPES.items() for mx in SKINNY90_ROWS for c in (1, 2, 4)}
 
 
 def takes_skinny(rows: int, n: int) -> bool:
@@ -64,6 +73,25 @@ def skinny_cluster(n: int, k: int) -> int:
         if blocks * c <= SMS and c <= ktiles:
             return c
     return 1
+
+
+def skinny90_smem(mx: int) -> int:
+    """Dynamic shared memory of the wgmma skinny GEMM with an x tile of `mx` rows: each ring
+    slot's 64 W rows and mx x rows of 128 bytes and its two 8-byte barriers, then the block's
+    fp32 sums (mx rows of 65)."""
+    return SKINNY90_STAGES[mx] * ((SKINNY_ROWS + mx) * 128 + 16) + mx * (SKINNY_ROWS + 1) * 4
+
+
+def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool
+                  ) -> tuple[Kernel, int, int, int, int]:
+    """(kernel, blocks, threads, shared memory, x rows a TMA box takes (0: no TMA)) of the
+    skinny GEMM for up to `rows` rows of x through an (n, k) weight."""
+    c = skinny_cluster(n, k)
+    blocks = -(-n // SKINNY_ROWS) * c
+    if wgmma:
+        mx = next(r for r in SKINNY90_ROWS if r >= rows)
+        return SKINNY90[dt, mx, c], blocks, SKINNY90_THREADS, skinny90_smem(mx), mx
+    return SKINNY[dt, c], blocks, 256, SKINNY_SMEM, 0
 
 
 def gemm_tile(m: int, n: int) -> tuple[int, int]:
@@ -175,9 +203,12 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
                       symbols=symbols)
     elif kind == "skinny":
-        c = skinny_cluster(n, k)
-        SKINNY[dt, c].launch(-(-n // SKINNY_ROWS) * c, 256, (x, w, residual, y, m, n, k), stream,
-                             smem=SKINNY_SMEM, symbols=symbols)
+        kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k,
+                                                          WGMMA_SKINNY and hopper())
+        a, b = (tile_map(x.data.ptr, cap, k, dt, mx), tile_map(w.data.ptr, n, k, dt, SKINNY_ROWS)
+                ) if mx else (x, w)
+        kernel.launch(blocks, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
+                      symbols=symbols)
     else:
         key, grid, threads = gemv_launch(dt, top, n, k)
         GEMV[key].launch(grid, threads, (x, w, residual, y, m, n, k, row_max), stream,

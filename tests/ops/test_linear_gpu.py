@@ -93,10 +93,34 @@ def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
     assert (cupy.asnumpy(normed.view(np.uint16)) == POISON[dtype]).all() == gemv
 
 
-@pytest.mark.parametrize(("n", "k", "rows"), [(512, 256, 8), (1024, 8192, 8), (1024, 8192, 16)])
+@pytest.fixture
+def wgmma_skinny(monkeypatch):
+    """The skinny GEMM on wgmma and TMA (skinny_sm90.cu) instead of skinny.cu."""
+    from rawgraph.ops import linear as linear_module
+
+    if not linear_module.hopper():
+        pytest.skip("skinny_sm90.cu needs compute capability 9.0")
+    monkeypatch.setattr(linear_module, "WGMMA_SKINNY", True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(17, 2048, 2048), (32, 6144, 4096), (50, 520, 8192),
+                                           (64, 3072, 2048), (33, 1000, 520), (20, 136, 64),
+                                           (12, 16400, 264), (64, 16392, 256)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_linear_skinny_on_wgmma(stream, rng, wgmma_skinny, dtype, m, n, k, fused):
+    # x tiles of 32 and 64 rows (m below the tile: its other rows are not stored), clusters
+    # of 1, 2 and 4 splitting k (a rank with fewer k tiles than the others), n and k past
+    # whole boxes (zero-filled by the TMA)
+    assert linear_path(m, n) == "skinny"
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
+
+
+@pytest.mark.parametrize(("n", "k", "rows"), [(512, 256, 8), (1024, 8192, 8), (1024, 8192, 16),
+                                              (4224, 264, 40), (2048, 2048, 64)])
 def test_linear_in_place_residual_and_symbolic_rows(stream, rng, n, k, rows):
     # captured for 3 rows, patched to all: the eager launch's bits (y = residual, in place);
-    # GEMV blocks of 8 warps, and of 16 (gemv.cu _w16) for 8 and 16 rows
+    # GEMV blocks of 8 warps, and of 16 (gemv.cu _w16) for 8 and 16 rows; the skinny GEMM
     x, xh = randn(rng, (rows, k), "float16")
     w, wh = randn(rng, (n, k), "float16", k**-0.5)
     r, rh = randn(rng, (rows, n), "float16")
@@ -115,6 +139,11 @@ def test_linear_in_place_residual_and_symbolic_rows(stream, rng, n, k, rows):
                                   cupy.asnumpy(eager.view(np.uint16)))
     np.testing.assert_allclose(host(r, "float16"), ref.linear(xh, wh, "float16", rh),
                                rtol=2 * ULP["float16"], atol=2 * ULP["float16"])
+
+
+def test_skinny_on_wgmma_replays_the_eager_bits_with_rows_patched(stream, rng, wgmma_skinny):
+    test_linear_in_place_residual_and_symbolic_rows(stream, rng, 4224, 264, 40)
+    test_linear_in_place_residual_and_symbolic_rows(stream, rng, 2048, 2048, 64)
 
 
 def test_linear_rejects_bad_input(rng):

@@ -1,0 +1,281 @@
+// skinny_sm90.cu: y = x W^T (+ residual) for up to 64 rows of x (decode batches) on Hopper's
+// warpgroup tensor cores (wgmma), W and x brought by the tensor memory accelerator (TMA);
+// compiled for sm_90a. The same contract as skinny.cu, whose cp.async ring streams W at
+// about half the copy rate (benchmarks/NOTES.md, "Skinny GEMM").
+//
+//   extern "C" skinny90_{f16,bf16}_x{32,64}[_c2|_c4](
+//       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (MX, 64)
+//       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
+//                                                // layout, box (64, 64); both 128-byte swizzle
+//       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
+//       T* y,                // (m, n)
+//       int m, int n, int k) // m <= MX; k % 8 == 0
+//   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
+//
+//   W is the M side of wgmma.m64nMXk16 and x the N side (MX = 32 or 64 rows of x): a block
+//   owns 64 rows of W and every row of x, so W is read from DRAM once. One consumer
+//   warpgroup issues the MMAs from shared memory (both operands K-major through matrix
+//   descriptors); one producer warp's lane 0 issues each k tile's two TMA boxes (64 W rows
+//   and MX x rows, 64 elements = 128 bytes wide) into a ring of S slots with `full`
+//   (bytes landed) and `empty` (consumers done) barriers, as gemm_sm90.cu does. Under PDL
+//   the first S boxes of W are requested before griddepcontrol.wait (W is no earlier
+//   kernel's output), x's after it. S = 8 slots for MX = 32, 5 for 64: two blocks an SM,
+//   with 128 or 80 KiB of W in flight per SM.
+//   _c2, _c4: a cluster of 2 or 4 blocks shares the 64 W rows, block r taking k tiles r,
+//   r + C, ... Every block leaves its 64 x MX sums in shared memory; block r then finishes
+//   outputs [r, r + 1) * 64 MX / C, adding the blocks' sums (distributed shared memory) in
+//   block order. Deterministic: no atomics anywhere.
+//   grid (cdiv(n, 64) * C), block (160), dynamic shared memory S * ((64 + MX) * 128 + 16) +
+//   MX * 65 * 4 B: the ring, its barriers, the block's sums (ops.linear: skinny90_smem).
+//   Patchable: m (<= MX) and the residual and y pointers; the descriptors fix x's and w's
+//   addresses, n and k.
+#include "cluster.cuh"
+#include "tma.cuh"
+
+namespace {
+
+constexpr int kRows = 64, kBK = 64;  // W rows a block; k per tile (one 128-byte box row)
+constexpr int kThreads = 160;        // a consumer warpgroup and a producer warp
+// ring slots per x tile (ops.linear: SKINNY90_STAGES)
+template <int MX> __host__ __device__ constexpr int stages() { return MX == 32 ? 8 : 5; }
+
+// Matrix descriptor of a K-major operand tile in shared memory with the 128-byte swizzle (as
+// gemm_sm90.cu): start address, leading byte offset 1 (unused), stride byte offset 1024 (8
+// rows of 128 bytes), swizzle mode 1 (128 B); addresses in 16-byte units.
+__device__ __forceinline__ unsigned long long descriptor(const void* p) {
+  const unsigned long long addr = rg::smem_addr(p);
+  return ((addr & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N), both K-major in shared
+// memory. Inline PTX has no register arrays: each N's operand list is spelled out.
+template <typename T, int N> struct Wgmma;
+#define RG_D16(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), \
+  "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), \
+  "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]), "+f"(d[o + 13]), "+f"(d[o + 14]), \
+  "+f"(d[o + 15])
+#define RG_WGMMA_N32(TYPE) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+      : RG_D16(0) : "l"(a), "l"(b), "r"(1))
+#define RG_WGMMA_N64(TYPE) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+      : RG_D16(0), RG_D16(16) : "l"(a), "l"(b), "r"(1))
+template <> struct Wgmma<__half, 32> {
+  static __device__ __forceinline__ void run(float (&d)[16], unsigned long long a,
+                                             unsigned long long b) {
+    RG_WGMMA_N32("f16");
+  }
+};
+template <> struct Wgmma<__nv_bfloat16, 32> {
+  static __device__ __forceinline__ void run(float (&d)[16], unsigned long long a,
+                                             unsigned long long b) {
+    RG_WGMMA_N32("bf16");
+  }
+};
+template <> struct Wgmma<__half, 64> {
+  static __device__ __forceinline__ void run(float (&d)[32], unsigned long long a,
+                                             unsigned long long b) {
+    RG_WGMMA_N64("f16");
+  }
+};
+template <> struct Wgmma<__nv_bfloat16, 64> {
+  static __device__ __forceinline__ void run(float (&d)[32], unsigned long long a,
+                                             unsigned long long b) {
+    RG_WGMMA_N64("bf16");
+  }
+};
+#undef RG_WGMMA_N64
+#undef RG_WGMMA_N32
+#undef RG_D16
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {  // at most N groups in flight
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+template <typename T, int MX, int CS>
+__device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual,
+                              T* y, int m, int n, int k) {
+  constexpr int kStages = stages<MX>();
+  constexpr int kW = kRows * kBK * 2, kStage = (kRows + MX) * kBK * 2;  // bytes
+  constexpr int kPart = kRows + 1;  // part[] row stride (floats): a bank per lane group
+  // the ring's slots (1024-byte aligned, as the 128-byte swizzle needs), its full and empty
+  // barriers, then this block's sums part[x row][W row] (no static shared memory: it would
+  // come first and move the ring)
+  extern __shared__ __align__(1024) char ring[];
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + kStages * kStage);
+  unsigned long long* empty = full + kStages;
+  float* part = reinterpret_cast<float*>(empty + kStages);
+  const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
+  const int r0 = (blockIdx.x / CS) * kRows;
+  const int ktiles = (k + kBK - 1) / kBK;
+  const int mine = (ktiles - rank + CS - 1) / CS;  // k tiles rank, rank + CS, ...
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      rg::mbar_init(&full[s], 1);
+      rg::mbar_init(&empty[s], 4);  // one arrival per consumer warp
+    }
+    rg::mbar_fence_init();
+  } else if (threadIdx.x == 128) {
+    rg::tma_prefetch(xmap);
+    rg::tma_prefetch(wmap);
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= 128) {  // the producer warp; lane 0 issues
+    if (threadIdx.x == 128) {
+      // the prologue's W boxes before the wait (each slot's barrier expects W and x bytes)
+      for (int t = 0; t < kStages && t < mine; ++t) {
+        rg::mbar_expect_tx(&full[t], kStage);
+        rg::tma_load_2d(ring + t * kStage, wmap, (rank + t * CS) * kBK, r0, &full[t]);
+      }
+      rg::pdl_trigger();
+      rg::pdl_wait();  // x comes from an earlier kernel
+      for (int t = 0; t < mine; ++t) {
+        const int s = t % kStages, k0 = (rank + t * CS) * kBK;
+        if (t >= kStages) {
+          rg::mbar_wait(&empty[s], (t / kStages - 1) & 1);
+          rg::mbar_expect_tx(&full[s], kStage);
+          rg::tma_load_2d(ring + s * kStage, wmap, k0, r0, &full[s]);
+        }
+        rg::tma_load_2d(ring + s * kStage + kW, xmap, k0, 0, &full[s]);
+      }
+    }
+  } else {  // the consumer warpgroup
+    float acc[MX / 2];
+#pragma unroll
+    for (int i = 0; i < MX / 2; ++i) acc[i] = 0.f;
+    const bool signals = (threadIdx.x & 31) == 0;
+    for (int t = 0; t < mine; ++t) {
+      const int s = t % kStages;
+      rg::mbar_wait(&full[s], (t / kStages) & 1);
+      const char* a = ring + s * kStage;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk)
+        Wgmma<T, MX>::run(acc, descriptor(a + kk * 32), descriptor(a + kW + kk * 32));
+      wgmma_commit();
+      wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
+      if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % kStages]);
+    }
+    wgmma_wait<0>();
+    // fragment j (of MX / 8), half hi, element e of lane (g, tq) in warp q: W row
+    // 16 q + g + 8 hi, x row 8 j + 2 tq + e
+    const int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int j = 0; j < MX / 8; ++j)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          part[(8 * j + 2 * tq + e) * kPart + 16 * q + g + 8 * hi] = acc[4 * j + 2 * hi + e];
+  }
+  __syncwarp();  // the producer warp's lanes together again (cluster barriers are .aligned)
+  rg::pdl_wait();  // the residual comes from an earlier kernel (every thread reads it)
+  if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
+  else __syncthreads();
+  // Block p of the cluster finishes outputs [p, p + 1) * 64 MX / CS: its loads of the other
+  // blocks' sums are all issued before any is needed (each costs a round trip).
+  constexpr int kShare = kRows * MX / CS;
+  for (int i = rank * kShare + threadIdx.x; i < (rank + 1) * kShare; i += kThreads) {
+    const int col = i / kRows, row = i % kRows;  // x row, W row: y's rows are contiguous
+    float v[CS];
+#pragma unroll
+    for (int p = 0; p < CS; ++p)
+      v[p] = p == rank ? part[col * kPart + row] : rg::load_remote(&part[col * kPart + row], p);
+    float sum = v[0];
+#pragma unroll
+    for (int p = 1; p < CS; ++p) sum += v[p];
+    if (col < m && r0 + row < n) {
+      const long long o = static_cast<long long>(col) * n + r0 + row;
+      if (residual != nullptr) sum += rg::to_float(residual[o]);
+      y[o] = rg::from_float<T>(sum);
+    }
+  }
+  if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until every block has read it
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_f16_x32(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 32, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x32_c2(const __grid_constant__ TensorMap xmap,
+                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
+                    int m, int n, int k) {
+  skinny90_impl<__half, 32, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x32_c4(const __grid_constant__ TensorMap xmap,
+                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
+                    int m, int n, int k) {
+  skinny90_impl<__half, 32, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_f16_x64(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 64, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x64_c2(const __grid_constant__ TensorMap xmap,
+                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
+                    int m, int n, int k) {
+  skinny90_impl<__half, 64, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x64_c4(const __grid_constant__ TensorMap xmap,
+                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
+                    int m, int n, int k) {
+  skinny90_impl<__half, 64, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_bf16_x32(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x32_c2(const __grid_constant__ TensorMap xmap,
+                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
+                     __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x32_c4(const __grid_constant__ TensorMap xmap,
+                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
+                     __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_bf16_x64(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x64_c2(const __grid_constant__ TensorMap xmap,
+                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
+                     __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x64_c4(const __grid_constant__ TensorMap xmap,
+                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
+                     __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
