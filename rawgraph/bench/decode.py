@@ -377,6 +377,9 @@ def _long_panel(ax: Any, name: str, sel: list[dict[str, Any]]) -> None:
                         label=f"B={b}" if style == "-" else None)
     ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="ms / decode step",
            title=f"{name}, long contexts (-- PyTorch, : floor)")
+    contexts = sorted({r["context"] for r in sel})  # one tick a context, in thousands
+    ax.set_xticks(contexts, [f"{c // 1024}k" for c in contexts])
+    ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
     ax.legend(fontsize=8)
 
 
