@@ -9,7 +9,8 @@ stream-ordering test, and tests/model/test_replay_gpu.py: a decode graph and a p
 graph replayed), one process per tool and test file (`--shard`), as many side by side as `--jobs`
 (each log ends with its slowest tests). racecheck checks rawgraph's kernels only. Exit status
 0 only when every tool reports 0 errors (racecheck: 0 hazards) and every test passes under
-each.
+each. Run it alone on the GPU: beside another GPU process (the GPU suite), test setups failed
+with cudaErrorInvalidAddressSpace from stream creation and pinned allocations.
 """
 
 from __future__ import annotations
