@@ -1,5 +1,6 @@
-"""compute-sanitizer racecheck and the prefill graph's IF body (benchmarks/NOTES.md,
-"Sanitizers"): the smallest case that crashes the tool, and the same kernels without it.
+"""compute-sanitizer racecheck and kernels in a conditional node's body (benchmarks/NOTES.md,
+"Sanitizers"): two race-free kernels reported as racing each other, the case that crashed
+the tool, and the same kernels without the IF node.
 
     compute-sanitizer --tool racecheck python3 -m tests.racecheck_if_body MODE
 
@@ -12,11 +13,13 @@ node), `inline` (the same head kernels captured without the IF node), `eager`, o
 `body:SEQ[:host]`, the IF body cut to the kernels SEQ names in order (e: the gather of the
 last rows as a separate kernel, r: rmsnorm of the gathered rows, g: rmsnorm gathering them
 itself, l: the LM head's GEMV), `:host` with the condition fixed at 1 instead of set by a
-kernel. Seen with compute-sanitizer 2025.3.1 (driver 580.159): `body:er` (with or without
-`:host`) crashes on the host in the first copy after the graph's launch; `inline`, `eager`,
-`body:e`, `body:r`, `body:rr`, `body:ee`, `body:l`: 0 hazards. The shipped body is `g`, the
-LM head and sampling. Prints the first tokens of three replays; a tiny fp16 model, one
-layer, runs in seconds.
+kernel. Seen with compute-sanitizer 2025.3.1 (driver 580.159): `toy` reports a race
+between its two kernels on every launch (and computes the right result); `body:er` (with or
+without `:host`) crashes on the host in the first copy after the graph's launch; `shipped`
+and `body:gl` reported a race between the GEMV and rmsnorm in one run and none in the next;
+`inline`, `eager`, `body:e`, `body:r`, `body:rr`, `body:ee`, `body:l`, `body:g`: 0 hazards.
+The shipped body is `g`, the LM head and sampling. Prints the first tokens of three replays
+(`toy`: whether each is right); a tiny fp16 model, one layer, runs in seconds.
 """
 
 import contextlib

@@ -80,8 +80,9 @@ def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> t
 
 class Launched:
     """What a runner has launched and not read yet (each with `tokens`, None until read),
-    whose turn it is of the two alternating decode events, and the last decode step, which
-    a step may continue on the device (`follow`): the state an engine's rollback puts back."""
+    whose turn it is of the two alternating decode events (the state an engine's rollback
+    puts back), and the last decode step, which a step may continue on the device
+    (`follow`; a rollback drops it)."""
 
     def __init__(self) -> None:
         self._unread: list = []  # decode launches whose tokens were not read yet
