@@ -18,11 +18,11 @@
 //   many as max_splits allows (len / max_splits rounded up). A row on its own is bound by
 //   latency up to a few thousand tokens (more splits there only add partials to combine);
 //   past that, splits are what keeps the SMs busy. With max_splits <= kShortSplits every
-//   row takes len / max_splits. n_splits must cover every row's splits: min(max_splits,
-//   ceil(max_len / 64)) does; blocks past a row's splits write an empty result. Block (b, h, s) reads split s of sequence b (tokens [s * split,
-//   min((s + 1) * split, len))) once for all G = q_heads / kv_heads query heads of kv head h
-//   (G <= 16), on tensor cores: the G query rows (zero-padded to 16) are the A operand of
-//   mma.m16n8k16.
+//   row takes len / max_splits. n_splits must cover every row's splits (ops.attention:
+//   grid_splits); blocks past a row's splits write an empty result. Block (b, h, s) reads
+//   split s of sequence b (tokens [s * split, min((s + 1) * split, len))) once for all
+//   G = q_heads / kv_heads query heads of kv head h (G <= 16), on tensor cores: the G query
+//   rows (zero-padded to 16) are the A operand of mma.m16n8k16.
 //   The split is cut into chunks of 16 tokens; warp w takes chunks w, w + 4, ... and runs its
 //   own flash-attention over them: S = Q K^T (K via ldmatrix), the running row max and sum in
 //   base 2, P packed to T in registers as the A operand of O += P V (V via ldmatrix.trans).

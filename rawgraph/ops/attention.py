@@ -12,7 +12,7 @@ import numpy as np
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
-from rawgraph.symbols import Symbols, cdiv, smin
+from rawgraph.symbols import Symbols, cdiv, smax, smin
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
            "const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, "
@@ -79,6 +79,16 @@ def row_splits(length: int, splits: int) -> int:
     per = max(-(-length // splits), min(-(-length // SHORT_SPLITS), LONG_SPLIT))
     per = -(-per // SPLIT_ALIGN) * SPLIT_ALIGN
     return -(-length // per)
+
+
+def grid_splits(max_len: Any, splits: int) -> Any:
+    """Split blocks per (row, kv head) to launch when no row is longer than `max_len` (an
+    int, or a symbol: the grid follows it when patched): at least `row_splits(len, splits)`
+    for every len <= max_len (which does not grow monotonically with len), and no more than
+    a short context needs (16 at most up to SHORT_SPLITS * LONG_SPLIT tokens, so the
+    combine does not read empty splits)."""
+    short = smin(SHORT_SPLITS, cdiv(max_len, SPLIT_ALIGN))  # rows <= 4096 tokens
+    return smin(splits, smax(short, cdiv(max_len, LONG_SPLIT)))  # longer: >= 256 each
 
 
 def decode_splits(units: int, resident: int) -> int:
@@ -157,9 +167,9 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
     row: nothing written). Each row cuts its context into `row_splits(len, splits)` splits
     of its own (default `default_splits` for this batch), a block each per kv head, then a
-    combine. `max_len` (int or symbol) bounds every length:
-    min(splits, ceil(max_len / 64)) splits run, which is what a graph patches as contexts
-    grow; results do not depend on it. workspace: workspace_floats(batch, q_heads, D,
+    combine. `max_len` (int or symbol) bounds every length: `grid_splits(max_len, splits)`
+    split blocks run, which is what a graph patches as contexts grow; results do not depend
+    on it. workspace: workspace_floats(batch, q_heads, D,
     splits) float32.
     """
     if getattr(q, "ndim", 0) != 3:
@@ -185,7 +195,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
         raise ValueError(f"workspace must be float32 with at least {need} elements "
                          f"(workspace_floats(...)); got {getattr(workspace, 'size', '?')}")
-    n_splits = smin(splits, cdiv(max_len, SPLIT_ALIGN))
+    n_splits = grid_splits(max_len, splits)
     s = scale if scale is not None else d**-0.5
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,
                          (q, k_cache, v_cache, block_tables, seq_lens, seq_slots, workspace,

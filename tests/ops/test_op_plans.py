@@ -11,6 +11,7 @@ from rawgraph.ops.attention import (
     SPLIT_ALIGN,
     SPLIT_WAVES,
     decode_splits,
+    grid_splits,
     row_splits,
 )
 from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
@@ -107,6 +108,21 @@ def test_a_row_takes_16_splits_up_to_4096_tokens_then_splits_of_at_least_256():
                 assert got == -(-n // per)
             if n > SHORT_SPLITS * LONG_SPLIT:  # splits of at least LONG_SPLIT tokens
                 assert got <= -(-n // LONG_SPLIT)
+
+
+def test_the_grid_covers_every_row_and_launches_no_more_than_short_rows_need():
+    # grid.y for rows up to max_len: every shorter row's splits fit (row_splits is not
+    # monotonic: 1024 tokens take 16 splits of 64, 1025 take 9 of 128); up to 4096 tokens at
+    # most 16 (the combine reads every launched split), as with a cap of 16
+    for splits in (1, 3, 6, 12, 16, 24, 32, 48):
+        most = 0
+        for n in range(1, 20000, 37):
+            most = max(most, row_splits(n, splits))
+            g = grid_splits(n, splits)
+            assert most <= g <= min(splits, -(-n // SPLIT_ALIGN))
+            if n <= SHORT_SPLITS * LONG_SPLIT:
+                assert g == min(splits, 16, -(-n // SPLIT_ALIGN))
+    assert [grid_splits(n, 48) for n in (1024, 4096, 8192, 16384, 32768)] == [16, 16, 32, 48, 48]
 
 
 def test_array_checks_dtype_shape_and_contiguity():
