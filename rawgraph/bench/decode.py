@@ -36,7 +36,7 @@ from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 from rawgraph.ops.sampling import SamplingParams
 
-BATCHES = (1, 8, 16, 32, 64)
+BATCHES = (1, 8, 16, 32, 64, 128)
 CONTEXTS = (1024, 4096)
 EXTRA = ((64, 2048),)
 # judged on the engine's decode step: `overlapped` (Engine launches each step before it reads

@@ -165,7 +165,7 @@ class Model:
         and its file from `files`, tensor name -> file, when given)."""
         if not 1 <= max_batch <= DECODE_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
-                             f"rows (the GEMV and skinny GEMM paths)")
+                             f"rows")
         if not 1 <= max_chunk_seqs <= min(max_batch, DECODE_ROWS) or max_chunk < 1:
             raise ValueError(f"max_chunk = {max_chunk}, max_chunk_seqs = {max_chunk_seqs}: need "
                              f"max_chunk >= 1 and 1 <= max_chunk_seqs <= max_batch")

@@ -75,6 +75,34 @@ def test_batched_chunks_and_steps_each_match_the_reference(stream):
     model.close()
 
 
+def test_decode_steps_past_64_rows_follow_the_reference(stream):
+    # 100 rows: the projections take the tiled GEMM (past the skinny GEMM's 64), one graph
+    # bucket of 128 (and eagerly, the same launches); every row's logits against its own
+    # float reference
+    from rawgraph.engine.runner import Runner
+    from rawgraph.ops.linear import path
+
+    cfg = preset("tiny")
+    tensors = random_weights(cfg, 15)
+    w = float_weights(cfg, tensors)
+    rng = np.random.default_rng(2)
+    rows = 100
+    prompts = [[int(t) for t in rng.integers(0, cfg.vocab, 2 + s % 4)] for s in range(rows)]
+    nxt = [int(t) for t in rng.integers(0, cfg.vocab, rows)]
+    want = [forward(cfg, w, np.array([*p, t]), KVState())[-1] for p, t in zip(prompts, nxt)]
+    assert path(rows, cfg.hidden) == "gemm"
+    model = Model(cfg, tensors, max_batch=128, max_context=32, max_chunk=512,
+                  max_chunk_seqs=128)
+    model.prefill([PrefillPiece(s, p, 0) for s, p in enumerate(prompts)], stream)
+    runner = Runner(model, buckets=[128], chunks=[512])
+    runner.run([], list(range(rows)), nxt)
+    for r in range(rows):
+        err = _err(_logits(model.dec["logits"], r, cfg.dtype), want[r])
+        assert err < TOL[cfg.dtype], f"row {r}: max error {err:.3g} of the logits' scale"
+    runner.close()
+    model.close()
+
+
 def test_few_layer_1b_shaped_logits(stream):
     cfg = preset("llama-1b").replace(layers=2, dtype="bfloat16")
     tensors = random_weights(cfg, 14)
