@@ -14,6 +14,9 @@ numbers are launch, patch and capture costs, not kernel time.
 from __future__ import annotations
 
 import itertools
+import statistics
+import time
+from collections.abc import Callable
 from typing import Any
 
 import cupy
@@ -41,6 +44,21 @@ def _chain(nodes: int, every: int, S: Symbols, bufs: list, stream: Any) -> Graph
             src, dst = (x0, x1) if i % 2 == 0 else (x1, x0)
             ops.add(src, a, dst, S.n if i % every == 0 else N, stream=stream, symbols=S)
     return cap.graph
+
+
+def _paired_us(fa: Callable[[], Any], fb: Callable[[], Any], calls: int = 2000,
+               batches: int = 15) -> tuple[float, float]:
+    """(median host us of fa, median of fa - fb), from batches of each in turn: the host's
+    speed drifts by up to 2x between processes and moments, so a difference from adjacent
+    batches says more than two medians taken apart."""
+    def batch(fn: Callable[[], Any]) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) / calls * 1e6
+    batch(fa), batch(fb)  # warm-up
+    pairs = [(batch(fa), batch(fb)) for _ in range(batches)]
+    return statistics.median(a for a, _ in pairs), statistics.median(a - b for a, b in pairs)
 
 
 def _bare_recapture(nodes: int, bufs: list, n: int, stream: Any) -> None:
@@ -109,10 +127,13 @@ def run(sizes: tuple[int, ...] = (50, 200, 1000)) -> list[dict[str, Any]]:
     prog = ex._programs[("n",)]
     row("  the patch program (checks, pack, SetParams)", host_us(
         lambda: prog({"n": next(values)}), calls=2000, batches=15), "us")
-    raw_set = host_us(lambda: driver.cuGraphExecKernelNodeSetParams(ex.handle, node.handle,
-                                                                     node.params),
-                      calls=2000, batches=15)
+    def set_alone() -> None:
+        driver.cuGraphExecKernelNodeSetParams(ex.handle, node.handle, node.params)
+
+    raw_set = host_us(set_alone, calls=2000, batches=15)
     row("  cuGraphExecKernelNodeSetParams alone (prebuilt params)", raw_set, "us", 200)
+    _, own = _paired_us(lambda: ex.set(n=next(values)), set_alone)
+    row("  ex.set minus SetParams alone (paired batches)", own, "us", 200)
     ex.close()
     g.close()
 
