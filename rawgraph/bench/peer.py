@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "torch_reference.p
 
 def missing() -> str | None:
     """Why the peer cannot run here, or None when it can."""
+    if os.environ.get("RAWGRAPH_NO_PEER"):  # an A/B of two rawgraph versions needs no peer
+        return "RAWGRAPH_NO_PEER is set"
     if not SCRIPT.is_file():
         return f"{SCRIPT} not found (a source checkout has it)"
     if importlib.util.find_spec("torch") is None:
