@@ -34,6 +34,8 @@ def test_a_missing_script_or_torch_is_a_reason_not_an_error(tmp_path, monkeypatc
     monkeypatch.setattr(peer, "SCRIPT", peer.Path(__file__))
     monkeypatch.setattr(peer.importlib.util, "find_spec", lambda name: None)
     assert peer.measure("decode", [(1, 1024)])[1] == "torch is not importable"
+    monkeypatch.setenv("RAWGRAPH_NO_PEER", "1")  # asked not to run: said so, nothing run
+    assert peer.measure("decode", [(1, 1024)]) == ([], "RAWGRAPH_NO_PEER is set")
 
 
 def test_the_repository_has_the_script():
