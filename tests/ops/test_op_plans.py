@@ -20,7 +20,9 @@ from rawgraph.ops.linear import (
     SKINNY_ROWS,
     gemm_smem,
     gemm_tile,
+    skinny90_smem,
     skinny_cluster,
+    skinny_launch,
     takes_skinny,
 )
 
@@ -69,6 +71,19 @@ def test_skinny_cluster_fills_the_sms():
     assert skinny_cluster(2048, 64) == 1  # one k tile: nothing to split
     for n in range(SKINNY_ROWS, 40000, 1000):
         assert skinny_cluster(n, 4096) in (1, 2, 4)
+
+
+def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_two_blocks_an_sm():
+    # x tiles of 32 and 64 rows; the ring, barriers and sums of two blocks fit one SM's
+    # 228 KiB (1 KiB of each block reserved by the runtime), as __launch_bounds__(160, 2) says
+    for rows, mx in ((9, 32), (17, 32), (32, 32), (33, 64), (64, 64)):
+        kernel, blocks, threads, smem, got = skinny_launch("bfloat16", rows, 4096, 4096, True)
+        assert got == mx and kernel.name.startswith(f"skinny90_bf16_x{mx}")
+        assert threads == 160 and smem == skinny90_smem(mx)
+        assert blocks == 64 * skinny_cluster(4096, 4096)
+        assert 2 * (smem + 1024) <= 228 * 1024
+    kernel, blocks, threads, smem, mx = skinny_launch("float16", 40, 2048, 2048, False)
+    assert kernel.name == "skinny_f16_c4" and (blocks, threads, mx) == (128, 256, 0)
 
 
 def test_gemm_tile_weighs_tile_speed_against_the_last_wave():
