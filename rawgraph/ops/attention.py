@@ -169,8 +169,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     of its own (default `default_splits` for this batch), a block each per kv head, then a
     combine. `max_len` (int or symbol) bounds every length: `grid_splits(max_len, splits)`
     split blocks run, which is what a graph patches as contexts grow; results do not depend
-    on it. workspace: workspace_floats(batch, q_heads, D,
-    splits) float32.
+    on it. workspace: workspace_floats(batch, q_heads, D, splits) float32.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (batch, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
