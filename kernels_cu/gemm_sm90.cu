@@ -29,20 +29,13 @@
 //   Patchable: m with the grid (cdiv(m, BM) * cdiv(n, BN) blocks, m <= rows of x); the
 //   descriptors fix x's and w's addresses, n and k.
 #include "tma.cuh"
+#include "wgmma.cuh"
 
 namespace {
 
 // k per tile: a TMA box row of 64 elements = 128 bytes, the 128-byte swizzle's width; ring
 // slots (rawgraph.ops.linear: GEMM_STAGES)
 constexpr int kBK = 64, kStages = 4;
-
-// Matrix descriptor of a K-major operand tile in shared memory with the 128-byte swizzle:
-// start address, leading byte offset (unused for this layout: 1), stride byte offset (8 rows
-// of 128 bytes: 1024), swizzle mode 1 (128 B) in bits 62-63; addresses in 16-byte units.
-__device__ __forceinline__ unsigned long long descriptor(const void* p) {
-  const unsigned long long addr = rg::smem_addr(p);
-  return ((addr & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
-}
 
 // D (64 x 128, fp32: 64 registers per thread) += A (64 x 16) * B (16 x 128), both K-major in
 // shared memory. Inline PTX has no register arrays: the operand list is spelled out, once.
@@ -82,16 +75,6 @@ template <> struct Wgmma<__nv_bfloat16> {
   }
 };
 #undef RG_WGMMA_M64N128K16
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wgmma_wait() {  // at most N groups in flight
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
 
 constexpr int kGroup = 8;  // row tiles a group of blocks shares (the grid's order)
 
@@ -146,18 +129,18 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
     rg::mbar_wait(&full[s], (t / S) & 1);
     const char* a = ring + s * kStage + wg * 64 * kBK * 2;
     const char* b = ring + s * kStage + kA;
-    wgmma_fence();
+    rg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk)
 #pragma unroll
       for (int h = 0; h < NB; ++h)
-        Wgmma<T>::run(acc[h], descriptor(a + kk * 32),
-                      descriptor(b + h * 128 * kBK * 2 + kk * 32));
-    wgmma_commit();
-    wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
+        Wgmma<T>::run(acc[h], rg::desc128(a + kk * 32),
+                      rg::desc128(b + h * 128 * kBK * 2 + kk * 32));
+    rg::wgmma_commit();
+    rg::wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
     if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % S]);
   }
-  wgmma_wait<0>();
+  rg::wgmma_wait<0>();
 
   const int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, g = lane >> 2, tq = lane & 3;
 #pragma unroll

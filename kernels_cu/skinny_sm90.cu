@@ -31,6 +31,7 @@
 //   addresses, n and k.
 #include "cluster.cuh"
 #include "tma.cuh"
+#include "wgmma.cuh"
 
 namespace {
 
@@ -38,14 +39,6 @@ constexpr int kRows = 64, kBK = 64;  // W rows a block; k per tile (one 128-byte
 constexpr int kThreads = 160;        // a consumer warpgroup and a producer warp
 // ring slots per x tile (ops.linear: SKINNY90_STAGES)
 template <int MX> __host__ __device__ constexpr int stages() { return MX == 32 ? 8 : 5; }
-
-// Matrix descriptor of a K-major operand tile in shared memory with the 128-byte swizzle (as
-// gemm_sm90.cu): start address, leading byte offset 1 (unused), stride byte offset 1024 (8
-// rows of 128 bytes), swizzle mode 1 (128 B); addresses in 16-byte units.
-__device__ __forceinline__ unsigned long long descriptor(const void* p) {
-  const unsigned long long addr = rg::smem_addr(p);
-  return ((addr & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
-}
 
 // D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N), both K-major in shared
 // memory. Inline PTX has no register arrays: each N's operand list is spelled out.
@@ -96,16 +89,6 @@ template <> struct Wgmma<__nv_bfloat16, 64> {
 #undef RG_WGMMA_N64
 #undef RG_WGMMA_N32
 #undef RG_D16
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wgmma_wait() {  // at most N groups in flight
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
 
 template <typename T, int MX, int CS>
 __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual,
@@ -164,15 +147,15 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
       const int s = t % kStages;
       rg::mbar_wait(&full[s], (t / kStages) & 1);
       const char* a = ring + s * kStage;
-      wgmma_fence();
+      rg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk)
-        Wgmma<T, MX>::run(acc, descriptor(a + kk * 32), descriptor(a + kW + kk * 32));
-      wgmma_commit();
-      wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
+        Wgmma<T, MX>::run(acc, rg::desc128(a + kk * 32), rg::desc128(a + kW + kk * 32));
+      rg::wgmma_commit();
+      rg::wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
       if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % kStages]);
     }
-    wgmma_wait<0>();
+    rg::wgmma_wait<0>();
     // fragment j (of MX / 8), half hi, element e of lane (g, tq) in warp q: W row
     // 16 q + g + 8 hi, x row 8 j + 2 tq + e
     const int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
