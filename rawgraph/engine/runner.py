@@ -273,7 +273,9 @@ class Runner(Launched):
             else:
                 m.launch_prefill(n, seqs, max_q_len, ps, chunk=c)
         st.host_us = (time.perf_counter() - t0) * 1e6
-        parity = (m.kv.tables.lens[np.asarray(slots, np.int64)] - 1) & 1 if slots else None
+        # each row's half of its token pair: the parity of its position (the lengths the step's
+        # record took; nothing since has grown them)
+        parity = (self._last_step.lens - 1) & 1 if slots else None
         p = Pending(list(pieces), len(slots), parity, done, st, t0)
         if slots:
             self._unread.append(p)
