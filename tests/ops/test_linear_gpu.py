@@ -1,6 +1,8 @@
 """The decode projections: linear on the GEMV and skinny-GEMM paths, gate_up_silu (also of
 rmsnorm(x)), the residual in place and symbolic rows in a graph, refused input."""
 
+import importlib
+
 import cupy
 import numpy as np
 import pytest
@@ -96,8 +98,8 @@ def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
 @pytest.fixture
 def wgmma_skinny(monkeypatch):
     """The skinny GEMM on wgmma and TMA (skinny_sm90.cu) instead of skinny.cu."""
-    from rawgraph.ops import linear as linear_module
-
+    # `rawgraph.ops.linear` the attribute is the function; the module is in sys.modules
+    linear_module = importlib.import_module("rawgraph.ops.linear")
     if not linear_module.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
     monkeypatch.setattr(linear_module, "WGMMA_SKINNY", True)
