@@ -15,6 +15,7 @@ against a copy that moves as many bytes as they do, since a copy of 33 MB does n
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,10 +33,12 @@ from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
 from rawgraph.memory.paged import PagedKVCache
-from rawgraph.ops import linear as linear_module
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import hopper, takes_skinny
+
+# the module (the package's attribute `linear` is the function), for its WGMMA_SKINNY switch
+linear_module = importlib.import_module("rawgraph.ops.linear")
 
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
 F16 = np.float16
