@@ -126,9 +126,10 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
 
 
 @contextlib.contextmanager
-def _wgmma_skinny() -> Iterator[None]:
-    """The skinny GEMM on wgmma and TMA (skinny_sm90.cu) while the block runs."""
-    was, linear_module.WGMMA_SKINNY = linear_module.WGMMA_SKINNY, True
+def _wgmma_skinny(on: bool) -> Iterator[None]:
+    """The skinny GEMM on wgmma and TMA (skinny_sm90.cu, on) or mma.sync (skinny.cu) while the
+    block runs."""
+    was, linear_module.WGMMA_SKINNY = linear_module.WGMMA_SKINNY, on
     try:
         yield
     finally:
@@ -232,11 +233,11 @@ def run(only: str = "") -> list[dict[str, Any]]:
                 kind = "skinny" if takes_skinny(m, n) else "gemv"
                 nbytes = 2 * (n * k + m * (k + n))
                 row(f"{kind} {model} {name}", f"{n}x{k}", m, us, nbytes, 85 if big else 0)
-                if kind == "skinny" and hopper():  # the wgmma kernel beside it (issue #28)
-                    with _wgmma_skinny():
+                if kind == "skinny" and hopper():  # skinny.cu beside the wgmma kernel (#28)
+                    with _wgmma_skinny(False):
                         w_us = _gemv_us(ws, x[:m], y[:m], s)
-                    rows[-1].update({"wgmma us": w_us,
-                                     "wgmma % floor": 100 * nbytes / w_us / 1e3 / floor})
+                    rows[-1].update({"mma.sync us": w_us,
+                                     "mma.sync % floor": 100 * nbytes / w_us / 1e3 / floor})
                 if big:
                     with programmatic(True):
                         chained = _gemv_us(ws, x[:m], y[:m], s)

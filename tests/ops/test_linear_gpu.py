@@ -95,14 +95,16 @@ def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
     assert (cupy.asnumpy(normed.view(np.uint16)) == POISON[dtype]).all() == gemv
 
 
-@pytest.fixture
-def wgmma_skinny(monkeypatch):
-    """The skinny GEMM on wgmma and TMA (skinny_sm90.cu) instead of skinny.cu."""
+@pytest.fixture(params=["wgmma", "mma.sync"])
+def skinny_kernel(request, monkeypatch):
+    """Both skinny GEMMs: Hopper's on wgmma and TMA (skinny_sm90.cu), and skinny.cu
+    (mma.sync), which other GPUs take."""
     # `rawgraph.ops.linear` the attribute is the function; the module is in sys.modules
     linear_module = importlib.import_module("rawgraph.ops.linear")
-    if not linear_module.hopper():
+    wgmma = request.param == "wgmma"
+    if wgmma and not linear_module.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
-    monkeypatch.setattr(linear_module, "WGMMA_SKINNY", True)
+    monkeypatch.setattr(linear_module, "WGMMA_SKINNY", wgmma)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -110,7 +112,7 @@ def wgmma_skinny(monkeypatch):
                                            (64, 3072, 2048), (33, 1000, 520), (20, 136, 64),
                                            (12, 16400, 264), (64, 16392, 256)])
 @pytest.mark.parametrize("fused", [False, True])
-def test_linear_skinny_on_wgmma(stream, rng, wgmma_skinny, dtype, m, n, k, fused):
+def test_linear_skinny(stream, rng, skinny_kernel, dtype, m, n, k, fused):
     # x tiles of 32 and 64 rows (m below the tile: its other rows are not stored), clusters
     # of 1, 2 and 4 splitting k (a rank with fewer k tiles than the others), n and k past
     # whole boxes (zero-filled by the TMA)
@@ -143,7 +145,7 @@ def test_linear_in_place_residual_and_symbolic_rows(stream, rng, n, k, rows):
                                rtol=2 * ULP["float16"], atol=2 * ULP["float16"])
 
 
-def test_skinny_on_wgmma_replays_the_eager_bits_with_rows_patched(stream, rng, wgmma_skinny):
+def test_skinny_replays_the_eager_bits_with_rows_patched(stream, rng, skinny_kernel):
     test_linear_in_place_residual_and_symbolic_rows(stream, rng, 4224, 264, 40)
     test_linear_in_place_residual_and_symbolic_rows(stream, rng, 2048, 2048, 64)
 
