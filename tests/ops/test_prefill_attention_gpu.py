@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rawgraph import Range, Symbols, capture, ops
+from rawgraph.cuda.stream import new_stream
 from rawgraph.ops import reference as ref
 from tests.helpers import DTYPES, POISON, host, paged_cache, poisoned, randn
 
@@ -25,9 +26,12 @@ def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs):
     q, qh = randn(rng, (int(cu[-1]), q_heads, d), dtype)
     out = poisoned(q.shape, dtype)
     slots = np.array([s for s, _ in seqs], np.int32)
+    # every input on the device before the kernel's stream starts: the copies CuPy makes on
+    # the current stream are not ordered with a non-blocking stream
+    cu_d, slots_d = cupy.asarray(cu), cupy.asarray(slots)
     cupy.cuda.Device().synchronize()
-    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cupy.asarray(cu),
-                          cupy.asarray(slots), out, max(n for _, n in seqs), stream=stream)
+    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu_d, slots_d, out,
+                          max(n for _, n in seqs), stream=stream)
     stream.synchronize()
     want = ref.prefill_attention(qh, kh, vh, kv.tables.table, kv.tables.lens, cu, slots,
                                  d**-0.5)
@@ -52,10 +56,10 @@ def test_prefill_attention_varlen_and_chunked(stream, rng, dtype, q_heads, kv_he
        frac=st.floats(0.01, 1.0), d=st.sampled_from([64, 128]),
        group=st.sampled_from([1, 4, 8]), dtype=st.sampled_from(DTYPES))
 def test_prefill_attention_random_lengths(lens, frac, d, group, dtype):
-    stream = cupy.cuda.Stream(non_blocking=True)
     seqs = [(i, max(1, int(n * frac))) for i, n in enumerate(lens)]
-    _prefill_case(stream, np.random.default_rng(sum(lens)), dtype, 2 * group, 2, d,
-                  dict(enumerate(lens)), seqs)
+    with new_stream() as stream:  # current: the inputs are made on it
+        _prefill_case(stream, np.random.default_rng(sum(lens)), dtype, 2 * group, 2, d,
+                      dict(enumerate(lens)), seqs)
 
 
 def test_prefill_attention_grid_is_patched(stream, rng):
