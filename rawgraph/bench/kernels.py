@@ -37,7 +37,7 @@ from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import hopper, takes_skinny
 
-# the module (the package's attribute `linear` is the function), for its WGMMA_SKINNY switch
+# the module (the package's attribute `linear` is the function), for WGMMA_SKINNY_FROM
 linear_module = importlib.import_module("rawgraph.ops.linear")
 
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
@@ -127,13 +127,14 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
 
 @contextlib.contextmanager
 def _wgmma_skinny(on: bool) -> Iterator[None]:
-    """The skinny GEMM on wgmma and TMA (skinny_sm90.cu, on) or mma.sync (skinny.cu) while the
-    block runs."""
-    was, linear_module.WGMMA_SKINNY = linear_module.WGMMA_SKINNY, on
+    """Every skinny GEMM on wgmma and TMA (skinny_sm90.cu, on) or on mma.sync (skinny.cu)
+    while the block runs."""
+    was = linear_module.WGMMA_SKINNY_FROM
+    linear_module.WGMMA_SKINNY_FROM = 1 if on else linear_module.SKINNY_ROWS + 1
     try:
         yield
     finally:
-        linear_module.WGMMA_SKINNY = was
+        linear_module.WGMMA_SKINNY_FROM = was
 
 
 def _attention(rows: list, row: Callable, s: Any) -> None:
@@ -233,11 +234,12 @@ def run(only: str = "") -> list[dict[str, Any]]:
                 kind = "skinny" if takes_skinny(m, n) else "gemv"
                 nbytes = 2 * (n * k + m * (k + n))
                 row(f"{kind} {model} {name}", f"{n}x{k}", m, us, nbytes, 85 if big else 0)
-                if kind == "skinny" and hopper():  # skinny.cu beside the wgmma kernel (#28)
-                    with _wgmma_skinny(False):
-                        w_us = _gemv_us(ws, x[:m], y[:m], s)
-                    rows[-1].update({"mma.sync us": w_us,
-                                     "mma.sync % floor": 100 * nbytes / w_us / 1e3 / floor})
+                if kind == "skinny" and hopper():  # both skinny GEMMs (issue #28)
+                    for on, name in ((True, "wgmma"), (False, "mma.sync")):
+                        with _wgmma_skinny(on):
+                            alt = _gemv_us(ws, x[:m], y[:m], s)
+                        rows[-1].update({f"{name} us": alt,
+                                         f"{name} % floor": 100 * nbytes / alt / 1e3 / floor})
                 if big:
                     with programmatic(True):
                         chained = _gemv_us(ws, x[:m], y[:m], s)

@@ -47,11 +47,15 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gem
 TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
-# x-row tiles of 32 or 64 rows, rings of SKINNY90_STAGES[tile] slots (two blocks an SM). On
-# the H200 it is ahead of skinny.cu (mma.sync) on every LLaMA weight at 16 to 64 rows (us, 32
-# rows: 8B qkv 17.5 vs 26.9, down 33.1 vs 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300);
-# False takes skinny.cu on Hopper too (the bench's and the tests' comparison).
-WGMMA_SKINNY = True
+# x-row tiles of 32 or 64 rows, rings of SKINNY90_STAGES[tile] slots (two blocks an SM), for
+# WGMMA_SKINNY_FROM rows and more; fewer (9 to 16 rows through a wide weight) take skinny.cu.
+# Alone it is ahead of skinny.cu on every LLaMA weight at 16 to 64 rows (H200, us at 32 rows:
+# 8B qkv 17.5 vs 26.9, down 33.1 vs 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300), and the
+# 8B decode step at 32 rows takes 6.11 ms instead of 8.01. But at 16 rows, where it serves
+# only gate_up and the LM head between 16-row GEMVs, the 8B step took 6.53 ms against 5.89
+# with skinny.cu (contexts 1024 and 4096 alike; 1B even): not yet understood (NOTES.md).
+# Set to SKINNY_ROWS + 1 for skinny.cu on every row count, to 1 for wgmma on every one.
+WGMMA_SKINNY_FROM = 17
 SKINNY90_ROWS, SKINNY90_STAGES, SKINNY90_THREADS = (32, 64), {32: 8, 64: 5}, 160
 SKINNY90 = {(dt, mx, c): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else ""),
                                 _SIG90.format(t=t))
@@ -207,8 +211,8 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
                       symbols=symbols)
     elif kind == "skinny":
-        kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k,
-                                                          WGMMA_SKINNY and hopper())
+        wgmma = top >= WGMMA_SKINNY_FROM and hopper()
+        kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k, wgmma)
         a, b = (tile_map(x.data.ptr, cap, k, dt, mx), tile_map(w.data.ptr, n, k, dt, SKINNY_ROWS)
                 ) if mx else (x, w)
         kernel.launch(blocks, threads, (a, b, residual, y, m, n, k), stream, smem=smem,

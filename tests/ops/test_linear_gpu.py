@@ -104,7 +104,8 @@ def skinny_kernel(request, monkeypatch):
     wgmma = request.param == "wgmma"
     if wgmma and not linear_module.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
-    monkeypatch.setattr(linear_module, "WGMMA_SKINNY", wgmma)
+    monkeypatch.setattr(linear_module, "WGMMA_SKINNY_FROM",
+                        1 if wgmma else linear_module.SKINNY_ROWS + 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
