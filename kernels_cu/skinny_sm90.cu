@@ -1,9 +1,9 @@
-// skinny_sm90.cu: y = x W^T (+ residual) for up to 64 rows of x (decode batches) on Hopper's
+// skinny_sm90.cu: y = x W^T (+ residual) for up to 128 rows of x (decode batches) on Hopper's
 // warpgroup tensor cores (wgmma), W and x brought by the tensor memory accelerator (TMA);
 // compiled for sm_90a. The same contract as skinny.cu, whose cp.async ring streams W at
 // about half the copy rate (benchmarks/NOTES.md, "Skinny GEMM").
 //
-//   extern "C" skinny90_{f16,bf16}_x{32,64}[_c2|_c4](
+//   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4](
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (MX, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (64, 64); both 128-byte swizzle
@@ -12,15 +12,15 @@
 //       int m, int n, int k) // m <= MX; k % 8 == 0
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
-//   W is the M side of wgmma.m64nMXk16 and x the N side (MX = 32 or 64 rows of x): a block
-//   owns 64 rows of W and every row of x, so W is read from DRAM once. One consumer
+//   W is the M side of wgmma.m64nMXk16 and x the N side (MX = 32, 64 or 128 rows of x): a
+//   block owns 64 rows of W and every row of x, so W is read from DRAM once. One consumer
 //   warpgroup issues the MMAs from shared memory (both operands K-major through matrix
 //   descriptors); one producer warp's lane 0 issues each k tile's two TMA boxes (64 W rows
 //   and MX x rows, 64 elements = 128 bytes wide) into a ring of S slots with `full`
 //   (bytes landed) and `empty` (consumers done) barriers, as gemm_sm90.cu does. Under PDL
 //   the first S boxes of W are requested before griddepcontrol.wait (W is no earlier
-//   kernel's output), x's after it. S = 8 slots for MX = 32, 5 for 64: two blocks an SM,
-//   with 128 or 80 KiB of W in flight per SM.
+//   kernel's output), x's after it. S = 8 slots for MX = 32, 5 for 64, 3 for 128: two blocks
+//   an SM, with 128, 80 or 48 KiB of W in flight per SM (x's boxes take the rest).
 //   _c2, _c4: a cluster of 2 or 4 blocks shares the 64 W rows, block r taking k tiles r,
 //   r + C, ... Every block leaves its 64 x MX sums in shared memory; block r then finishes
 //   outputs [r, r + 1) * 64 MX / C, adding the blocks' sums (distributed shared memory) in
@@ -38,7 +38,9 @@ namespace {
 constexpr int kRows = 64, kBK = 64;  // W rows a block; k per tile (one 128-byte box row)
 constexpr int kThreads = 160;        // a consumer warpgroup and a producer warp
 // ring slots per x tile (ops.linear: SKINNY90_STAGES)
-template <int MX> __host__ __device__ constexpr int stages() { return MX == 32 ? 8 : 5; }
+template <int MX> __host__ __device__ constexpr int stages() {
+  return MX == 32 ? 8 : MX == 64 ? 5 : 3;
+}
 
 // D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N), both K-major in shared
 // memory. Inline PTX has no register arrays: each N's operand list is spelled out.
@@ -62,6 +64,16 @@ template <typename T, int N> struct Wgmma;
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
       "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
       : RG_D16(0), RG_D16(16) : "l"(a), "l"(b), "r"(1))
+#define RG_WGMMA_N128(TYPE) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+      : RG_D16(0), RG_D16(16), RG_D16(32), RG_D16(48) : "l"(a), "l"(b), "r"(1))
 template <> struct Wgmma<__half, 32> {
   static __device__ __forceinline__ void run(float (&d)[16], unsigned long long a,
                                              unsigned long long b) {
@@ -86,6 +98,19 @@ template <> struct Wgmma<__nv_bfloat16, 64> {
     RG_WGMMA_N64("bf16");
   }
 };
+template <> struct Wgmma<__half, 128> {
+  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
+                                             unsigned long long b) {
+    RG_WGMMA_N128("f16");
+  }
+};
+template <> struct Wgmma<__nv_bfloat16, 128> {
+  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
+                                             unsigned long long b) {
+    RG_WGMMA_N128("bf16");
+  }
+};
+#undef RG_WGMMA_N128
 #undef RG_WGMMA_N64
 #undef RG_WGMMA_N32
 #undef RG_D16
@@ -261,4 +286,40 @@ skinny90_bf16_x64_c4(const __grid_constant__ TensorMap xmap,
                      const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
                      __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 64, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_f16_x128(const __grid_constant__ TensorMap xmap,
+                  const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
+                  int m, int n, int k) {
+  skinny90_impl<__half, 128, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x128_c2(const __grid_constant__ TensorMap xmap,
+                     const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
+                     int m, int n, int k) {
+  skinny90_impl<__half, 128, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x128_c4(const __grid_constant__ TensorMap xmap,
+                     const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
+                     int m, int n, int k) {
+  skinny90_impl<__half, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_bf16_x128(const __grid_constant__ TensorMap xmap,
+                   const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
+                   __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x128_c2(const __grid_constant__ TensorMap xmap,
+                      const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
+                      __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x128_c4(const __grid_constant__ TensorMap xmap,
+                      const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
+                      __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
 }

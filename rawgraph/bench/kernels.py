@@ -35,7 +35,8 @@ from rawgraph.graph.capture import capture
 from rawgraph.memory.paged import PagedKVCache
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.linear import hopper, takes_skinny
+from rawgraph.ops.linear import DECODE_ROWS, SKINNY_MAX, hopper
+from rawgraph.ops.linear import path as linear_path
 
 # the module (the package's attribute `linear` is the function), for WGMMA_SKINNY_FROM
 linear_module = importlib.import_module("rawgraph.ops.linear")
@@ -126,15 +127,17 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
 
 
 @contextlib.contextmanager
-def _wgmma_skinny(on: bool) -> Iterator[None]:
-    """Every skinny GEMM on wgmma and TMA (skinny_sm90.cu, on) or on mma.sync (skinny.cu)
-    while the block runs."""
-    was = linear_module.WGMMA_SKINNY_FROM
-    linear_module.WGMMA_SKINNY_FROM = 1 if on else linear_module.SKINNY_ROWS + 1
+def _skinny(wgmma: bool) -> Iterator[None]:
+    """Every skinny GEMM on wgmma and TMA (skinny_sm90.cu, to 128 rows) or on mma.sync
+    (skinny.cu, to 64) while the block runs."""
+    was = linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO
+    top = linear_module.SKINNY_MAX
+    linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO = \
+        (1, DECODE_ROWS) if wgmma else (top + 1, top)
     try:
         yield
     finally:
-        linear_module.WGMMA_SKINNY_FROM = was
+        linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO = was
 
 
 def _attention(rows: list, row: Callable, s: Any) -> None:
@@ -226,20 +229,23 @@ def run(only: str = "") -> list[dict[str, Any]]:
         for name, (n, k) in weights.items() if "gemv" in parts else ():
             copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
             ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
-            x = _rand((64, k), rng)
-            y = cupy.empty((64, n), np.float16)
-            for m in (1, 2, 4, 8, 16, 32, 64):  # 17 to 64: the skinny GEMM
+            x = _rand((DECODE_ROWS, k), rng)
+            y = cupy.empty((DECODE_ROWS, n), np.float16)
+            for m in (1, 2, 4, 8, 16, 32, 64, DECODE_ROWS):  # the decode step's row counts
                 us = _gemv_us(ws, x[:m], y[:m], s)
                 big = n * k >= 2048 * 8192 and m <= 8
-                kind = "skinny" if takes_skinny(m, n) else "gemv"
+                kind = linear_path(m, n)
                 nbytes = 2 * (n * k + m * (k + n))
                 row(f"{kind} {model} {name}", f"{n}x{k}", m, us, nbytes, 85 if big else 0)
-                if kind == "skinny" and hopper():  # both skinny GEMMs (issue #28)
-                    for on, name in ((True, "wgmma"), (False, "mma.sync")):
-                        with _wgmma_skinny(on):
-                            alt = _gemv_us(ws, x[:m], y[:m], s)
-                        rows[-1].update({f"{name} us": alt,
-                                         f"{name} % floor": 100 * nbytes / alt / 1e3 / floor})
+                # beside it both skinny GEMMs where they serve, the wgmma one alone past 64
+                # rows (its x tile of 128 rows against the tiled GEMM; issue #28)
+                alts = () if not hopper() or kind == "gemv" else \
+                    ((True, "wgmma"),) if m > SKINNY_MAX else ((True, "wgmma"), (False, "mma.sync"))
+                for on, label in alts:
+                    with _skinny(on):
+                        alt = _gemv_us(ws, x[:m], y[:m], s)
+                    rows[-1].update({f"{label} us": alt,
+                                     f"{label} % floor": 100 * nbytes / alt / 1e3 / floor})
                 if big:
                     with programmatic(True):
                         chained = _gemv_us(ws, x[:m], y[:m], s)

@@ -27,6 +27,7 @@ _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, i
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
+SKINNY_MAX = 64  # rows of x the skinny GEMM takes (skinny.cu; on Hopper WGMMA_SKINNY_TO)
 # the most rows a decode step takes: the GEMV to 16, the skinny GEMM to 64, the tiled GEMM
 # (the prefill path) beyond, whose row tiles of a column run side by side (W from L2 after
 # the first); the buckets of a server's batches 65 to 128
@@ -47,27 +48,33 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gem
 TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
-# x-row tiles of 32 or 64 rows, rings of SKINNY90_STAGES[tile] slots (two blocks an SM), for
+# x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES[tile] slots (two blocks an SM), for
 # WGMMA_SKINNY_FROM rows and more; fewer (9 to 16 rows through a wide weight) take skinny.cu.
 # Alone it is ahead of skinny.cu on every LLaMA weight at 16 to 64 rows (H200, us at 32 rows:
 # 8B qkv 17.5 vs 26.9, down 33.1 vs 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300), and the
 # 8B decode step at 32 rows takes 6.11 ms instead of 8.01. But at 16 rows, where it serves
 # only gate_up and the LM head between 16-row GEMVs, the 8B step took 6.53 ms against 5.89
 # with skinny.cu (contexts 1024 and 4096 alike; 1B even): not yet understood (NOTES.md).
-# Set to SKINNY_ROWS + 1 for skinny.cu on every row count, to 1 for wgmma on every one.
+# Set to SKINNY_MAX + 1 for skinny.cu on every row count, to 1 for wgmma on every one.
 WGMMA_SKINNY_FROM = 17
-SKINNY90_ROWS, SKINNY90_STAGES, SKINNY90_THREADS = (32, 64), {32: 8, 64: 5}, 160
+# The most rows the wgmma skinny GEMM takes: 128 sends 65 to 128 rows to its x tile of 128
+# rows (W read once, 3 ring slots) instead of the tiled GEMM, which is 0.87-0.93x PyTorch's
+# cuBLAS step at 128 rows. Compiled without spills, not yet run on the H200: 64 until its GPU
+# tests pass and `bench kernels --only gemv` shows it ahead (its "wgmma us" at 128 rows).
+WGMMA_SKINNY_TO = 64
+SKINNY90_ROWS, SKINNY90_STAGES, SKINNY90_THREADS = (32, 64, 128), {32: 8, 64: 5, 128: 3}, 160
 SKINNY90 = {(dt, mx, c): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else ""),
                                 _SIG90.format(t=t))
             for dt, (s, t) in KERNEL_TYPES.items() for mx in SKINNY90_ROWS for c in (1, 2, 4)}
 
 
 def takes_skinny(rows: int, n: int) -> bool:
-    """Whether `rows` (at most SKINNY_ROWS) rows of x through an n-row weight take the skinny
-    GEMM rather than the GEMV: from 17 rows always (at 32 rows it beat the GEMV's 32-row tile
-    on 10 of 12 LLaMA weights), from 9 for wide weights, whose many GEMV blocks each read all
-    of x (16 rows on the H200, us: 1B gate_up 26.4 vs 22.1 for the skinny GEMM at 32 rows;
-    8B gate_up 91.4 vs 72.8, LM head 384 vs 317; but 8B down_proj 37.4 vs 47.2)."""
+    """Whether `rows` rows of x (no more than the skinny GEMM takes) through an n-row weight
+    take the skinny GEMM rather than the GEMV: from 17 rows always (at 32 rows it beat the
+    GEMV's 32-row tile on 10 of 12 LLaMA weights), from 9 for wide weights, whose many GEMV
+    blocks each read all of x (16 rows on the H200, us: 1B gate_up 26.4 vs 22.1 for the
+    skinny GEMM at 32 rows; 8B gate_up 91.4 vs 72.8, LM head 384 vs 317; but 8B down_proj
+    37.4 vs 47.2)."""
     return rows > M_TILES[-1] or (rows > M_TILES[0] and n >= WIDE)
 
 
@@ -160,7 +167,7 @@ def operands(x: Any, w: Any, m: Any, m_max: int | None,
 def path(rows: int, n: int) -> str:
     """The kernel family for up to `rows` rows of x through an n-row weight: 'gemv',
     'skinny' or 'gemm'."""
-    if rows > SKINNY_ROWS:
+    if rows > SKINNY_MAX and not (rows <= WGMMA_SKINNY_TO and hopper()):
         return "gemm"
     return "skinny" if takes_skinny(rows, n) else "gemv"
 
@@ -211,7 +218,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
                       symbols=symbols)
     elif kind == "skinny":
-        wgmma = top >= WGMMA_SKINNY_FROM and hopper()
+        wgmma = hopper() and (top >= WGMMA_SKINNY_FROM or top > SKINNY_MAX)
         kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k, wgmma)
         a, b = (tile_map(x.data.ptr, cap, k, dt, mx), tile_map(w.data.ptr, n, k, dt, SKINNY_ROWS)
                 ) if mx else (x, w)

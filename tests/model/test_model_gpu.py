@@ -1,6 +1,8 @@
 """The GPU decoder against the NumPy reference: logits and greedy tokens after prefill chunks
 and decode steps, alone and batched; a few-layer 1B-shaped model; bad steps."""
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -75,13 +77,18 @@ def test_batched_chunks_and_steps_each_match_the_reference(stream):
     model.close()
 
 
-def test_decode_steps_past_64_rows_follow_the_reference(stream):
-    # 100 rows: the projections take the tiled GEMM (past the skinny GEMM's 64), one graph
-    # bucket of 128 (and eagerly, the same launches); every row's logits against its own
-    # float reference
+@pytest.mark.parametrize("kernel", ["gemm", "skinny"])
+def test_decode_steps_past_64_rows_follow_the_reference(stream, monkeypatch, kernel):
+    # 100 rows: the projections take the tiled GEMM (past the skinny GEMM's 64), or on
+    # Hopper the wgmma skinny GEMM's 128-row x tile where switched on; one graph bucket of
+    # 128 (and eagerly, the same launches); every row's logits against its own float reference
     from rawgraph.engine.runner import Runner
-    from rawgraph.ops.linear import path
 
+    linear = importlib.import_module("rawgraph.ops.linear")
+    if kernel == "skinny":
+        if not linear.hopper():
+            pytest.skip("the 128-row skinny GEMM is skinny_sm90.cu's (compute capability 9.0)")
+        monkeypatch.setattr(linear, "WGMMA_SKINNY_TO", 128)
     cfg = preset("tiny")
     tensors = random_weights(cfg, 15)
     w = float_weights(cfg, tensors)
@@ -90,7 +97,7 @@ def test_decode_steps_past_64_rows_follow_the_reference(stream):
     prompts = [[int(t) for t in rng.integers(0, cfg.vocab, 2 + s % 4)] for s in range(rows)]
     nxt = [int(t) for t in rng.integers(0, cfg.vocab, rows)]
     want = [forward(cfg, w, np.array([*p, t]), KVState())[-1] for p, t in zip(prompts, nxt)]
-    assert path(rows, cfg.hidden) == "gemm"
+    assert linear.path(rows, cfg.hidden) == kernel
     model = Model(cfg, tensors, max_batch=128, max_context=32, max_chunk=512,
                   max_chunk_seqs=128)
     model.prefill([PrefillPiece(s, p, 0) for s, p in enumerate(prompts)], stream)

@@ -105,7 +105,7 @@ def skinny_kernel(request, monkeypatch):
     if wgmma and not linear_module.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
     monkeypatch.setattr(linear_module, "WGMMA_SKINNY_FROM",
-                        1 if wgmma else linear_module.SKINNY_ROWS + 1)
+                        1 if wgmma else linear_module.SKINNY_MAX + 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -117,6 +117,27 @@ def test_linear_skinny(stream, rng, skinny_kernel, dtype, m, n, k, fused):
     # x tiles of 32 and 64 rows (m below the tile: its other rows are not stored), clusters
     # of 1, 2 and 4 splitting k (a rank with fewer k tiles than the others), n and k past
     # whole boxes (zero-filled by the TMA)
+    assert linear_path(m, n) == "skinny"
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
+
+
+@pytest.fixture
+def skinny_128(monkeypatch):
+    """65 to 128 rows through the wgmma skinny GEMM's 128-row x tile (WGMMA_SKINNY_TO)."""
+    linear_module = importlib.import_module("rawgraph.ops.linear")
+    if not linear_module.hopper():
+        pytest.skip("skinny_sm90.cu needs compute capability 9.0")
+    monkeypatch.setattr(linear_module, "WGMMA_SKINNY_TO", 128)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(65, 2048, 2048), (128, 6144, 4096), (100, 520, 8192),
+                                           (128, 3072, 2048), (97, 1000, 520), (77, 136, 64),
+                                           (128, 16392, 256)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_linear_skinny_to_128_rows(stream, rng, skinny_128, dtype, m, n, k, fused):
+    # the x tile of 128 rows (m below it: its other rows are not stored), clusters of 1, 2
+    # and 4, n and k past whole boxes
     assert linear_path(m, n) == "skinny"
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
 
@@ -149,6 +170,11 @@ def test_linear_in_place_residual_and_symbolic_rows(stream, rng, n, k, rows):
 def test_skinny_replays_the_eager_bits_with_rows_patched(stream, rng, skinny_kernel):
     test_linear_in_place_residual_and_symbolic_rows(stream, rng, 4224, 264, 40)
     test_linear_in_place_residual_and_symbolic_rows(stream, rng, 2048, 2048, 64)
+
+
+def test_skinny_128_replays_the_eager_bits_with_rows_patched(stream, rng, skinny_128):
+    test_linear_in_place_residual_and_symbolic_rows(stream, rng, 4224, 264, 100)
+    test_linear_in_place_residual_and_symbolic_rows(stream, rng, 2048, 2048, 128)
 
 
 def test_linear_rejects_bad_input(rng):

@@ -1,6 +1,7 @@
 """Launch planning of the ops, without a GPU: linear kernels, clusters and tiles; attention
 splits."""
 
+import importlib
 import math
 
 import pytest
@@ -25,6 +26,8 @@ from rawgraph.ops.linear import (
     skinny_launch,
     takes_skinny,
 )
+
+linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
 
 
 def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
@@ -74,9 +77,9 @@ def test_skinny_cluster_fills_the_sms():
 
 
 def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_two_blocks_an_sm():
-    # x tiles of 32 and 64 rows; the ring, barriers and sums of two blocks fit one SM's
+    # x tiles of 32, 64 and 128 rows; the ring, barriers and sums of two blocks fit one SM's
     # 228 KiB (1 KiB of each block reserved by the runtime), as __launch_bounds__(160, 2) says
-    for rows, mx in ((9, 32), (17, 32), (32, 32), (33, 64), (64, 64)):
+    for rows, mx in ((9, 32), (17, 32), (32, 32), (33, 64), (64, 64), (65, 128), (128, 128)):
         kernel, blocks, threads, smem, got = skinny_launch("bfloat16", rows, 4096, 4096, True)
         assert got == mx and kernel.name.startswith(f"skinny90_bf16_x{mx}")
         assert threads == 160 and smem == skinny90_smem(mx)
@@ -84,6 +87,22 @@ def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_two_blocks_an_sm():
         assert 2 * (smem + 1024) <= 228 * 1024
     kernel, blocks, threads, smem, mx = skinny_launch("float16", 40, 2048, 2048, False)
     assert kernel.name == "skinny_f16_c4" and (blocks, threads, mx) == (128, 256, 0)
+
+
+def test_65_to_128_rows_take_the_wgmma_skinny_gemm_only_where_switched_on(monkeypatch):
+    # WGMMA_SKINNY_TO = 64 (the default): past 64 rows the tiled GEMM, without asking the
+    # device (hopper() needs one); 128 on Hopper: the skinny GEMM's 128-row x tile
+    def no_device():
+        raise AssertionError("path() asked for the device")
+
+    monkeypatch.setattr(linear, "hopper", no_device)
+    assert linear.path(100, 4096) == "gemm" and linear.path(64, 4096) == "skinny"
+    monkeypatch.setattr(linear, "WGMMA_SKINNY_TO", 128)
+    monkeypatch.setattr(linear, "hopper", lambda: True)
+    assert linear.path(100, 4096) == linear.path(128, 4096) == "skinny"
+    assert linear.path(129, 4096) == "gemm"
+    monkeypatch.setattr(linear, "hopper", lambda: False)
+    assert linear.path(100, 4096) == "gemm"
 
 
 def test_gemm_tile_weighs_tile_speed_against_the_last_wave():
