@@ -37,45 +37,6 @@ namespace {
 // slots (rawgraph.ops.linear: GEMM_STAGES)
 constexpr int kBK = 64, kStages = 4;
 
-// D (64 x 128, fp32: 64 registers per thread) += A (64 x 16) * B (16 x 128), both K-major in
-// shared memory. Inline PTX has no register arrays: the operand list is spelled out, once.
-#define RG_WGMMA_M64N128K16(TYPE) \
-    asm volatile( \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
-          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-        : "l"(a), "l"(b), "r"(1))
-
-template <typename T> struct Wgmma;
-template <> struct Wgmma<__half> {
-  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_M64N128K16("f16");
-  }
-};
-template <> struct Wgmma<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_M64N128K16("bf16");
-  }
-};
-#undef RG_WGMMA_M64N128K16
-
 constexpr int kGroup = 8;  // row tiles a group of blocks shares (the grid's order)
 
 template <typename T, int WG, int NB, int S>
@@ -134,7 +95,7 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
     for (int kk = 0; kk < kBK / 16; ++kk)
 #pragma unroll
       for (int h = 0; h < NB; ++h)
-        Wgmma<T>::run(acc[h], rg::desc128(a + kk * 32),
+        rg::Wgmma<T, 128>::run(acc[h], rg::desc128(a + kk * 32),
                       rg::desc128(b + h * 128 * kBK * 2 + kk * 32));
     rg::wgmma_commit();
     rg::wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled

@@ -3,7 +3,8 @@
 // compiled for sm_90a. The same contract as skinny.cu, whose cp.async ring streams W at
 // about half the copy rate (benchmarks/NOTES.md, "Skinny GEMM").
 //
-//   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4](
+//   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4](   (the wrappers at the end are
+//                                                 generated from ops.linear's SKINNY90)
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (MX, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (64, 64); both 128-byte swizzle
@@ -41,79 +42,6 @@ constexpr int kThreads = 160;        // a consumer warpgroup and a producer warp
 template <int MX> __host__ __device__ constexpr int stages() {
   return MX == 32 ? 8 : MX == 64 ? 5 : 3;
 }
-
-// D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N), both K-major in shared
-// memory. Inline PTX has no register arrays: each N's operand list is spelled out.
-template <typename T, int N> struct Wgmma;
-#define RG_D16(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), \
-  "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), \
-  "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]), "+f"(d[o + 13]), "+f"(d[o + 14]), \
-  "+f"(d[o + 15])
-#define RG_WGMMA_N32(TYPE) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
-      "}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
-      : RG_D16(0) : "l"(a), "l"(b), "r"(1))
-#define RG_WGMMA_N64(TYPE) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
-      : RG_D16(0), RG_D16(16) : "l"(a), "l"(b), "r"(1))
-#define RG_WGMMA_N128(TYPE) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
-      : RG_D16(0), RG_D16(16), RG_D16(32), RG_D16(48) : "l"(a), "l"(b), "r"(1))
-template <> struct Wgmma<__half, 32> {
-  static __device__ __forceinline__ void run(float (&d)[16], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_N32("f16");
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 32> {
-  static __device__ __forceinline__ void run(float (&d)[16], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_N32("bf16");
-  }
-};
-template <> struct Wgmma<__half, 64> {
-  static __device__ __forceinline__ void run(float (&d)[32], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_N64("f16");
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 64> {
-  static __device__ __forceinline__ void run(float (&d)[32], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_N64("bf16");
-  }
-};
-template <> struct Wgmma<__half, 128> {
-  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_N128("f16");
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, 128> {
-  static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a,
-                                             unsigned long long b) {
-    RG_WGMMA_N128("bf16");
-  }
-};
-#undef RG_WGMMA_N128
-#undef RG_WGMMA_N64
-#undef RG_WGMMA_N32
-#undef RG_D16
 
 template <typename T, int MX, int CS>
 __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual,
@@ -175,7 +103,7 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
       rg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk)
-        Wgmma<T, MX>::run(acc, rg::desc128(a + kk * 32), rg::desc128(a + kW + kk * 32));
+        rg::Wgmma<T, MX>::run(acc, rg::desc128(a + kk * 32), rg::desc128(a + kW + kk * 32));
       rg::wgmma_commit();
       rg::wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
       if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % kStages]);
@@ -219,107 +147,112 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_f16_x32(
+// ---- generated by rawgraph/ops/linear.py (python -m rawgraph.ops.generate); do not edit
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_f16_x32(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
   skinny90_impl<__half, 32, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_f16_x32_c2(const __grid_constant__ TensorMap xmap,
-                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
-                    int m, int n, int k) {
+skinny90_f16_x32_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
   skinny90_impl<__half, 32, 2>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_f16_x32_c4(const __grid_constant__ TensorMap xmap,
-                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
-                    int m, int n, int k) {
+skinny90_f16_x32_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
   skinny90_impl<__half, 32, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_f16_x64(
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_f16_x64(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
   skinny90_impl<__half, 64, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_f16_x64_c2(const __grid_constant__ TensorMap xmap,
-                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
-                    int m, int n, int k) {
+skinny90_f16_x64_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
   skinny90_impl<__half, 64, 2>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_f16_x64_c4(const __grid_constant__ TensorMap xmap,
-                    const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
-                    int m, int n, int k) {
+skinny90_f16_x64_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
   skinny90_impl<__half, 64, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_bf16_x32(
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_f16_x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x128_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x128_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_bf16_x32(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 32, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_bf16_x32_c2(const __grid_constant__ TensorMap xmap,
-                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
-                     __nv_bfloat16* y, int m, int n, int k) {
+skinny90_bf16_x32_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 32, 2>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_bf16_x32_c4(const __grid_constant__ TensorMap xmap,
-                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
-                     __nv_bfloat16* y, int m, int n, int k) {
+skinny90_bf16_x32_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 32, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(kThreads, 2) skinny90_bf16_x64(
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_bf16_x64(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 64, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_bf16_x64_c2(const __grid_constant__ TensorMap xmap,
-                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
-                     __nv_bfloat16* y, int m, int n, int k) {
+skinny90_bf16_x64_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 64, 2>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_bf16_x64_c4(const __grid_constant__ TensorMap xmap,
-                     const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
-                     __nv_bfloat16* y, int m, int n, int k) {
+skinny90_bf16_x64_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 64, 4>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
-skinny90_f16_x128(const __grid_constant__ TensorMap xmap,
-                  const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
-                  int m, int n, int k) {
-  skinny90_impl<__half, 128, 1>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_f16_x128_c2(const __grid_constant__ TensorMap xmap,
-                     const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
-                     int m, int n, int k) {
-  skinny90_impl<__half, 128, 2>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_f16_x128_c4(const __grid_constant__ TensorMap xmap,
-                     const __grid_constant__ TensorMap wmap, const __half* residual, __half* y,
-                     int m, int n, int k) {
-  skinny90_impl<__half, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 2)
-skinny90_bf16_x128(const __grid_constant__ TensorMap xmap,
-                   const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
-                   __nv_bfloat16* y, int m, int n, int k) {
+skinny90_bf16_x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 128, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_bf16_x128_c2(const __grid_constant__ TensorMap xmap,
-                      const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
-                      __nv_bfloat16* y, int m, int n, int k) {
+skinny90_bf16_x128_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 128, 2>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
-skinny90_bf16_x128_c4(const __grid_constant__ TensorMap xmap,
-                      const __grid_constant__ TensorMap wmap, const __nv_bfloat16* residual,
-                      __nv_bfloat16* y, int m, int n, int k) {
+skinny90_bf16_x128_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
 }

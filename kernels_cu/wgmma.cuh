@@ -1,6 +1,8 @@
 // wgmma.cuh: what Hopper's warpgroup MMA (wgmma) kernels share (gemm_sm90.cu, skinny_sm90.cu)
 //   - desc128: the matrix descriptor of a K-major operand tile in shared memory with the
 //     128-byte swizzle
+//   - Wgmma<T, N>::run: D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N),
+//     both K-major in shared memory (N = 32, 64, 128)
 //   - wgmma_fence / wgmma_commit / wgmma_wait<N>: order register accesses before the MMAs,
 //     close a group of MMAs, wait until at most N groups are in flight
 // sm_90a (ARCH_SPECIFIC sources) only.
@@ -15,6 +17,54 @@ __device__ __forceinline__ unsigned long long desc128(const void* p) {
   const unsigned long long addr = smem_addr(p);
   return ((addr & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
 }
+
+// Inline PTX has no register arrays: each N's operand list is spelled out, once.
+#define RG_D16(o) "+f"(d[o]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), \
+  "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7]), "+f"(d[o + 8]), "+f"(d[o + 9]), \
+  "+f"(d[o + 10]), "+f"(d[o + 11]), "+f"(d[o + 12]), "+f"(d[o + 13]), "+f"(d[o + 14]), \
+  "+f"(d[o + 15])
+#define RG_R16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define RG_R32 RG_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, " \
+  "%29, %30, %31"
+#define RG_R64 RG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
+  "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+// N, the type's PTX name, the accumulators' operand list, then its outputs; a, b, the scale-d
+// predicate follow them
+#define RG_WGMMA(N, TYPE, REGS, A, B, P, ...) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" REGS \
+               "}, %" A ", %" B ", p, 1, 1, 0, 0;\n}\n" \
+               : __VA_ARGS__ : "l"(a), "l"(b), "r"(1))
+
+template <typename T, int N> struct Wgmma;
+#define RG_WGMMA_TYPE(T, NAME) \
+  template <> struct Wgmma<T, 32> { \
+    static __device__ __forceinline__ void run(float (&d)[16], unsigned long long a, \
+                                               unsigned long long b) { \
+      RG_WGMMA(32, NAME, RG_R16, "16", "17", "18", RG_D16(0)); \
+    } \
+  }; \
+  template <> struct Wgmma<T, 64> { \
+    static __device__ __forceinline__ void run(float (&d)[32], unsigned long long a, \
+                                               unsigned long long b) { \
+      RG_WGMMA(64, NAME, RG_R32, "32", "33", "34", RG_D16(0), RG_D16(16)); \
+    } \
+  }; \
+  template <> struct Wgmma<T, 128> { \
+    static __device__ __forceinline__ void run(float (&d)[64], unsigned long long a, \
+                                               unsigned long long b) { \
+      RG_WGMMA(128, NAME, RG_R64, "64", "65", "66", RG_D16(0), RG_D16(16), RG_D16(32), \
+               RG_D16(48)); \
+    } \
+  };
+RG_WGMMA_TYPE(__half, "f16")
+RG_WGMMA_TYPE(__nv_bfloat16, "bf16")
+#undef RG_WGMMA_TYPE
+#undef RG_WGMMA
+#undef RG_R64
+#undef RG_R32
+#undef RG_R16
+#undef RG_D16
 
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

@@ -1,11 +1,16 @@
-"""The GEMV's variant table is the one source (CPU): gemv.cu's wrappers are what it generates,
-every GEMV kernel in the file is in it, and the names and signatures agree."""
+"""The kernel tables are the one source (CPU): gemv.cu's and skinny_sm90.cu's wrappers are
+what `python -m rawgraph.ops.generate` writes from them, every kernel in those files is in a
+table, and the names and signatures agree."""
 
+import importlib
 import re
 
 from rawgraph.cuda.kernel import KERNELS_DIR
 from rawgraph.cuda.signature import Signature
 from rawgraph.ops import gemv
+
+linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
+_DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
 
 
 def test_gemv_cu_is_what_the_table_generates():
@@ -16,7 +21,7 @@ def test_gemv_cu_is_what_the_table_generates():
 
 def test_every_gemv_kernel_is_in_the_table_once():
     text = (KERNELS_DIR / "gemv.cu").read_text()
-    defined = re.findall(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(', text)
+    defined = _DEFINED.findall(text)
     table = [k.name for form in (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)
              for k in form.values()]
     assert sorted(defined) == sorted(table) and len(set(table)) == len(table) == 42
@@ -42,3 +47,24 @@ def test_every_launch_the_choice_makes_has_its_kernel():
             assert tile >= top and threads == 32 * warps
             assert grid == -(-n // gemv.GEMV_ROWS) * cluster
     assert gemv.gemv_launch("float16", 3, 2048, 8192)[0] == ("float16", 8, 1, 8, True, 16)
+
+
+def test_skinny_sm90_cu_is_what_the_table_generates():
+    path = KERNELS_DIR / "skinny_sm90.cu"
+    assert path.read_text() == linear.skinny90_source(path), \
+        "skinny_sm90.cu's wrappers differ from the table: python -m rawgraph.ops.generate"
+    defined = _DEFINED.findall(path.read_text())
+    table = [k.name for k in linear.SKINNY90.values()]
+    assert sorted(defined) == sorted(table) and len(set(table)) == len(table) == 18
+    for k in linear.SKINNY90.values():
+        assert k.sig == Signature.from_source(path, k.name)
+
+
+def test_generate_writes_every_generated_file(tmp_path):
+    from rawgraph.ops import generate
+
+    for name in generate.GENERATED:
+        (tmp_path / name).write_text((KERNELS_DIR / name).read_text())
+    assert generate.main([str(tmp_path)]) == 0
+    for name in generate.GENERATED:
+        assert (tmp_path / name).read_text() == (KERNELS_DIR / name).read_text()
