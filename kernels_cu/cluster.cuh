@@ -4,7 +4,10 @@
 //     acquire: shared-memory writes before it are visible to the cluster after it)
 //   - cluster_rank: this block's index in its cluster
 //   - load_remote: a float of another block's shared memory (distributed shared memory)
+//   - store_cluster_sums: a tile of fp32 sums that every block of the cluster holds a share
+//     of (split k), added in block order and stored (the skinny GEMMs' epilogue)
 #pragma once
+#include "common.cuh"
 
 namespace rg {
 
@@ -27,6 +30,40 @@ __device__ __forceinline__ float load_remote(const float* p, unsigned rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
   return v;
+}
+
+// y[c][r0 + r] = T(sum over the cluster's blocks p of part_p[c * kPart + r] (+ residual)) for
+// the tile's MX x rows c (< m) and ROWS W rows r (r0 + r < n), kPart = ROWS + 1. Block `rank`
+// finishes outputs [rank, rank + 1) * ROWS MX / CS; all its loads of the other blocks' sums
+// are issued before any is needed (each costs a round trip). The caller has made every
+// block's part[] visible to the cluster (cluster_sync; __syncthreads when CS == 1) and keeps
+// it alive until every block has read it (a second cluster_sync).
+template <typename T, int ROWS, int MX, int CS, int THREADS>
+__device__ __forceinline__ void store_cluster_sums(const float* part, int rank, T* y,
+                                                   const T* residual, int m, int n, int r0) {
+  constexpr int kPart = ROWS + 1, kShare = ROWS * MX / CS;
+  auto finish = [&](int i) {
+    const int col = i / ROWS, row = i % ROWS;  // x row, W row: y's rows are contiguous
+    float v[CS];
+#pragma unroll
+    for (int p = 0; p < CS; ++p)
+      v[p] = p == rank ? part[col * kPart + row] : load_remote(&part[col * kPart + row], p);
+    float sum = v[0];
+#pragma unroll
+    for (int p = 1; p < CS; ++p) sum += v[p];
+    if (col < m && r0 + row < n) {
+      const long long o = static_cast<long long>(col) * n + r0 + row;
+      if (residual != nullptr) sum += to_float(residual[o]);
+      y[o] = from_float<T>(sum);
+    }
+  };
+  if constexpr (kShare % THREADS == 0) {  // whole rounds of the block: unrolled
+#pragma unroll
+    for (int u = 0; u < kShare / THREADS; ++u)
+      finish((rank * (kShare / THREADS) + u) * THREADS + threadIdx.x);
+  } else {
+    for (int i = rank * kShare + threadIdx.x; i < (rank + 1) * kShare; i += THREADS) finish(i);
+  }
 }
 
 }  // namespace rg

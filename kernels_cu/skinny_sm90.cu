@@ -124,24 +124,7 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
   rg::pdl_wait();  // the residual comes from an earlier kernel (every thread reads it)
   if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
   else __syncthreads();
-  // Block p of the cluster finishes outputs [p, p + 1) * 64 MX / CS: its loads of the other
-  // blocks' sums are all issued before any is needed (each costs a round trip).
-  constexpr int kShare = kRows * MX / CS;
-  for (int i = rank * kShare + threadIdx.x; i < (rank + 1) * kShare; i += kThreads) {
-    const int col = i / kRows, row = i % kRows;  // x row, W row: y's rows are contiguous
-    float v[CS];
-#pragma unroll
-    for (int p = 0; p < CS; ++p)
-      v[p] = p == rank ? part[col * kPart + row] : rg::load_remote(&part[col * kPart + row], p);
-    float sum = v[0];
-#pragma unroll
-    for (int p = 1; p < CS; ++p) sum += v[p];
-    if (col < m && r0 + row < n) {
-      const long long o = static_cast<long long>(col) * n + r0 + row;
-      if (residual != nullptr) sum += rg::to_float(residual[o]);
-      y[o] = rg::from_float<T>(sum);
-    }
-  }
+  rg::store_cluster_sums<T, kRows, MX, CS, kThreads>(part, rank, y, residual, m, n, r0);
   if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until every block has read it
 }
 
