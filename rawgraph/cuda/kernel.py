@@ -81,6 +81,7 @@ class Kernel:
 
     def __init__(self, op: str, name: str, signature: str):
         self.op, self.name = op, name
+        self.declaration = signature  # the C parameter list as written (generated wrappers)
         self.sig = Signature.parse(signature)
         in_source = Signature.from_source(source_path(op), name)
         if in_source != self.sig:

@@ -1,6 +1,7 @@
-"""Rewrite the generated parts of kernels_cu/ from the tables in rawgraph.ops: gemv.cu's
-extern "C" wrappers (`rawgraph.ops.gemv`) and skinny_sm90.cu's (`rawgraph.ops.linear`):
-`python -m rawgraph.ops.generate [DIR]`."""
+"""Write the generated ends of kernels_cu/ files from rawgraph.ops' kernel tables: each
+family's `extern "C"` wrappers, one per instantiation of its template (name, launch bounds,
+parameters as the table's `Kernel` declares them):
+`python -m rawgraph.ops.generate [DIR]` (a test checks that the files match)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,107 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rawgraph.cuda.kernel import KERNELS_DIR
-from rawgraph.ops.gemv import source as gemv_source
-from rawgraph.ops.linear import skinny90_source
+from rawgraph.cuda.generated import forward, splice, wrapper
+from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
+from rawgraph.dtypes import KERNEL_TYPES
+from rawgraph.ops import attention, gemv
+from rawgraph.ops.linear import GEMM, GEMM90, SKINNY, SKINNY90
 
-GENERATED: dict[str, Callable[[Path], str]] = {"gemv.cu": gemv_source,
-                                               "skinny_sm90.cu": skinny90_source}
+MODULE = "rawgraph/ops/generate.py"
+_GEMV_CALL = {  # gemv_impl's arguments after the template's, per form
+    "": "(x, w, residual, y, m, n, k, -1.f, row_max);",
+    "_silu": "(x, w, nullptr, y, m, n, k, norm_eps);",
+    "_rope": "(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache, block_tables, "
+             "seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size, "
+             "max_blocks});",
+}
+
+
+def _t(dtype: str) -> str:
+    return KERNEL_TYPES[dtype][1]
+
+
+def _bounds(threads: int | str, blocks: int = 0, cluster: int = 1) -> str:
+    dims = f"__cluster_dims__({cluster}, 1, 1) " if cluster > 1 else ""
+    return dims + f"__launch_bounds__({threads}{f', {blocks}' if blocks else ''})"
+
+
+def _call(k: Kernel, impl: str) -> str:
+    return f"{impl}({forward(k.declaration)});"
+
+
+def _gemv() -> list[str]:
+    out = []
+    for epi, form in zip(gemv.EPILOGUES, (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)):
+        tag = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epi]
+        for dt in KERNEL_TYPES:
+            for v in gemv.VARIANTS:
+                k = form[(dt, *v.key)]
+                extra = tag if v.warps == 8 else (tag or ", Epi::kPlain") + f", {v.warps}"
+                args = (f"{_t(dt)}, {v.tile // 8}, {v.cluster}, {v.unroll}, "
+                        f"{'true' if v.segments else 'false'}{extra}")
+                out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{_GEMV_CALL[epi]}",
+                                   _bounds(32 * v.warps, v.min_blocks[gemv.EPILOGUES.index(epi)],
+                                           v.cluster)))
+    return out
+
+
+def _skinny() -> list[str]:
+    return [wrapper(k.name, k.declaration, _call(k, f"skinny_impl<{_t(dt)}, {c}>"),
+                    _bounds("kThreads", 2, c)) for (dt, c), k in SKINNY.items()]
+
+
+def _skinny90() -> list[str]:
+    return [wrapper(k.name, k.declaration, _call(k, f"skinny90_impl<{_t(dt)}, {mx}, {c}>"),
+                    _bounds("kThreads", 2, c)) for (dt, mx, c), k in SKINNY90.items()]
+
+
+def _gemm() -> list[str]:
+    return [wrapper(k.name, k.declaration, _call(k, f"gemm_impl<{_t(dt)}, {bm}, {bn}>"),
+                    _bounds("kThreads")) for (dt, (bm, bn)), k in GEMM.items()]
+
+
+def _gemm90() -> list[str]:
+    # a warpgroup per 64 rows and a producer warp; the 64-row tile fits two blocks an SM
+    return [wrapper(k.name, k.declaration,
+                    _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages>"),
+                    _bounds(2 * bm + 32, 2 if bm == 64 else 1))
+            for (dt, (bm, bn)), k in GEMM90.items()]
+
+
+def _decode_attention() -> list[str]:
+    out = []
+    for (dt, d), k in attention.ATTEND.items():
+        c = attention.COMBINE[dt, d]
+        out.append(wrapper(k.name, k.declaration, _call(k, f"attend<{_t(dt)}, {d}>"),
+                           _bounds(32 * attention.DECODE_WARPS)))
+        out.append(wrapper(c.name, c.declaration, _call(c, f"combine<{_t(dt)}, {d}>")))
+    return out
+
+
+def _prefill_attention() -> list[str]:
+    return [wrapper(k.name, k.declaration, _call(k, f"prefill_impl<{_t(dt)}, {d}, {r}>"),
+                    _bounds(2 * r)) for (dt, d, r), k in attention.PREFILL.items()]
+
+
+GENERATED: dict[str, Callable[[], list[str]]] = {
+    "gemv.cu": _gemv, "skinny.cu": _skinny, "skinny_sm90.cu": _skinny90, "gemm.cu": _gemm,
+    "gemm_sm90.cu": _gemm90, "decode_attention.cu": _decode_attention,
+    "prefill_attention.cu": _prefill_attention,
+}
+
+
+def source(path: Path) -> str:
+    """The text `path` (one of GENERATED's files) should have: its hand-written part, then
+    the wrappers generated from its table."""
+    return splice(path, MODULE, GENERATED[path.name]())
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write the files (in the package's kernels_cu/, or DIR); 0."""
+    """Rewrite every generated file (in the package's kernels_cu/, or DIR); 0."""
     args = sys.argv[1:] if argv is None else argv
     folder = Path(args[0]) if args else KERNELS_DIR
-    for name, source in GENERATED.items():
+    for name in GENERATED:
         target = folder / name
         target.write_text(source(target))
         print(f"wrote {target}")

@@ -1,30 +1,49 @@
-"""The kernel tables are the one source (CPU): gemv.cu's and skinny_sm90.cu's wrappers are
-what `python -m rawgraph.ops.generate` writes from them, every kernel in those files is in a
-table, and the names and signatures agree."""
+"""The kernel tables are the one source (CPU): the `extern "C"` wrappers at the end of each
+generated .cu file are what `python -m rawgraph.ops.generate` writes from them, every kernel
+in those files is in a table once, and the names and signatures agree."""
 
-import importlib
 import re
 
+import pytest
+
+from rawgraph.cuda.generated import forward, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR
 from rawgraph.cuda.signature import Signature
-from rawgraph.ops import gemv
+from rawgraph.ops import attention, gemv, generate
+from rawgraph.ops.linear import GEMM, GEMM90, SKINNY, SKINNY90
 
-linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
 _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
+TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (SKINNY,),
+          "skinny_sm90.cu": (SKINNY90,), "gemm.cu": (GEMM,), "gemm_sm90.cu": (GEMM90,),
+          "decode_attention.cu": (attention.ATTEND, attention.COMBINE),
+          "prefill_attention.cu": (attention.PREFILL,)}
 
 
-def test_gemv_cu_is_what_the_table_generates():
-    path = KERNELS_DIR / "gemv.cu"
-    assert path.read_text() == gemv.source(path), \
-        "kernels_cu/gemv.cu's wrappers differ from the table: python -m rawgraph.ops.generate"
+@pytest.mark.parametrize("name", sorted(generate.GENERATED))
+def test_each_file_is_what_its_tables_generate(name):
+    path = KERNELS_DIR / name
+    assert path.read_text() == generate.source(path), \
+        f"kernels_cu/{name}'s wrappers differ from the table: python -m rawgraph.ops.generate"
+    kernels = [k for table in TABLES[name] for k in table.values()]
+    assert sorted(_DEFINED.findall(path.read_text())) == sorted(k.name for k in kernels)
+    assert len({k.name for k in kernels}) == len(kernels)
+    for k in kernels:
+        assert k.sig == Signature.from_source(path, k.name)
+    assert set(TABLES) == set(generate.GENERATED)
 
 
-def test_every_gemv_kernel_is_in_the_table_once():
-    text = (KERNELS_DIR / "gemv.cu").read_text()
-    defined = _DEFINED.findall(text)
-    table = [k.name for form in (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)
-             for k in form.values()]
-    assert sorted(defined) == sorted(table) and len(set(table)) == len(table) == 42
+def test_gemv_has_42_forms_and_variants():
+    assert sum(len(f) for f in TABLES["gemv.cu"]) == 42
+
+
+def test_wrappers_pass_parameters_on_and_wrap_at_100_columns():
+    params = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap, "
+              "const __half* residual, __half* y, int m, int n, int k")
+    assert forward(params) == "&xmap, &wmap, residual, y, m, n, k"
+    text = wrapper("k", params, f"impl<__half, 64>({forward(params)});", "__launch_bounds__(160)")
+    assert text.splitlines()[:2] == ['extern "C" __global__ void __launch_bounds__(160)', "k("]
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert Signature.parse(re.search(r"k\(([^)]*)\)", text)[1]) == Signature.parse(params)
 
 
 def test_names_keys_and_signatures():
@@ -49,20 +68,7 @@ def test_every_launch_the_choice_makes_has_its_kernel():
     assert gemv.gemv_launch("float16", 3, 2048, 8192)[0] == ("float16", 8, 1, 8, True, 16)
 
 
-def test_skinny_sm90_cu_is_what_the_table_generates():
-    path = KERNELS_DIR / "skinny_sm90.cu"
-    assert path.read_text() == linear.skinny90_source(path), \
-        "skinny_sm90.cu's wrappers differ from the table: python -m rawgraph.ops.generate"
-    defined = _DEFINED.findall(path.read_text())
-    table = [k.name for k in linear.SKINNY90.values()]
-    assert sorted(defined) == sorted(table) and len(set(table)) == len(table) == 18
-    for k in linear.SKINNY90.values():
-        assert k.sig == Signature.from_source(path, k.name)
-
-
 def test_generate_writes_every_generated_file(tmp_path):
-    from rawgraph.ops import generate
-
     for name in generate.GENERATED:
         (tmp_path / name).write_text((KERNELS_DIR / name).read_text())
     assert generate.main([str(tmp_path)]) == 0
