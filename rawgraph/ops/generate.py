@@ -40,7 +40,8 @@ def _call(k: Kernel, impl: str) -> str:
 
 def _gemv() -> list[str]:
     out = []
-    for epi, form in zip(gemv.EPILOGUES, (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)):
+    forms = (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)
+    for i, (epi, form) in enumerate(zip(gemv.EPILOGUES, forms)):
         tag = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epi]
         for dt in KERNEL_TYPES:
             for v in gemv.VARIANTS:
@@ -49,8 +50,7 @@ def _gemv() -> list[str]:
                 args = (f"{_t(dt)}, {v.tile // 8}, {v.cluster}, {v.unroll}, "
                         f"{'true' if v.segments else 'false'}{extra}")
                 out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{_GEMV_CALL[epi]}",
-                                   _bounds(32 * v.warps, v.min_blocks[gemv.EPILOGUES.index(epi)],
-                                           v.cluster)))
+                                   _bounds(32 * v.warps, v.min_blocks[i], v.cluster)))
     return out
 
 
