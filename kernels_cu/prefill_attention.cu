@@ -28,6 +28,18 @@
 //   memory, 16-byte chunk index XOR row % 8. Dynamic shared memory: (R + 4 * 64) * D * 2 bytes.
 //   Patchable: grid.x (from the longest query run) and grid.z == num_seqs; lengths, offsets,
 //   slots and tables are read from device memory.
+//
+//   extern "C" prefill_attention_split_{f16,bf16}_d{64,128}_r{64,128}(the same...,
+//       float* partial,           // (tokens, q_heads, splits, D + 2) workspace
+//       int splits)
+//   grid (cdiv(max_q_len, R), q_heads * splits, num_seqs): the key tiles of each query tile
+//   cut into `splits` runs (a short chunk over a long context has too few query tiles to fill
+//   the GPU), block (.., head * splits + s) taking run s; it leaves per row its unnormalised
+//   output, max (base 2) and sum, as decode attention's splits do (an empty run: max -inf).
+//   extern "C" prefill_attention_combine_{f16,bf16}_d{64,128}(
+//       const float* partial, T* out, const int* cu_seqlens, const int* seq_slots,
+//       int num_seqs, int q_heads, int splits)
+//   grid (tokens * q_heads), block (D): out from the runs, in split order.
 #include "mma.cuh"
 
 namespace {
@@ -57,20 +69,22 @@ __device__ __forceinline__ void load_kv(char* ks, char* vs, const T* k_cache, co
   }
 }
 
-// BR query rows per block, 16 per warp
-template <typename T, int D, int BR>
+// BR query rows per block, 16 per warp. SPLIT: the block takes split blockIdx.y % splits of
+// its query tile's key tiles and leaves (unnormalised output, max, sum) in `partial` for
+// combine(); else it writes out.
+template <typename T, int D, int BR, bool SPLIT>
 __device__ void prefill_impl(const T* q, const T* k_cache,
                              const T* v_cache, const int* block_tables,
                              const int* seq_lens, const int* cu_seqlens,
                              const int* seq_slots, T* out, int num_seqs,
                              int q_heads, int kv_heads, int block_size, int max_blocks,
-                             float scale, int q_stride) {
+                             float scale, int q_stride, float* partial, int splits) {
   rg::pdl_start();
   constexpr int RC = D / 8, kTile = kBC * D * 2, kThreads = BR * 2;
   extern __shared__ __align__(128) char smem[];
   char* qs = smem;
   char* kvs = smem + BR * D * 2;  // [buffer][K, V] tiles
-  const int seq = blockIdx.z, head = blockIdx.y;
+  const int seq = blockIdx.z, head = SPLIT ? blockIdx.y / splits : blockIdx.y;
   if (seq >= num_seqs) return;
   const int q_begin = cu_seqlens[seq], q_len = cu_seqlens[seq + 1] - q_begin;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * BR;
@@ -79,6 +93,12 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
   const int past = seq_lens[slot] - q_len;  // keys before this chunk
   const int kend = past + min(r0 + BR, q_len);
   const int tiles = (kend + kBC - 1) / kBC;
+  int t0 = 0, t1 = tiles;  // this block's key tiles
+  if constexpr (SPLIT) {
+    const int per = (tiles + splits - 1) / splits;
+    t0 = min(static_cast<int>(blockIdx.y % splits) * per, tiles);
+    t1 = min(t0 + per, tiles);
+  }
   const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
   const int row_stride = kv_heads * D, col = head / (q_heads / kv_heads) * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -91,8 +111,11 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
                       : q;
     rg::cp_async16(qs + swz<D>(r, c), src, ok);
   }
-  load_kv<T, D, kThreads>(kvs, kvs + kTile, k_cache, v_cache, table, 0, kend, block_size, max_blocks,
-                row_stride, col);
+  if (!SPLIT || t0 < t1) {  // unsplit, tile 0 always has keys
+    char* first = kvs + (t0 & 1) * 2 * kTile;
+    load_kv<T, D, kThreads>(first, first + kTile, k_cache, v_cache, table, t0 * kBC, kend,
+                            block_size, max_blocks, row_stride, col);
+  }
   rg::cp_async_commit();
 
   unsigned qf[D / 16][4];
@@ -102,8 +125,8 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
   const int g = lane >> 2, c2 = (lane & 3) * 2;
   const int qpos0 = past + r0 + warp * 16 + g;  // position of this thread's first row
 
-  for (int t = 0; t < tiles; ++t) {
-    if (t + 1 < tiles) {
+  for (int t = t0; t < t1; ++t) {
+    if (t + 1 < t1) {
       char* nb = kvs + ((t + 1) & 1) * 2 * kTile;
       load_kv<T, D, kThreads>(nb, nb + kTile, k_cache, v_cache, table, (t + 1) * kBC, kend, block_size,
                     max_blocks, row_stride, col);
@@ -111,7 +134,7 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
     rg::cp_async_commit();
     rg::cp_async_wait<1>();
     __syncthreads();
-    if (t == 0) {
+    if (t == t0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
         rg::ldmatrix_x4(qf[kk], qs + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
@@ -148,14 +171,17 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
         }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float alpha = exp2f(m[h] - mx);  // 0 on the first tile (m = -inf)
+      // a split may start with a tile whose keys all lie past this row (mx = -inf): then
+      // alpha and every p are 0, not NaN (the whole tile 0 of an unsplit row is never masked)
+      const float ref = SPLIT && mx == rg::neg_inf() ? 0.f : mx;
+      const float alpha = exp2f(m[h] - ref);  // 0 on the first tile (m = -inf)
       m[h] = mx;
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kBC / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float p = exp2f(s[j][2 * h + e] - mx);
+          const float p = exp2f(s[j][2 * h + e] - ref);
           s[j][2 * h + e] = p;
           sum += p;
         }
@@ -185,6 +211,7 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
     __syncthreads();  // this buffer is refilled by the next iteration's prefetch
   }
 
+  if constexpr (SPLIT) rg::cp_async_wait<0>();  // an empty split's query tile
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = l[h];
@@ -192,6 +219,20 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int r = r0 + warp * 16 + g + 8 * h;
     if (r >= q_len) continue;
+    if constexpr (SPLIT) {  // (output columns..., max in base 2, sum): as decode attention's
+      float* dst = partial + ((static_cast<long long>(q_begin + r) * q_heads + head) * splits +
+                              blockIdx.y % splits) * (D + 2);
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        dst[d * 8 + c2] = o[d][2 * h];
+        dst[d * 8 + c2 + 1] = o[d][2 * h + 1];
+      }
+      if ((lane & 3) == 0) {
+        dst[D] = m[h];
+        dst[D + 1] = sum;
+      }
+      continue;
+    }
     const float inv = 1.f / sum;
     T* dst = out + (q_begin + r) * o_stride + head * D + c2;
 #pragma unroll
@@ -199,6 +240,36 @@ __device__ void prefill_impl(const T* q, const T* k_cache,
       *reinterpret_cast<unsigned*>(dst + d * 8) =
           rg::pack2<T>(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
   }
+}
+
+// out[t][head] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the token's splits, in
+// split order (as decode_attention.cu's combine): block token * q_heads + head, D threads.
+// Tokens past the chunk's last sequence, and those of a sequence whose slot is < 0, are
+// left alone.
+template <typename T, int D>
+__device__ void combine(const float* partial, T* out, const int* cu_seqlens,
+                        const int* seq_slots, int num_seqs, int q_heads, int splits) {
+  rg::pdl_start();
+  const int token = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;
+  if (token >= cu_seqlens[num_seqs]) return;
+  int lo = 0, hi = num_seqs - 1;  // the sequence of `token`: the last with cu[seq] <= token
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu_seqlens[mid] <= token) lo = mid;
+    else hi = mid - 1;
+  }
+  if (seq_slots[lo] < 0) return;
+  const float* p = partial + (static_cast<long long>(token) * q_heads + head) * splits * (D + 2);
+  float m = rg::neg_inf();
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, p[s * (D + 2) + D]);
+  float num = 0.f, den = 0.f;
+  for (int s = 0; s < splits; ++s) {  // an empty split (m_s = -inf) weighs 0
+    const float w = m == rg::neg_inf() ? 0.f : exp2f(p[s * (D + 2) + D] - m);
+    num = fmaf(w, p[s * (D + 2) + d], num);
+    den = fmaf(w, p[s * (D + 2) + D + 1], den);
+  }
+  out[(static_cast<long long>(token) * q_heads + head) * D + d] =
+      rg::from_float<T>(den > 0.f ? num / den : 0.f);
 }
 
 }  // namespace
@@ -209,32 +280,36 @@ prefill_attention_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 64, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
-      out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__half, 64, 64, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
+      1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 64, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
-      out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__half, 64, 128, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
+      1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_f16_d128_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 128, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
-      out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__half, 128, 64, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
+      1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 128, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots,
-      out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__half, 128, 128, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
+      1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_bf16_d64_r64(
@@ -242,8 +317,9 @@ prefill_attention_bf16_d64_r64(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 64, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__nv_bfloat16, 64, 64, false>(q, k_cache, v_cache, block_tables, seq_lens,
+      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
+      q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_bf16_d64_r128(
@@ -251,8 +327,9 @@ prefill_attention_bf16_d64_r128(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 64, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__nv_bfloat16, 64, 128, false>(q, k_cache, v_cache, block_tables, seq_lens,
+      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
+      q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_bf16_d128_r64(
@@ -260,8 +337,9 @@ prefill_attention_bf16_d128_r64(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 128, 64>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__nv_bfloat16, 128, 64, false>(q, k_cache, v_cache, block_tables, seq_lens,
+      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
+      q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_bf16_d128_r128(
@@ -269,6 +347,111 @@ prefill_attention_bf16_d128_r128(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 128, 128>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride);
+  prefill_impl<__nv_bfloat16, 128, 128, false>(q, k_cache, v_cache, block_tables, seq_lens,
+      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
+      q_stride, nullptr, 1);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_f16_d64_r64(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits) {
+  prefill_impl<__half, 64, 64, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
+      splits);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_f16_d64_r128(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits) {
+  prefill_impl<__half, 64, 128, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
+      splits);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_f16_d128_r64(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits) {
+  prefill_impl<__half, 128, 64, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
+      splits);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_f16_d128_r128(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits) {
+  prefill_impl<__half, 128, 128, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
+      splits);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_bf16_d64_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits) {
+  prefill_impl<__nv_bfloat16, 64, 64, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
+      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
+      splits);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_bf16_d64_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits) {
+  prefill_impl<__nv_bfloat16, 64, 128, true>(q, k_cache, v_cache, block_tables, seq_lens,
+      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
+      q_stride, partial, splits);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_bf16_d128_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits) {
+  prefill_impl<__nv_bfloat16, 128, 64, true>(q, k_cache, v_cache, block_tables, seq_lens,
+      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
+      q_stride, partial, splits);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_bf16_d128_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits) {
+  prefill_impl<__nv_bfloat16, 128, 128, true>(q, k_cache, v_cache, block_tables, seq_lens,
+      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
+      q_stride, partial, splits);
+}
+extern "C" __global__ void
+prefill_attention_combine_f16_d64(
+    const float* partial, __half* out, const int* cu_seqlens, const int* seq_slots, int num_seqs,
+    int q_heads, int splits) {
+  combine<__half, 64>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
+}
+extern "C" __global__ void
+prefill_attention_combine_f16_d128(
+    const float* partial, __half* out, const int* cu_seqlens, const int* seq_slots, int num_seqs,
+    int q_heads, int splits) {
+  combine<__half, 128>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
+}
+extern "C" __global__ void
+prefill_attention_combine_bf16_d64(
+    const float* partial, __nv_bfloat16* out, const int* cu_seqlens, const int* seq_slots,
+    int num_seqs, int q_heads, int splits) {
+  combine<__nv_bfloat16, 64>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
+}
+extern "C" __global__ void
+prefill_attention_combine_bf16_d128(
+    const float* partial, __nv_bfloat16* out, const int* cu_seqlens, const int* seq_slots,
+    int num_seqs, int q_heads, int splits) {
+  combine<__nv_bfloat16, 128>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
 }

@@ -94,6 +94,39 @@ def prefill_attention(row: Row, s: Any) -> None:
             del kv
 
 
+def prefill_chunk_attention(row: Row, s: Any) -> None:
+    """A chunk of the engine's sizes at the end of an 8,192-token sequence (32 query / 8 kv
+    heads): its query tiles alone leave most SMs idle; beside it the same in key runs
+    (`ops.attention.prefill_splits`) and their combine."""
+    n, bs = 8192, 16
+    for d in (64, 128):
+        kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
+                          num_blocks=n // bs, max_seqs=1, max_blocks_per_seq=n // bs)
+        kv.tables.add(0)
+        kv.tables.append(0, n)
+        kv.sync(s)
+        for chunk in (256, 512):
+            with s:
+                kv.k[...] = _rand(kv.k.shape)
+                kv.v[...] = _rand(kv.v.shape)
+                q, out = _rand((chunk, 32, d)), cupy.empty((chunk, 32, d), F16)
+                cu, slots = cupy.array([0, chunk], np.int32), cupy.zeros(1, np.int32)
+            rows = ops.attention.prefill_rows(chunk)
+            kernel = ops.attention.PREFILL_SPLIT["float16", d, rows]
+            resident = kernel.resident_blocks(2 * rows, ops.attention.prefill_smem(rows, d))
+            best = ops.attention.prefill_splits(-(-chunk // rows), 32, 1, n, resident)
+            ws = cupy.empty(ops.workspace_floats(chunk, 32, d, best), np.float32)
+            flops = 4 * chunk * (n - chunk // 2) * d * 32
+            for splits in sorted({1, best}):
+                def run(kv=kv, q=q, out=out, cu=cu, slots=slots, c=chunk, p=splits, w=ws):
+                    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
+                                          cu, slots, out, c, splits=p, workspace=w, stream=s)
+                us = _us(run, s, reps=5)
+                row(f"prefill chunk attention d={d}", f"{chunk} at {n}", us, flops, None, 0,
+                    runs=splits)
+        del kv
+
+
 ATTENTION_TFLOPS = {(4096, 128): 470}  # prefill attention's absolute goal (issue #29)
 ATTENTION_VS_PEER = 0.9  # and against PyTorch's fastest SDPA backend, measured in the run
 

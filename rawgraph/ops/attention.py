@@ -1,6 +1,7 @@
 """Attention over the paged KV cache: decode (one query per sequence, split along the
 context, then combine) and prefill (a chunk of queries per sequence, causal, FlashAttention
-style over the cache that already holds the chunk's K/V)."""
+style over the cache that already holds the chunk's K/V; a short chunk over a long context
+optionally in key runs, combined after)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ PREFILL_ROWS = (64, 128)  # query rows per block
 PREFILL = {(dt, d, r): Kernel("prefill_attention", f"prefill_attention_{s}_d{d}_r{r}",
                               _PREFILL.format(t=t))
            for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
+# the same with each query tile's key tiles cut into runs, and the runs' combine
+PREFILL_SPLIT = {(dt, d, r): Kernel("prefill_attention", f"prefill_attention_split_{s}_d{d}_r{r}",
+                                    _PREFILL.format(t=t) + ", float* partial, int splits")
+                 for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
+PREFILL_COMBINE = {(dt, d): Kernel("prefill_attention", f"prefill_attention_combine_{s}_d{d}",
+                                   f"const float* partial, {t}* out, const int* cu_seqlens, "
+                                   "const int* seq_slots, int num_seqs, int q_heads, int splits")
+                   for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
 PREFILL_KEYS = 64  # keys per tile
 
 
@@ -125,9 +134,28 @@ def default_splits(batch: int, kv_heads: int, dtype: str, head_dim: int) -> int:
     return decode_splits(batch * kv_heads, _resident(dtype, head_dim))
 
 
-def workspace_floats(batch: int, q_heads: int, head_dim: int, splits: int) -> int:
-    """float32 elements of the split workspace: (batch, q_heads, splits, head_dim + 2)."""
-    return batch * q_heads * splits * (head_dim + 2)
+def workspace_floats(rows: int, q_heads: int, head_dim: int, splits: int) -> int:
+    """float32 elements of a split workspace: (rows, q_heads, splits, head_dim + 2) for `rows`
+    decode rows or prefill tokens."""
+    return rows * q_heads * splits * (head_dim + 2)
+
+
+MAX_PREFILL_SPLITS = 64  # key runs per query tile (grid.y = q_heads x splits)
+PREFILL_RUN_TILES = 4  # key tiles a run should have at least (each run pays its query tile)
+
+
+def prefill_splits(q_tiles: int, q_heads: int, num_seqs: int, context: int,
+                   resident: int) -> int:
+    """Key runs per query tile for prefill attention: enough that the blocks (query tiles x
+    heads x sequences x runs) fill the GPU's `resident` block slots twice, but no more than
+    leaves each run PREFILL_RUN_TILES key tiles of the `context` (the longest sequence's
+    tokens) and no more than MAX_PREFILL_SPLITS. A whole prompt has query tiles enough; a
+    short chunk far into a long prompt (256 tokens at 8,192: 2 tiles x 32 heads = 64 blocks
+    on 132 SMs) does not."""
+    if min(q_tiles, q_heads, num_seqs, context, resident) < 1:
+        raise ValueError("q_tiles, q_heads, num_seqs, context and resident must be positive")
+    want = -(-2 * resident // (q_tiles * q_heads * num_seqs))
+    return max(1, min(want, context // (PREFILL_RUN_TILES * PREFILL_KEYS), MAX_PREFILL_SPLITS))
 
 
 def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
@@ -210,8 +238,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
 def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
                       cu_seqlens: Any, seq_slots: Any, out: Any, max_q_len: Any,
                       num_seqs: Any = None, *, scale: float | None = None,
-                      rows: int | None = None, stream: Any = None,
-                      symbols: Symbols | None = None) -> None:
+                      rows: int | None = None, splits: int = 1, workspace: Any = None,
+                      stream: Any = None, symbols: Symbols | None = None) -> None:
     """Causal attention of a chunk's queries over their sequences' cached keys and values.
 
     q, out: (tokens, q_heads, D), D in (64, 128), q's rows possibly strided; sequence i owns
@@ -220,7 +248,10 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     for slot seq_slots[i] (append the chunk's K/V first). Lengths, offsets, slots and tables
     are read on the device; `max_q_len` (int or symbol) bounds every sequence's query rows and
     sets the grid; `num_seqs` (default: all of seq_slots) may be symbolic too. `rows` picks
-    the query tile (64 or 128; default by max_q_len).
+    the query tile (64 or 128; default by max_q_len). `splits` > 1 cuts each query tile's key
+    tiles into that many runs, a block each, then combines them (`prefill_splits`: for short
+    chunks over long contexts); `workspace`: workspace_floats(tokens, q_heads, D, splits)
+    float32.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (tokens, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
@@ -244,8 +275,21 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     rows = rows or prefill_rows(top)
     if rows not in PREFILL_ROWS:
         raise ValueError(f"rows = {rows}: the query tile is one of {PREFILL_ROWS}")
-    PREFILL[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows,
-                                (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-                                 seq_slots, out, num_seqs, q_heads, kv_heads, k_cache.shape[1],
-                                 block_tables.shape[1], float(s), q_stride), stream,
-                                smem=prefill_smem(rows, d), symbols=symbols)
+    if type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
+        raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
+    args = (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs,
+            q_heads, kv_heads, k_cache.shape[1], block_tables.shape[1], float(s), q_stride)
+    if splits == 1:
+        PREFILL[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows, args,
+                                    stream, smem=prefill_smem(rows, d), symbols=symbols)
+        return
+    need = workspace_floats(tokens, q_heads, d, splits)
+    if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
+        raise ValueError(f"workspace must be float32 with at least {need} elements "
+                         f"(workspace_floats(tokens, ...)); got {getattr(workspace, 'size', '?')}")
+    PREFILL_SPLIT[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads * splits, num_seqs),
+                                      2 * rows, (*args, workspace, splits), stream,
+                                      smem=prefill_smem(rows, d), symbols=symbols)
+    PREFILL_COMBINE[dt, d].launch(tokens * q_heads, d, (workspace, out, cu_seqlens, seq_slots,
+                                                        num_seqs, q_heads, splits), stream,
+                                  symbols=symbols)

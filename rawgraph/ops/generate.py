@@ -88,8 +88,16 @@ def _decode_attention() -> list[str]:
 
 
 def _prefill_attention() -> list[str]:
-    return [wrapper(k.name, k.declaration, _call(k, f"prefill_impl<{_t(dt)}, {d}, {r}>"),
-                    _bounds(2 * r)) for (dt, d, r), k in attention.PREFILL.items()]
+    out = []
+    for (dt, d, r), k in attention.PREFILL.items():  # unsplit: no workspace, one run
+        body = f"prefill_impl<{_t(dt)}, {d}, {r}, false>({forward(k.declaration)}, nullptr, 1);"
+        out.append(wrapper(k.name, k.declaration, body, _bounds(2 * r)))
+    for (dt, d, r), k in attention.PREFILL_SPLIT.items():
+        body = _call(k, f"prefill_impl<{_t(dt)}, {d}, {r}, true>")
+        out.append(wrapper(k.name, k.declaration, body, _bounds(2 * r)))
+    for (dt, d), k in attention.PREFILL_COMBINE.items():
+        out.append(wrapper(k.name, k.declaration, _call(k, f"combine<{_t(dt)}, {d}>")))
+    return out
 
 
 GENERATED: dict[str, Callable[[], list[str]]] = {

@@ -16,7 +16,8 @@ _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w
 TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (SKINNY,),
           "skinny_sm90.cu": (SKINNY90,), "gemm.cu": (GEMM,), "gemm_sm90.cu": (GEMM90,),
           "decode_attention.cu": (attention.ATTEND, attention.COMBINE),
-          "prefill_attention.cu": (attention.PREFILL,)}
+          "prefill_attention.cu": (attention.PREFILL, attention.PREFILL_SPLIT,
+                                   attention.PREFILL_COMBINE)}
 
 
 @pytest.mark.parametrize("name", sorted(generate.GENERATED))

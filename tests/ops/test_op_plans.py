@@ -8,11 +8,13 @@ import pytest
 
 from rawgraph.ops.attention import (
     LONG_SPLIT,
+    MAX_PREFILL_SPLITS,
     SHORT_SPLITS,
     SPLIT_ALIGN,
     SPLIT_WAVES,
     decode_splits,
     grid_splits,
+    prefill_splits,
     row_splits,
 )
 from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
@@ -180,3 +182,15 @@ def test_array_checks_dtype_shape_and_contiguity():
             shapes.array(arr, "host", np.int32, shape)
     with pytest.raises(ValueError, match=r"keys must be .* shape \(4,\), got uint64 \(3,\)"):
         shapes.row_array(np.zeros(3, np.uint64), "keys", np.uint64, 4)
+
+
+def test_prefill_splits_fill_the_gpu_only_where_query_tiles_do_not():
+    # 256 tokens at 8,192 of context, 32 heads, 2 tiles of 128 rows: 64 blocks for 264 slots
+    # (two an SM): 9 runs of at least 4 key tiles make 576 >= 2 x 264
+    assert prefill_splits(2, 32, 1, 8192, 264) == 9
+    assert prefill_splits(64, 32, 1, 8192, 264) == 1  # a whole 8k prompt: 2048 blocks
+    assert prefill_splits(2, 32, 1, 512, 264) == 2  # 8 key tiles: runs of 4
+    assert prefill_splits(2, 32, 1, 200, 264) == 1  # not one run of 4 tiles
+    assert prefill_splits(1, 1, 1, 1 << 20, 10000) == MAX_PREFILL_SPLITS
+    with pytest.raises(ValueError, match="positive"):
+        prefill_splits(0, 32, 1, 8192, 264)

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.gpu
 ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
 
 
-def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs):
-    """seqs: [(slot, q_len)]: the last q_len cached tokens of each slot are the queries."""
+def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=1):
+    """seqs: [(slot, q_len)]: the last q_len cached tokens of each slot are the queries;
+    `splits` key runs per query tile (their workspace NaN first: every read must be written)."""
     kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, num_blocks=512, max_blocks=300)
     cu = np.concatenate([[0], np.cumsum([n for _, n in seqs])]).astype(np.int32)
     q, qh = randn(rng, (int(cu[-1]), q_heads, d), dtype)
@@ -29,9 +30,10 @@ def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs):
     # every input on the device before the kernel's stream starts: the copies CuPy makes on
     # the current stream are not ordered with a non-blocking stream
     cu_d, slots_d = cupy.asarray(cu), cupy.asarray(slots)
+    ws = cupy.full(ops.workspace_floats(q.shape[0], q_heads, d, splits), np.nan, np.float32)
     cupy.cuda.Device().synchronize()
     ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu_d, slots_d, out,
-                          max(n for _, n in seqs), stream=stream)
+                          max(n for _, n in seqs), splits=splits, workspace=ws, stream=stream)
     stream.synchronize()
     want = ref.prefill_attention(qh, kh, vh, kv.tables.table, kv.tables.lens, cu, slots,
                                  d**-0.5)
@@ -51,15 +53,27 @@ def test_prefill_attention_varlen_and_chunked(stream, rng, dtype, q_heads, kv_he
     _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("splits", [2, 3, 16])
+@pytest.mark.parametrize(("q_heads", "kv_heads", "d"), [(32, 8, 64), (12, 2, 128)])
+def test_prefill_attention_in_key_runs(stream, rng, dtype, splits, q_heads, kv_heads, d):
+    # the varlen case in 2, 3 and 16 runs per query tile: runs past a row's last key (all
+    # masked for it), empty runs (16 runs of 1-4 tiles), the combine skipping slot -1's rows
+    lens = {0: 200, 1: 964, 2: 1, 5: 131}
+    seqs = [(0, 200), (1, 64), (2, 1), (-1, 7), (5, 130)]
+    _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(lens=st.lists(st.integers(1, 700), min_size=1, max_size=4),
        frac=st.floats(0.01, 1.0), d=st.sampled_from([64, 128]),
-       group=st.sampled_from([1, 4, 8]), dtype=st.sampled_from(DTYPES))
-def test_prefill_attention_random_lengths(lens, frac, d, group, dtype):
+       group=st.sampled_from([1, 4, 8]), dtype=st.sampled_from(DTYPES),
+       splits=st.sampled_from([1, 1, 2, 5]))
+def test_prefill_attention_random_lengths(lens, frac, d, group, dtype, splits):
     seqs = [(i, max(1, int(n * frac))) for i, n in enumerate(lens)]
     with new_stream() as stream:  # current: the inputs are made on it
         _prefill_case(stream, np.random.default_rng(sum(lens)), dtype, 2 * group, 2, d,
-                      dict(enumerate(lens)), seqs)
+                      dict(enumerate(lens)), seqs, splits)
 
 
 def test_prefill_attention_grid_is_patched(stream, rng):
@@ -87,6 +101,37 @@ def test_prefill_attention_grid_is_patched(stream, rng):
             np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
 
 
+def test_prefill_attention_in_runs_replays_the_eager_bits_with_the_grid_patched(stream, rng):
+    # 4 runs per query tile, captured for 256 query rows and patched to 44 and 100: each
+    # replay gives the eager launch's bits (runs and combine), and the reference
+    kv, kh, vh = paged_cache(rng, "float16", 2, 64, {0: 1300}, num_blocks=512, max_blocks=300)
+    q, qh = randn(rng, (256, 4, 64), "float16")
+    out, eager = cupy.zeros(q.shape, np.float16), cupy.zeros(q.shape, np.float16)
+    ws = cupy.zeros(ops.workspace_floats(256, 4, 64, 4), np.float32)
+    cu, slots = cupy.zeros(2, np.int32), cupy.zeros(1, np.int32)
+    S = Symbols(q_len=Range(1, 256))
+    S.set(q_len=256)
+    cupy.cuda.Device().synchronize()
+    with capture(stream) as cap:
+        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
+                              out, S.q_len, splits=4, workspace=ws, stream=stream, symbols=S)
+    with cap.graph as g, g.instantiate() as ex:
+        for n in (256, 44, 100):
+            cu.set(np.array([0, n], np.int32))  # the last n of the 1300 cached tokens
+            stream.synchronize()
+            ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
+                                  eager, n, splits=4, workspace=ws, stream=stream)
+            ex.set(q_len=n)
+            for _ in range(2):
+                ex.launch(stream)
+            stream.synchronize()
+            np.testing.assert_array_equal(cupy.asnumpy(out[:n].view(np.uint16)),
+                                          cupy.asnumpy(eager[:n].view(np.uint16)))
+            want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
+                                         np.array([0, n]), np.array([0]), 64**-0.5)
+            np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
+
+
 def test_prefill_attention_rejects_bad_input(rng):
     kv, _, _ = paged_cache(rng, "float16", 2, 64, {0: 10}, num_blocks=512, max_blocks=300)
     q = cupy.zeros((10, 4, 64), np.float16)
@@ -99,6 +144,11 @@ def test_prefill_attention_rejects_bad_input(rng):
         ops.prefill_attention(q, *args, cupy.zeros(3, np.int32), slots, cupy.zeros_like(q), 10)
     with pytest.raises(ValueError, match="max_q_len reaches 11"):
         ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 11)
+    with pytest.raises(ValueError, match="splits = 0"):
+        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, splits=0)
+    with pytest.raises(ValueError, match="workspace must be float32 with at least 5280"):
+        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, splits=2,
+                              workspace=cupy.zeros(100, np.float32))
     with pytest.raises(ValueError, match="multiple of kv_heads"):
         ops.prefill_attention(cupy.zeros((10, 3, 64), np.float16), *args, cu, slots,
                               cupy.zeros((10, 3, 64), np.float16), 10)
