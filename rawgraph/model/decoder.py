@@ -158,11 +158,14 @@ class Model:
     def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray] | None = None, *,
                  max_batch: int = 8, max_context: int = 2048, max_chunk: int = 512,
                  max_chunk_seqs: int = 8, block_size: int = 16, num_blocks: int | None = None,
-                 seed: int = 0, files: dict[str, Any] | None = None):
+                 seed: int = 0, files: dict[str, Any] | None = None,
+                 prefill_runs: bool = False):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets).
         Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
-        and its file from `files`, tensor name -> file, when given)."""
+        and its file from `files`, tensor name -> file, when given). `prefill_runs`: prefill
+        attention cuts each query tile's keys into runs (`ops.attention.prefill_splits`; for
+        chunks far into long prompts; not yet measured on the GPU, hence off)."""
         if not 1 <= max_batch <= DECODE_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
                              f"rows")
@@ -180,6 +183,7 @@ class Model:
                     cfg.rope_scaling, ops.DynamicScaling) else ""))
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
+        self.prefill_runs = prefill_runs
         self.limits = Limits(max_batch, max_chunk, max_chunk_seqs, max_context, cfg.vocab)
         self.arena: Arena | None = None
         try:
@@ -217,6 +221,12 @@ class Model:
         self.workspace = cupy.empty(max(
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
             for b, s in enumerate(self.splits, 1)), np.float32)
+        # prefill attention's key runs (one count for every chunk graph) and their workspace
+        self.prefill_splits = ops.attention.default_prefill_splits(
+            max_chunk, cfg.heads, max_context, cfg.dtype, cfg.head_dim) if self.prefill_runs else 1
+        self.prefill_workspace = cupy.empty(ops.workspace_floats(
+            max_chunk, cfg.heads, cfg.head_dim, self.prefill_splits), np.float32
+        ) if self.prefill_splits > 1 else None
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
@@ -503,7 +513,8 @@ class Model:
             ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
                                   m["seqs"], a["attn"].reshape(q3.shape), max_q_len, num_seqs,
                                   scale=cfg.attention_scale,
-                                  rows=ops.attention.prefill_rows(chunk))
+                                  rows=ops.attention.prefill_rows(chunk),
+                                  splits=self.prefill_splits, workspace=self.prefill_workspace)
 
         with _on(stream, symbols):
             ops.embedding(m["ids"], self.w["embed"], a["r"], n)

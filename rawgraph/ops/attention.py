@@ -235,6 +235,23 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
 
 
 
+@functools.cache
+def _prefill_resident(dtype: str, head_dim: int, rows: int) -> int:
+    return PREFILL_SPLIT[dtype, head_dim, rows].resident_blocks(2 * rows,
+                                                                prefill_smem(rows, head_dim))
+
+
+def default_prefill_splits(chunk: int, q_heads: int, context: int, dtype: str,
+                           head_dim: int) -> int:
+    """prefill_splits on this device for one sequence's chunk of `chunk` tokens (its query
+    tile by prefill_rows) anywhere in a context of up to `context` tokens."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim {head_dim} is not supported (use one of {HEAD_DIMS})")
+    rows = prefill_rows(chunk)
+    return prefill_splits(-(-chunk // rows), q_heads, 1, context,
+                          _prefill_resident(dtype, head_dim, rows))
+
+
 def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
                       cu_seqlens: Any, seq_slots: Any, out: Any, max_q_len: Any,
                       num_seqs: Any = None, *, scale: float | None = None,

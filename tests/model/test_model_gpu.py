@@ -46,6 +46,26 @@ def test_prefill_then_decode_logits_follow_the_reference(stream, dtype):
     model.close()
 
 
+def test_prefill_in_key_runs_follows_the_reference(stream):
+    # prefill_runs: each chunk's attention in key runs (8 for a 2,048-token context: the
+    # early chunks' runs mostly empty), then decode; logits after every chunk and step
+    cfg = preset("tiny")
+    tensors = random_weights(cfg, 16)
+    tokens = [int(t) for t in np.random.default_rng(3).integers(0, cfg.vocab, 330)]
+    want = forward(cfg, float_weights(cfg, tensors), np.array(tokens), KVState())
+    model = Model(cfg, tensors, max_batch=1, max_context=2048, max_chunk=32, max_chunk_seqs=1,
+                  prefill_runs=True)
+    assert model.prefill_splits > 1
+    for start in range(0, 320, 32):
+        model.prefill([PrefillPiece(0, tokens[start:start + 32], start)], stream)
+        err = _err(_logits(model.pre["logits"], 0, cfg.dtype), want[start + 31])
+        assert err < TOL[cfg.dtype], f"chunk at {start}: max error {err:.3g}"
+    for i in range(320, 330):
+        model.decode([0], [tokens[i]], stream)
+        assert _err(_logits(model.dec["logits"], 0, cfg.dtype), want[i]) < TOL[cfg.dtype]
+    model.close()
+
+
 def test_greedy_tokens_match_the_reference_for_32_steps(stream):
     cfg = preset("tiny")
     tensors = random_weights(cfg, 12)
