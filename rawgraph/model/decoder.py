@@ -192,6 +192,15 @@ class Model:
             self.close()  # nothing half-made stays on the device
             raise
 
+    def prefill_splits(self, chunk: int) -> int:
+        """Key runs per query tile of prefill attention in a chunk of `chunk` tokens (1 unless
+        `prefill_runs`)."""
+        if not self.prefill_runs:
+            return 1
+        cfg = self.cfg
+        return ops.attention.default_prefill_splits(chunk, cfg.heads, self.max_context,
+                                                    cfg.dtype, cfg.head_dim)
+
     def _setup(self, tensors: dict[str, np.ndarray] | None, seed: int, block_size: int,
                num_blocks: int | None, files: dict[str, Any]) -> None:
         cfg, max_batch, max_context = self.cfg, self.max_batch, self.max_context
@@ -221,12 +230,10 @@ class Model:
         self.workspace = cupy.empty(max(
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
             for b, s in enumerate(self.splits, 1)), np.float32)
-        # prefill attention's key runs (one count for every chunk graph) and their workspace
-        self.prefill_splits = ops.attention.default_prefill_splits(
-            max_chunk, cfg.heads, max_context, cfg.dtype, cfg.head_dim) if self.prefill_runs else 1
-        self.prefill_workspace = cupy.empty(ops.workspace_floats(
-            max_chunk, cfg.heads, cfg.head_dim, self.prefill_splits), np.float32
-        ) if self.prefill_splits > 1 else None
+        # prefill attention's key runs: a workspace for the chunk size that needs the most
+        self.prefill_workspace = cupy.empty(max(
+            ops.workspace_floats(c, cfg.heads, cfg.head_dim, self.prefill_splits(c))
+            for c in range(1, max_chunk + 1)), np.float32) if self.prefill_runs else None
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
@@ -510,11 +517,14 @@ class Model:
         q3 = a["q"]
 
         def attend(kc: Any, vc: Any) -> None:
-            ops.prefill_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
-                                  m["seqs"], a["attn"].reshape(q3.shape), max_q_len, num_seqs,
+            q, out, splits = q3, a["attn"].reshape(q3.shape), self.prefill_splits(chunk)
+            if splits > 1:  # the chunk's rows: its runs' workspace holds just those
+                q, out = q[:chunk], out[:chunk]
+            ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
+                                  m["seqs"], out, max_q_len, num_seqs,
                                   scale=cfg.attention_scale,
-                                  rows=ops.attention.prefill_rows(chunk),
-                                  splits=self.prefill_splits, workspace=self.prefill_workspace)
+                                  rows=ops.attention.prefill_rows(chunk), splits=splits,
+                                  workspace=self.prefill_workspace)
 
         with _on(stream, symbols):
             ops.embedding(m["ids"], self.w["embed"], a["r"], n)
