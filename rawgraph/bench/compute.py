@@ -105,16 +105,14 @@ def prefill_chunk_attention(row: Row, s: Any) -> None:
         kv.tables.add(0)
         kv.tables.append(0, n)
         kv.sync(s)
+        with s:
+            kv.k[...] = _rand(kv.k.shape)
+            kv.v[...] = _rand(kv.v.shape)
         for chunk in (256, 512):
             with s:
-                kv.k[...] = _rand(kv.k.shape)
-                kv.v[...] = _rand(kv.v.shape)
                 q, out = _rand((chunk, 32, d)), cupy.empty((chunk, 32, d), F16)
                 cu, slots = cupy.array([0, chunk], np.int32), cupy.zeros(1, np.int32)
-            rows = ops.attention.prefill_rows(chunk)
-            kernel = ops.attention.PREFILL_SPLIT["float16", d, rows]
-            resident = kernel.resident_blocks(2 * rows, ops.attention.prefill_smem(rows, d))
-            best = ops.attention.prefill_splits(-(-chunk // rows), 32, 1, n, resident)
+            best = ops.attention.default_prefill_splits(chunk, 32, n, "float16", d)
             ws = cupy.empty(ops.workspace_floats(chunk, 32, d, best), np.float32)
             flops = 4 * chunk * (n - chunk // 2) * d * 32
             for splits in sorted({1, best}):
