@@ -68,19 +68,25 @@ def gemm(row: Row, s: Any) -> None:
             del w
 
 
+def _one_sequence(d: int, n: int, s: Any) -> PagedKVCache:
+    """A one-layer cache of 8 kv heads holding one sequence of n random tokens (slot 0)."""
+    kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=16, num_blocks=n // 16,
+                      max_seqs=1, max_blocks_per_seq=n // 16)
+    kv.tables.add(0)
+    kv.tables.append(0, n)
+    kv.sync(s)
+    with s:
+        kv.k[...] = _rand(kv.k.shape)
+        kv.v[...] = _rand(kv.v.shape)
+    return kv
+
+
 def prefill_attention(row: Row, s: Any) -> None:
     """Causal prefill of one sequence at LLaMA head shapes (32 query / 8 kv heads)."""
     for d in (64, 128):
         for n in (1024, 4096, 8192):
-            bs = 16
-            kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
-                              num_blocks=n // bs, max_seqs=1, max_blocks_per_seq=n // bs)
-            kv.tables.add(0)
-            kv.tables.append(0, n)
-            kv.sync(s)
+            kv = _one_sequence(d, n, s)
             with s:
-                kv.k[...] = _rand(kv.k.shape)
-                kv.v[...] = _rand(kv.v.shape)
                 q, out = _rand((n, 32, d)), cupy.empty((n, 32, d), F16)
                 cu, slots = cupy.array([0, n], np.int32), cupy.zeros(1, np.int32)
             for rows in (64, 128):
@@ -98,16 +104,9 @@ def prefill_chunk_attention(row: Row, s: Any) -> None:
     """A chunk of the engine's sizes at the end of an 8,192-token sequence (32 query / 8 kv
     heads): its query tiles alone leave most SMs idle; beside it the same in key runs
     (`ops.attention.prefill_splits`) and their combine."""
-    n, bs = 8192, 16
+    n = 8192
     for d in (64, 128):
-        kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
-                          num_blocks=n // bs, max_seqs=1, max_blocks_per_seq=n // bs)
-        kv.tables.add(0)
-        kv.tables.append(0, n)
-        kv.sync(s)
-        with s:
-            kv.k[...] = _rand(kv.k.shape)
-            kv.v[...] = _rand(kv.v.shape)
+        kv = _one_sequence(d, n, s)
         for chunk in (256, 512):
             with s:
                 q, out = _rand((chunk, 32, d)), cupy.empty((chunk, 32, d), F16)
