@@ -119,8 +119,10 @@ def test_prefill_attention_in_runs_replays_the_eager_bits_with_the_grid_patched(
         for n in (256, 44, 100):
             cu.set(np.array([0, n], np.int32))  # the last n of the 1300 cached tokens
             stream.synchronize()
+            # the captured query tile (128 rows at 256): runs cut a tile's key tiles, so the
+            # tile decides the runs' bounds and the eager launch must take the same one
             ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                                  eager, n, splits=4, workspace=ws, stream=stream)
+                                  eager, n, rows=128, splits=4, workspace=ws, stream=stream)
             ex.set(q_len=n)
             for _ in range(2):
                 ex.launch(stream)
