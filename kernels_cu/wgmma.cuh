@@ -1,10 +1,18 @@
-// wgmma.cuh: what Hopper's warpgroup MMA (wgmma) kernels share (gemm_sm90.cu, skinny_sm90.cu)
+// wgmma.cuh: what Hopper's warpgroup MMA (wgmma) kernels share (gemm_sm90.cu, skinny_sm90.cu,
+// prefill_attention_sm90.cu)
 //   - desc128: the matrix descriptor of a K-major operand tile in shared memory with the
 //     128-byte swizzle
+//   - desc128_mn: the same for an MN-major B operand (N contiguous: rows of 64 N-elements, one
+//     row per k), its 64-wide N panels `panel` bytes apart
 //   - Wgmma<T, N>::run: D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N),
 //     both K-major in shared memory (N = 32, 64, 128)
+//   - WgmmaRS<T, N>::run: the same with A from registers (mma.sync's m16n8k16 A fragment per
+//     warp) and B MN-major (N = 64, 128)
 //   - wgmma_fence / wgmma_commit / wgmma_wait<N>: order register accesses before the MMAs,
 //     close a group of MMAs, wait until at most N groups are in flight
+//   - fence_regs: keep the compiler from moving accumulator reads or writes across a wait
+//   - fence_proxy_async: make this thread's shared-memory writes (st, cp.async) visible to
+//     the MMAs' reads (the async proxy)
 // sm_90a (ARCH_SPECIFIC sources) only.
 #pragma once
 #include "mma.cuh"
@@ -16,6 +24,14 @@ namespace rg {
 __device__ __forceinline__ unsigned long long desc128(const void* p) {
   const unsigned long long addr = smem_addr(p);
   return ((addr & 0x3ffff) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// MN-major with the 128-byte swizzle: 8 k-rows of 128 bytes make a 1024-byte atom (stride
+// byte offset: the next 8 k), `panel` bytes to the next 64 N-elements (leading byte offset)
+__device__ __forceinline__ unsigned long long desc128_mn(const void* p, unsigned panel) {
+  const unsigned long long addr = smem_addr(p);
+  return ((addr & 0x3ffff) >> 4) | (static_cast<unsigned long long>((panel >> 4) & 0x3fff) << 16) |
+         ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
 // Inline PTX has no register arrays: each N's operand list is spelled out, once.
@@ -61,6 +77,32 @@ RG_WGMMA_TYPE(__half, "f16")
 RG_WGMMA_TYPE(__nv_bfloat16, "bf16")
 #undef RG_WGMMA_TYPE
 #undef RG_WGMMA
+
+// A from four registers, B transposed (MN-major): trans-b = 1
+#define RG_WGMMA_RS(N, TYPE, REGS, A, B, P, ...) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" REGS \
+               "}, " A ", %" B ", p, 1, 1, 1;\n}\n" \
+               : __VA_ARGS__ : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+template <typename T, int N> struct WgmmaRS;
+#define RG_WGMMA_RS_TYPE(T, NAME) \
+  template <> struct WgmmaRS<T, 64> { \
+    static __device__ __forceinline__ void run(float (&d)[32], const unsigned (&a)[4], \
+                                               unsigned long long b) { \
+      RG_WGMMA_RS(64, NAME, RG_R32, "{%32, %33, %34, %35}", "36", "37", RG_D16(0), RG_D16(16)); \
+    } \
+  }; \
+  template <> struct WgmmaRS<T, 128> { \
+    static __device__ __forceinline__ void run(float (&d)[64], const unsigned (&a)[4], \
+                                               unsigned long long b) { \
+      RG_WGMMA_RS(128, NAME, RG_R64, "{%64, %65, %66, %67}", "68", "69", RG_D16(0), \
+                  RG_D16(16), RG_D16(32), RG_D16(48)); \
+    } \
+  };
+RG_WGMMA_RS_TYPE(__half, "f16")
+RG_WGMMA_RS_TYPE(__nv_bfloat16, "bf16")
+#undef RG_WGMMA_RS_TYPE
+#undef RG_WGMMA_RS
 #undef RG_R64
 #undef RG_R32
 #undef RG_R16
@@ -74,6 +116,14 @@ __device__ __forceinline__ void wgmma_commit() {
 }
 template <int N> __device__ __forceinline__ void wgmma_wait() {  // at most N groups in flight
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// The MMAs write accumulators behind the compiler's back: pin each register at this point
+template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 }  // namespace rg

@@ -9,8 +9,9 @@ TFLOP/s with wgmma; mma.sync kernels top out well below that, cuBLAS uses wgmma.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cupy
@@ -81,6 +82,16 @@ def _one_sequence(d: int, n: int, s: Any) -> PagedKVCache:
     return kv
 
 
+@contextlib.contextmanager
+def _mma_sync_prefill() -> Iterator[None]:
+    """Prefill attention on its mma.sync kernels for the block (Hopper takes wgmma)."""
+    was, ops.attention.WGMMA_PREFILL = ops.attention.WGMMA_PREFILL, False
+    try:
+        yield
+    finally:
+        ops.attention.WGMMA_PREFILL = was
+
+
 def prefill_attention(row: Row, s: Any) -> None:
     """Causal prefill of one sequence at LLaMA head shapes (32 query / 8 kv heads)."""
     for d in (64, 128):
@@ -90,13 +101,16 @@ def prefill_attention(row: Row, s: Any) -> None:
                 q, out = _rand((n, 32, d)), cupy.empty((n, 32, d), F16)
                 cu, slots = cupy.array([0, n], np.int32), cupy.zeros(1, np.int32)
             for rows in (64, 128):
-                us = _us(lambda kv=kv, q=q, out=out, cu=cu, slots=slots, n=n, r=rows:
-                         ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables,
-                                               kv.seq_lens, cu, slots, out, n, rows=r,
-                                               stream=s), s, reps=5)
+                def run(kv=kv, q=q, out=out, cu=cu, slots=slots, n=n, r=rows):
+                    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
+                                          cu, slots, out, n, rows=r, stream=s)
+                us, extra = _us(run, s, reps=5), {}
+                if ops.attention.prefill_wgmma():  # beside it, the mma.sync kernel
+                    with _mma_sync_prefill():
+                        extra["mma.sync us"] = _us(run, s, reps=5)
                 flops = 4 * n * n * d * 32 // 2
                 row(f"prefill attention d={d} r={rows}", f"causal S={n}", us, flops, None,
-                    ATTENTION_TFLOPS.get((n, d), 0), S=n, head_dim=d)
+                    ATTENTION_TFLOPS.get((n, d), 0), S=n, head_dim=d, **extra)
             del kv
 
 

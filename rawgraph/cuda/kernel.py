@@ -31,7 +31,7 @@ KERNELS_DIR = _kernels_dir()
 _STATIC_SMEM_LIMIT = 48 * 1024
 # Sources using features of one exact architecture (wgmma: Hopper), compiled for its
 # architecture-specific target (sm_90a) and only there.
-ARCH_SPECIFIC = {"gemm_sm90": (9, 0), "skinny_sm90": (9, 0)}
+ARCH_SPECIFIC = {"gemm_sm90": (9, 0), "skinny_sm90": (9, 0), "prefill_attention_sm90": (9, 0)}
 _BY_HANDLE: dict[int, Kernel] = {}  # CUfunction -> Kernel, to decode captured graph nodes
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
@@ -45,7 +46,24 @@ PREFILL_COMBINE = {(dt, d): Kernel("prefill_attention", f"prefill_attention_comb
                                    f"const float* partial, {t}* out, const int* cu_seqlens, "
                                    "const int* seq_slots, int num_seqs, int q_heads, int splits")
                    for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
+# the same on Hopper's warpgroup MMA (prefill_attention_sm90.cu, sm_90a), the same contract
+PREFILL90 = {(dt, d, r): Kernel("prefill_attention_sm90", f"prefill_attention_sm90_{s}_d{d}_r{r}",
+                                _PREFILL.format(t=t))
+             for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
+PREFILL90_SPLIT = {(dt, d, r): Kernel("prefill_attention_sm90",
+                                      f"prefill_attention_split_sm90_{s}_d{d}_r{r}",
+                                      _PREFILL.format(t=t) + ", float* partial, int splits")
+                   for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS
+                   for r in PREFILL_ROWS}
 PREFILL_KEYS = 64  # keys per tile
+# Prefill attention on wgmma where the device has it (compute capability 9.0); False: mma.sync
+# everywhere (tests run both)
+WGMMA_PREFILL = True
+
+
+def prefill_wgmma() -> bool:
+    """Whether prefill attention runs on wgmma here (WGMMA_PREFILL on compute capability 9.0)."""
+    return WGMMA_PREFILL and compute_capability() == (9, 0)
 
 
 def prefill_rows(max_q_len: int) -> int:
@@ -236,9 +254,9 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
 
 
 @functools.cache
-def _prefill_resident(dtype: str, head_dim: int, rows: int) -> int:
-    return PREFILL_SPLIT[dtype, head_dim, rows].resident_blocks(2 * rows,
-                                                                prefill_smem(rows, head_dim))
+def _prefill_resident(dtype: str, head_dim: int, rows: int, wgmma: bool) -> int:
+    kernel = (PREFILL90_SPLIT if wgmma else PREFILL_SPLIT)[dtype, head_dim, rows]
+    return kernel.resident_blocks(2 * rows, prefill_smem(rows, head_dim))
 
 
 def default_prefill_splits(chunk: int, q_heads: int, context: int, dtype: str,
@@ -249,7 +267,7 @@ def default_prefill_splits(chunk: int, q_heads: int, context: int, dtype: str,
         raise ValueError(f"head_dim {head_dim} is not supported (use one of {HEAD_DIMS})")
     rows = prefill_rows(chunk)
     return prefill_splits(-(-chunk // rows), q_heads, 1, context,
-                          _prefill_resident(dtype, head_dim, rows))
+                          _prefill_resident(dtype, head_dim, rows, prefill_wgmma()))
 
 
 def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
@@ -296,17 +314,18 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
         raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
     args = (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs,
             q_heads, kv_heads, k_cache.shape[1], block_tables.shape[1], float(s), q_stride)
+    unsplit, split = (PREFILL90, PREFILL90_SPLIT) if prefill_wgmma() else (PREFILL, PREFILL_SPLIT)
+    smem = prefill_smem(rows, d)
     if splits == 1:
-        PREFILL[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows, args,
-                                    stream, smem=prefill_smem(rows, d), symbols=symbols)
+        unsplit[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows, args,
+                                    stream, smem=smem, symbols=symbols)
         return
     need = workspace_floats(tokens, q_heads, d, splits)
     if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
         raise ValueError(f"workspace must be float32 with at least {need} elements "
                          f"(workspace_floats(tokens, ...)); got {getattr(workspace, 'size', '?')}")
-    PREFILL_SPLIT[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads * splits, num_seqs),
-                                      2 * rows, (*args, workspace, splits), stream,
-                                      smem=prefill_smem(rows, d), symbols=symbols)
+    split[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads * splits, num_seqs), 2 * rows,
+                              (*args, workspace, splits), stream, smem=smem, symbols=symbols)
     PREFILL_COMBINE[dt, d].launch(tokens * q_heads, d, (workspace, out, cu_seqlens, seq_slots,
                                                         num_seqs, q_heads, splits), stream,
                                   symbols=symbols)

@@ -87,23 +87,35 @@ def _decode_attention() -> list[str]:
     return out
 
 
+def _prefill_impls(unsplit: dict, split: dict, wgmma: bool) -> list[str]:
+    out, wg = [], "true" if wgmma else "false"
+    for (dt, d, r), k in unsplit.items():  # unsplit: no workspace, one run
+        body = (f"prefill_impl<{_t(dt)}, {d}, {r}, false, {wg}>({forward(k.declaration)}, "
+                "nullptr, 1);")
+        out.append(wrapper(k.name, k.declaration, body, _bounds(2 * r)))
+    for (dt, d, r), k in split.items():
+        out.append(wrapper(k.name, k.declaration,
+                           _call(k, f"prefill_impl<{_t(dt)}, {d}, {r}, true, {wg}>"),
+                           _bounds(2 * r)))
+    return out
+
+
 def _prefill_attention() -> list[str]:
-    out = []
-    for (dt, d, r), k in attention.PREFILL.items():  # unsplit: no workspace, one run
-        body = f"prefill_impl<{_t(dt)}, {d}, {r}, false>({forward(k.declaration)}, nullptr, 1);"
-        out.append(wrapper(k.name, k.declaration, body, _bounds(2 * r)))
-    for (dt, d, r), k in attention.PREFILL_SPLIT.items():
-        body = _call(k, f"prefill_impl<{_t(dt)}, {d}, {r}, true>")
-        out.append(wrapper(k.name, k.declaration, body, _bounds(2 * r)))
+    out = _prefill_impls(attention.PREFILL, attention.PREFILL_SPLIT, False)
     for (dt, d), k in attention.PREFILL_COMBINE.items():
         out.append(wrapper(k.name, k.declaration, _call(k, f"combine<{_t(dt)}, {d}>")))
     return out
+
+
+def _prefill_attention90() -> list[str]:
+    return _prefill_impls(attention.PREFILL90, attention.PREFILL90_SPLIT, True)
 
 
 GENERATED: dict[str, Callable[[], list[str]]] = {
     "gemv.cu": _gemv, "skinny.cu": _skinny, "skinny_sm90.cu": _skinny90, "gemm.cu": _gemm,
     "gemm_sm90.cu": _gemm90, "decode_attention.cu": _decode_attention,
     "prefill_attention.cu": _prefill_attention,
+    "prefill_attention_sm90.cu": _prefill_attention90,
 }
 
 

@@ -17,7 +17,8 @@ TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (
           "skinny_sm90.cu": (SKINNY90,), "gemm.cu": (GEMM,), "gemm_sm90.cu": (GEMM90,),
           "decode_attention.cu": (attention.ATTEND, attention.COMBINE),
           "prefill_attention.cu": (attention.PREFILL, attention.PREFILL_SPLIT,
-                                   attention.PREFILL_COMBINE)}
+                                   attention.PREFILL_COMBINE),
+          "prefill_attention_sm90.cu": (attention.PREFILL90, attention.PREFILL90_SPLIT)}
 
 
 @pytest.mark.parametrize("name", sorted(generate.GENERATED))

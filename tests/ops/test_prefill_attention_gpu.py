@@ -15,6 +15,16 @@ from tests.helpers import DTYPES, POISON, host, paged_cache, poisoned, randn
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True, params=["wgmma", "mma.sync"])
+def prefill_kernel(request, monkeypatch):
+    """Every test on both kernel families: Hopper's wgmma (prefill_attention_sm90.cu) and
+    mma.sync (prefill_attention.cu), which other GPUs take."""
+    wgmma = request.param == "wgmma"
+    monkeypatch.setattr(ops.attention, "WGMMA_PREFILL", wgmma)
+    if wgmma and not ops.attention.prefill_wgmma():
+        pytest.skip("prefill_attention_sm90.cu needs compute capability 9.0")
+
+
 # attention: fp32 softmax, P rounded to the storage type before P V (as FlashAttention does)
 ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
 
