@@ -11,8 +11,8 @@
 //   - wgmma_fence / wgmma_commit / wgmma_wait<N>: order register accesses before the MMAs,
 //     close a group of MMAs, wait until at most N groups are in flight
 //   - fence_regs: keep the compiler from moving accumulator reads or writes across a wait
-//   - fence_proxy_async: make this thread's shared-memory writes (st, cp.async) visible to
-//     the MMAs' reads (the async proxy)
+//   - fence_proxy_async: order the shared-memory writes this thread has seen (st, cp.async;
+//     its own or acquired through a barrier) before its MMAs' reads (the async proxy)
 // sm_90a (ARCH_SPECIFIC sources) only.
 #pragma once
 #include "mma.cuh"

@@ -87,28 +87,29 @@ def _decode_attention() -> list[str]:
     return out
 
 
-def _prefill_impls(unsplit: dict, split: dict, wgmma: bool) -> list[str]:
-    out, wg = [], "true" if wgmma else "false"
+def _prefill_impls(unsplit: dict, split: dict, impl: str, threads: Callable[[int], int]
+                   ) -> list[str]:
+    out = []
     for (dt, d, r), k in unsplit.items():  # unsplit: no workspace, one run
-        body = (f"prefill_impl<{_t(dt)}, {d}, {r}, false, {wg}>({forward(k.declaration)}, "
-                "nullptr, 1);")
-        out.append(wrapper(k.name, k.declaration, body, _bounds(2 * r)))
+        body = f"{impl}<{_t(dt)}, {d}, {r}, false>({forward(k.declaration)}, nullptr, 1);"
+        out.append(wrapper(k.name, k.declaration, body, _bounds(threads(r))))
     for (dt, d, r), k in split.items():
-        out.append(wrapper(k.name, k.declaration,
-                           _call(k, f"prefill_impl<{_t(dt)}, {d}, {r}, true, {wg}>"),
-                           _bounds(2 * r)))
+        out.append(wrapper(k.name, k.declaration, _call(k, f"{impl}<{_t(dt)}, {d}, {r}, true>"),
+                           _bounds(threads(r))))
     return out
 
 
 def _prefill_attention() -> list[str]:
-    out = _prefill_impls(attention.PREFILL, attention.PREFILL_SPLIT, False)
+    out = _prefill_impls(attention.PREFILL, attention.PREFILL_SPLIT, "prefill_impl",
+                         lambda r: 2 * r)
     for (dt, d), k in attention.PREFILL_COMBINE.items():
         out.append(wrapper(k.name, k.declaration, _call(k, f"combine<{_t(dt)}, {d}>")))
     return out
 
 
 def _prefill_attention90() -> list[str]:
-    return _prefill_impls(attention.PREFILL90, attention.PREFILL90_SPLIT, True)
+    return _prefill_impls(attention.PREFILL90, attention.PREFILL90_SPLIT, "prefill90_impl",
+                          attention.prefill90_threads)
 
 
 GENERATED: dict[str, Callable[[], list[str]]] = {
