@@ -111,8 +111,10 @@ __device__ void prefill_impl(const T* q, const T* k_cache, const T* v_cache,
         rg::mma_16816<T>(s[2 * j + 1], qf[kk], kb[2], kb[3]);
       }
     const int key0 = t * kBC;
-    softmax_tile<D, SPLIT>(s, o, m, l, key0, key0 + kBC - 1 > w.past + w.r0, qpos0, scale2,
-                           c2);
+    float alpha[2];
+    softmax_tile<SPLIT>(s, m, l, alpha, key0, key0 + kBC - 1 > w.past + w.r0, qpos0, scale2,
+                        c2);
+    rescale<D>(o, alpha);
 
 #pragma unroll
     for (int kk = 0; kk < kBC / 16; ++kk) {  // O += P V, keys 16 kk .. 16 kk + 15

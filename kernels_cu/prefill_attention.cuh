@@ -94,12 +94,12 @@ __device__ __forceinline__ void load_kv(char* ks, char* vs, const T* k_cache, co
 }
 
 // The online softmax over one key tile: s (scores of this thread's two rows) scaled to base
-// 2, keys past a row masked (`edge`: some may be), row max m and sum l updated, o rescaled,
-// and s left holding P.
-template <int D, bool SPLIT>
-__device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&o)[D / 8][4],
-                                             float (&m)[2], float (&l)[2], int key0, bool edge,
-                                             int qpos0, float scale2, int c2) {
+// 2, keys past a row masked (`edge`: some may be), row max m and sum l updated, s left
+// holding P and alpha the factor the rows' output so far must take (rescale()).
+template <bool SPLIT>
+__device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&m)[2],
+                                             float (&l)[2], float (&alpha)[2], int key0,
+                                             bool edge, int qpos0, float scale2, int c2) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = m[h];
@@ -117,7 +117,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&o)[
     // a split may start with a tile whose keys all lie past this row (mx = -inf): then
     // alpha and every p are 0, not NaN (the whole tile 0 of an unsplit row is never masked)
     const float ref = SPLIT && mx == rg::neg_inf() ? 0.f : mx;
-    const float alpha = exp2f(m[h] - ref);  // 0 on the first tile (m = -inf)
+    alpha[h] = exp2f(m[h] - ref);  // 0 on the first tile (m = -inf)
     m[h] = mx;
     float sum = 0.f;
 #pragma unroll
@@ -128,12 +128,18 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&o)[
         s[j][2 * h + e] = p;
         sum += p;
       }
-    l[h] = l[h] * alpha + sum;
+    l[h] = l[h] * alpha[h] + sum;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 8][4], const float (&alpha)[2]) {
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      o[d][2 * h] *= alpha;
-      o[d][2 * h + 1] *= alpha;
-    }
+  for (int d = 0; d < D / 8; ++d) {
+    o[d][0] *= alpha[0];
+    o[d][1] *= alpha[0];
+    o[d][2] *= alpha[1];
+    o[d][3] *= alpha[1];
   }
 }
 

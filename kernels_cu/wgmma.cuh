@@ -10,7 +10,8 @@
 //     warp) and B MN-major (N = 64, 128)
 //   - wgmma_fence / wgmma_commit / wgmma_wait<N>: order register accesses before the MMAs,
 //     close a group of MMAs, wait until at most N groups are in flight
-//   - fence_regs: keep the compiler from moving accumulator reads or writes across a wait
+//   - fence_regs: keep the compiler from moving accumulator (or A fragment) accesses across a
+//     wait
 //   - fence_proxy_async: order the shared-memory writes this thread has seen (st, cp.async;
 //     its own or acquired through a barrier) before its MMAs' reads (the async proxy)
 // sm_90a (ARCH_SPECIFIC sources) only.
@@ -121,6 +122,11 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {  // at most N gr
 template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// ... and A fragments in registers: live, unmoved, until the MMAs reading them are waited on
+template <int N> __device__ __forceinline__ void fence_regs(unsigned (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

@@ -70,8 +70,9 @@ def prefill_wgmma() -> bool:
 
 
 def prefill90_threads(rows: int) -> int:
-    """Threads of a wgmma prefill block: a consumer warpgroup per 64 query rows, a producer."""
-    return 128 * (rows // 64 + 1)
+    """Threads of a wgmma prefill block: a consumer warpgroup per 64 query rows, then the
+    producer warp."""
+    return 128 * (rows // 64) + 32
 
 
 def prefill90_smem(rows: int, head_dim: int) -> int:
