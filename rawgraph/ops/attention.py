@@ -71,8 +71,8 @@ def prefill_wgmma() -> bool:
 
 def prefill90_threads(rows: int) -> int:
     """Threads of a wgmma prefill block: a consumer warpgroup per 64 query rows, then the
-    producer warp."""
-    return 128 * (rows // 64) + 32
+    producer warpgroup."""
+    return 128 * (rows // 64 + 1)
 
 
 def prefill90_smem(rows: int, head_dim: int) -> int:
