@@ -4,25 +4,20 @@
 //
 //   extern "C" prefill_attention_sm90_{f16,bf16}_d{64,128}_r{64,128}(as prefill_attention_...)
 //   extern "C" prefill_attention_split_sm90_{f16,bf16}_d{64,128}_r{64,128}(as ..._split_...)
-//   block (128 (R / 64 + 1)): R / 64 consumer warpgroups of 64 query rows, then a producer
-//   warpgroup that only loads (one warp cannot issue the gathers fast enough). The producer gathers Q, then each key tile's K and V through the
-//   block table with cp.async into a ring of kStages slots; its copies complete an arrival on
-//   the slot's `full` mbarrier (cp.async.mbarrier.arrive.noinc), and it refills a slot once
-//   every consumer warp has arrived on its `empty` one. No block barrier after the start.
-//   A consumer warpgroup per key tile of 64: S = Q K^T as D / 16 wgmma.m64n64k16 reading Q
+//   block (2 R): R / 64 warpgroups of 64 query rows, all loading and computing (as
+//   prefill_attention.cu). Per key tile of 64: S = Q K^T as D / 16 wgmma.m64n64k16 reading Q
 //   and K from shared memory (K-major), the online softmax in registers (mma.sync's layout),
-//   then O += P V as 4 wgmma.m64nDk16 with P from registers and V read MN-major; tile t's
-//   S is issued with tile t - 1's P V, so one's softmax overlaps the other's MMAs. D = 128
-//   tiles lie in two 64-column panels (the 128-byte swizzle's width). The producer's writes
-//   are fenced into the async proxy by each consumer before its MMAs read them.
-//   Dynamic shared memory: prefill90_smem(R, D) = (R + 2 kStages 64) D 2 + 16 kStages + 8.
+//   then O += P V as 4 wgmma.m64nDk16 with P from registers and V read MN-major. D = 128
+//   tiles lie in two 64-column panels (the 128-byte swizzle's width). K/V tiles are gathered
+//   through the block table with cp.async, double-buffered; each thread fences its copies
+//   into the async proxy before the block barrier that precedes the MMAs.
+//   Dynamic shared memory: as prefill_attention.cu, (R + 4 * 64) * D * 2 bytes.
+//   (A producer warpgroup feeding a 3-slot mbarrier ring, with tile t's scores issued beside
+//   t - 1's P V, measured no faster: the cp.async gathers bound both; NOTES.md.)
 #include "prefill_attention.cuh"
-#include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace {
-
-constexpr int kStages = 3;  // K/V ring slots (rawgraph.ops.attention: PREFILL90_STAGES)
 
 // Issue S (16 rows x 64 keys a warp, zeroed) = Q K^T for warpgroup wg's 64 query rows: D / 16
 // wgmma.m64n64k16 with Q and K both K-major (D contiguous); k step kk is 32 bytes into panel
@@ -78,83 +73,60 @@ __device__ void prefill90_impl(const T* q, const T* k_cache, const T* v_cache,
                                int max_blocks, float scale, int q_stride, float* partial,
                                int splits) {
   rg::pdl_start();
-  constexpr int WG = BR / 64, kTile = kBC * D * 2, kSlot = 2 * kTile;
+  constexpr int kTile = kBC * D * 2, kThreads = BR * 2;
   extern __shared__ __align__(1024) char smem[];  // the swizzle's 1024-byte atoms
   char* qs = smem;
-  char* ring = smem + BR * D * 2;  // [slot][K, V] tiles
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + kStages * kSlot);
-  unsigned long long* empty = full + kStages;
-  unsigned long long* q_full = empty + kStages;
+  char* kvs = smem + BR * D * 2;  // [buffer][K, V] tiles
   Work w;
   if (!find_work<BR, SPLIT>(w, block_tables, seq_lens, cu_seqlens, seq_slots, num_seqs,
                             max_blocks, splits))
     return;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      rg::mbar_init(&full[s], 128);      // each producer thread's copies
-      rg::mbar_init(&empty[s], 4 * WG);  // each consumer warp
-    }
-    rg::mbar_init(q_full, 128);
-    rg::mbar_fence_init();
-  }
-  __syncthreads();
-  const int wg = threadIdx.x >> 7;
+  const int row_stride = kv_heads * D, col = w.head / (q_heads / kv_heads) * D;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  if (wg == WG) {  // the producer warpgroup
-    const int tid = threadIdx.x - 128 * WG;
-    const int row_stride = kv_heads * D, col = w.head / (q_heads / kv_heads) * D;
-    load_q<T, D, true, BR, 128>(qs, q, w, q_stride, tid);
-    rg::cp_async_arrive(q_full);
-    for (int t = w.t0; t < w.t1; ++t) {
-      const int i = t - w.t0, s = i % kStages;
-      if (i >= kStages) rg::mbar_wait(&empty[s], (i / kStages - 1) & 1);
-      char* ks = ring + s * kSlot;
-      load_kv<T, D, true, 128>(ks, ks + kTile, k_cache, v_cache, w.table, t * kBC, w.kend,
-                               block_size, max_blocks, row_stride, col, tid);
-      rg::cp_async_arrive(&full[s]);
-    }
-    rg::cp_async_wait<0>();
-    return;
+  load_q<T, D, true, BR, kThreads>(qs, q, w, q_stride, tid);
+  if (w.t0 < w.t1) {  // an empty run (SPLIT) loads no keys
+    char* first = kvs + (w.t0 & 1) * 2 * kTile;
+    load_kv<T, D, true, kThreads>(first, first + kTile, k_cache, v_cache, w.table, w.t0 * kBC,
+                                  w.kend, block_size, max_blocks, row_stride, col, tid);
   }
+  rg::cp_async_commit();
 
-  // Consumers, software-pipelined: tile t's scores are issued with tile t - 1's P V, so the
-  // softmax of t runs while the tensor cores finish t - 1's P V (o is rescaled after it; p
-  // and the slot stay untouched until then).
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float o[D / 8][4] = {};
   float m[2] = {rg::neg_inf(), rg::neg_inf()}, l[2] = {0.f, 0.f};
   const float scale2 = scale * kLog2e;
   const int c2 = (lane & 3) * 2;
   const int qpos0 = w.past + w.r0 + warp * 16 + (lane >> 2);  // this thread's first row
-  unsigned p[kBC / 16][4] = {};  // the previous tile's P
-  rg::mbar_wait(q_full, 0);
   for (int t = w.t0; t < w.t1; ++t) {
-    const int i = t - w.t0, s = i % kStages, prev = (i + kStages - 1) % kStages;
-    rg::mbar_wait(&full[s], (i / kStages) & 1);
-    rg::fence_proxy_async();  // the producer's cp.async writes, seen by the MMAs
+    if (t + 1 < w.t1) {
+      char* nb = kvs + ((t + 1) & 1) * 2 * kTile;
+      load_kv<T, D, true, kThreads>(nb, nb + kTile, k_cache, v_cache, w.table, (t + 1) * kBC,
+                                    w.kend, block_size, max_blocks, row_stride, col, tid);
+    }
+    rg::cp_async_commit();
+    rg::cp_async_wait<1>();
+    rg::fence_proxy_async();  // this thread's cp.async writes, seen by the MMAs
+    __syncthreads();
+    const char* ks = kvs + (t & 1) * 2 * kTile;
     float sc[kBC / 8][4];
-    issue_scores<T, D, BR>(sc, qs, ring + s * kSlot, wg);
-    // t - 1's P V (the first tile's: a product of zeros, o = 0 and p = 0, on slot 0's V)
-    issue_pv<T, D>(o, p, ring + (i > 0 ? prev : s) * kSlot + kTile);
-    rg::wgmma_wait<1>();  // the scores (the older group)
+    issue_scores<T, D, BR>(sc, qs, ks, warp >> 2);
+    rg::wgmma_wait<0>();
     rg::fence_regs(reinterpret_cast<float(&)[kBC / 2]>(sc));
     const int key0 = t * kBC;
     float alpha[2];
     softmax_tile<SPLIT>(sc, m, l, alpha, key0, key0 + kBC - 1 > w.past + w.r0, qpos0, scale2,
                         c2);
-    rg::wgmma_wait<0>();  // t - 1's P V: o final for now, p and its slot free
-    rg::fence_regs(reinterpret_cast<float(&)[D / 2]>(o));
-    rg::fence_regs(reinterpret_cast<unsigned(&)[kBC / 4]>(p));
-    if (i > 0 && lane == 0) rg::mbar_arrive(&empty[prev]);
     rescale<D>(o, alpha);
+    unsigned p[kBC / 16][4];
     pack_p<T>(p, sc);
-  }
-  if (w.t0 < w.t1) {  // the last tile's P V
-    issue_pv<T, D>(o, p, ring + (w.t1 - 1 - w.t0) % kStages * kSlot + kTile);
+    issue_pv<T, D>(o, p, ks + kTile);
     rg::wgmma_wait<0>();
     rg::fence_regs(reinterpret_cast<float(&)[D / 2]>(o));
     rg::fence_regs(reinterpret_cast<unsigned(&)[kBC / 4]>(p));
+    __syncthreads();  // this buffer is refilled by the next iteration's prefetch
   }
+
+  if constexpr (SPLIT) rg::cp_async_wait<0>();  // an empty split's query tile
   store_rows<T, D, SPLIT>(o, m, l, out, partial, w, w.r0 + warp * 16 + (lane >> 2), q_heads,
                           splits, lane);
 }
@@ -162,7 +134,7 @@ __device__ void prefill90_impl(const T* q, const T* k_cache, const T* v_cache,
 }  // namespace
 
 // ---- generated by rawgraph/ops/generate.py (python -m rawgraph.ops.generate); do not edit
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_sm90_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -171,7 +143,7 @@ prefill_attention_sm90_f16_d64_r64(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
       1);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -180,7 +152,7 @@ prefill_attention_sm90_f16_d64_r128(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
       1);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_sm90_f16_d128_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -189,7 +161,7 @@ prefill_attention_sm90_f16_d128_r64(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
       1);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -198,7 +170,7 @@ prefill_attention_sm90_f16_d128_r128(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
       1);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_sm90_bf16_d64_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -208,7 +180,7 @@ prefill_attention_sm90_bf16_d64_r64(
       cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
       q_stride, nullptr, 1);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_bf16_d64_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -218,7 +190,7 @@ prefill_attention_sm90_bf16_d64_r128(
       cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
       q_stride, nullptr, 1);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_sm90_bf16_d128_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -228,7 +200,7 @@ prefill_attention_sm90_bf16_d128_r64(
       cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
       q_stride, nullptr, 1);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_bf16_d128_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -238,7 +210,7 @@ prefill_attention_sm90_bf16_d128_r128(
       cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
       q_stride, nullptr, 1);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -248,7 +220,7 @@ prefill_attention_split_sm90_f16_d64_r64(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
       splits);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -258,7 +230,7 @@ prefill_attention_split_sm90_f16_d64_r128(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
       splits);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_f16_d128_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -268,7 +240,7 @@ prefill_attention_split_sm90_f16_d128_r64(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
       splits);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -278,7 +250,7 @@ prefill_attention_split_sm90_f16_d128_r128(
       seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
       splits);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_bf16_d64_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -288,7 +260,7 @@ prefill_attention_split_sm90_bf16_d64_r64(
       cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
       q_stride, partial, splits);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_bf16_d64_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -298,7 +270,7 @@ prefill_attention_split_sm90_bf16_d64_r128(
       cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
       q_stride, partial, splits);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_bf16_d128_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -308,7 +280,7 @@ prefill_attention_split_sm90_bf16_d128_r64(
       cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
       q_stride, partial, splits);
 }
-extern "C" __global__ void __launch_bounds__(384)
+extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_bf16_d128_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,

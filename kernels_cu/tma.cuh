@@ -2,7 +2,6 @@
 //   - TensorMap: the 128-byte descriptor cuTensorMapEncodeTiled makes on the host, passed by
 //     value as a `const __grid_constant__` kernel parameter (rawgraph.cuda.tensormap)
 //   - mbar_*: mbarrier init / arrive / arrive.expect_tx / wait on a phase's parity
-//   - cp_async_arrive: an arrival when this thread's cp.async copies have landed
 //   - tma_load_2d: one box of a 2-D tensor into shared memory, completing on an mbarrier
 //     (bytes counted as they land: a box that reaches past the tensor is zero-filled, and its
 //     full size still counts)
@@ -31,12 +30,6 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
 __device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-// one arrival once every cp.async this thread has issued so far has landed (the barrier's
-// count includes it: noinc)
-__device__ __forceinline__ void cp_async_arrive(unsigned long long* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
-               : "memory");
 }
 // until the phase of parity `parity` has completed
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {

@@ -61,24 +61,9 @@ PREFILL_KEYS = 64  # keys per tile
 WGMMA_PREFILL = True
 
 
-PREFILL90_STAGES = 3  # K/V ring slots of the wgmma kernel (prefill_attention_sm90.cu: kStages)
-
-
 def prefill_wgmma() -> bool:
     """Whether prefill attention runs on wgmma here (WGMMA_PREFILL on compute capability 9.0)."""
     return WGMMA_PREFILL and compute_capability() == (9, 0)
-
-
-def prefill90_threads(rows: int) -> int:
-    """Threads of a wgmma prefill block: a consumer warpgroup per 64 query rows, then the
-    producer warpgroup."""
-    return 128 * (rows // 64 + 1)
-
-
-def prefill90_smem(rows: int, head_dim: int) -> int:
-    """Dynamic shared memory of the wgmma prefill kernel: the Q tile, PREFILL90_STAGES K/V
-    tile pairs, then a `full` and an `empty` mbarrier per slot and one for Q."""
-    return (rows + 2 * PREFILL90_STAGES * PREFILL_KEYS) * head_dim * 2 + 16 * PREFILL90_STAGES + 8
 
 
 def prefill_rows(max_q_len: int) -> int:
@@ -270,11 +255,8 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
 
 @functools.cache
 def _prefill_resident(dtype: str, head_dim: int, rows: int, wgmma: bool) -> int:
-    if wgmma:
-        return PREFILL90_SPLIT[dtype, head_dim, rows].resident_blocks(
-            prefill90_threads(rows), prefill90_smem(rows, head_dim))
-    return PREFILL_SPLIT[dtype, head_dim, rows].resident_blocks(2 * rows,
-                                                                prefill_smem(rows, head_dim))
+    kernel = (PREFILL90_SPLIT if wgmma else PREFILL_SPLIT)[dtype, head_dim, rows]
+    return kernel.resident_blocks(2 * rows, prefill_smem(rows, head_dim))
 
 
 def default_prefill_splits(chunk: int, q_heads: int, context: int, dtype: str,
@@ -332,12 +314,8 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
         raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
     args = (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs,
             q_heads, kv_heads, k_cache.shape[1], block_tables.shape[1], float(s), q_stride)
-    if prefill_wgmma():
-        unsplit, split = PREFILL90, PREFILL90_SPLIT
-        threads, smem = prefill90_threads(rows), prefill90_smem(rows, d)
-    else:
-        unsplit, split = PREFILL, PREFILL_SPLIT
-        threads, smem = 2 * rows, prefill_smem(rows, d)
+    unsplit, split = (PREFILL90, PREFILL90_SPLIT) if prefill_wgmma() else (PREFILL, PREFILL_SPLIT)
+    threads, smem = 2 * rows, prefill_smem(rows, d)
     if splits == 1:
         unsplit[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), threads, args,
                                     stream, smem=smem, symbols=symbols)

@@ -109,7 +109,7 @@ def _prefill_attention() -> list[str]:
 
 def _prefill_attention90() -> list[str]:
     return _prefill_impls(attention.PREFILL90, attention.PREFILL90_SPLIT, "prefill90_impl",
-                          attention.prefill90_threads)
+                          lambda r: 2 * r)
 
 
 GENERATED: dict[str, Callable[[], list[str]]] = {
