@@ -1,7 +1,7 @@
 """Attention over the paged KV cache: decode (one query per sequence, split along the
 context, then combine) and prefill (a chunk of queries per sequence, causal, FlashAttention
 style over the cache that already holds the chunk's K/V; a short chunk over a long context
-optionally in key runs, combined after)."""
+optionally in key runs, combined after; on Hopper's warpgroup MMA where the device has it)."""
 
 from __future__ import annotations
 
@@ -286,7 +286,8 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     the query tile (64 or 128; default by max_q_len). `splits` > 1 cuts each query tile's key
     tiles into that many runs, a block each, then combines them (`prefill_splits`: for short
     chunks over long contexts); `workspace`: workspace_floats(tokens, q_heads, D, splits)
-    float32.
+    float32. On compute capability 9.0 the kernels are wgmma's (`prefill_wgmma()`), elsewhere
+    mma.sync's: same arguments, same results within the tests' tolerances.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (tokens, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
