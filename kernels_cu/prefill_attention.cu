@@ -44,62 +44,25 @@
 
 namespace {
 
-// BR query rows per block, 16 per warp, BR / 16 warps loading and computing alike. SPLIT: the
-// block takes run blockIdx.y % splits of its query tile's key tiles and leaves (unnormalised
-// output, max, sum) in `partial` for combine(); else it writes out.
-template <typename T, int D, int BR, bool SPLIT>
-__device__ void prefill_impl(const T* q, const T* k_cache, const T* v_cache,
-                             const int* block_tables, const int* seq_lens, const int* cu_seqlens,
-                             const int* seq_slots, T* out, int num_seqs, int q_heads,
-                             int kv_heads, int block_size, int max_blocks, float scale,
-                             int q_stride, float* partial, int splits) {
-  rg::pdl_start();
-  constexpr int kTile = kBC * D * 2, kThreads = BR * 2;
-  extern __shared__ __align__(128) char smem[];
-  char* qs = smem;
-  char* kvs = smem + BR * D * 2;  // [buffer][K, V] tiles
-  Work w;
-  if (!find_work<BR, SPLIT>(w, block_tables, seq_lens, cu_seqlens, seq_slots, num_seqs,
-                            max_blocks, splits))
-    return;
-  const int row_stride = kv_heads * D, col = w.head / (q_heads / kv_heads) * D;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-  load_q<T, D, false, BR, kThreads>(qs, q, w, q_stride, tid);
-  if (w.t0 < w.t1) {  // an empty run (SPLIT) loads no keys
-    char* first = kvs + (w.t0 & 1) * 2 * kTile;
-    load_kv<T, D, false, kThreads>(first, first + kTile, k_cache, v_cache, w.table, w.t0 * kBC,
-                                   w.kend, block_size, max_blocks, row_stride, col, tid);
-  }
-  rg::cp_async_commit();
-
+// mma.sync's products (prefill_loop's Mma): Q's fragments kept in registers from the first
+// tile, K and V through ldmatrix (V transposed), m16n8k16 MMAs.
+template <typename T, int D, int BR>
+struct SyncMma {
+  static constexpr bool kPanels = false;
   unsigned qf[D / 16][4];
-  float o[D / 8][4] = {};
-  float m[2] = {rg::neg_inf(), rg::neg_inf()}, l[2] = {0.f, 0.f};
-  const float scale2 = scale * kLog2e;
-  const int c2 = (lane & 3) * 2;
-  const int qpos0 = w.past + w.r0 + warp * 16 + (lane >> 2);  // this thread's first row
 
-  for (int t = w.t0; t < w.t1; ++t) {
-    if (t + 1 < w.t1) {
-      char* nb = kvs + ((t + 1) & 1) * 2 * kTile;
-      load_kv<T, D, false, kThreads>(nb, nb + kTile, k_cache, v_cache, w.table, (t + 1) * kBC,
-                                     w.kend, block_size, max_blocks, row_stride, col, tid);
-    }
-    rg::cp_async_commit();
-    rg::cp_async_wait<1>();
-    __syncthreads();
-    if (t == w.t0) {
+  static __device__ __forceinline__ void landed() {}
+
+  __device__ __forceinline__ void start(const char* qs, int warp, int lane) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        rg::ldmatrix_x4(qf[kk], qs + swz<D, false, BR>(warp * 16 + (lane & 7) +
-                                                       ((lane >> 3) & 1) * 8,
-                                                       kk * 2 + (lane >> 4)));
-    }
-    const char* ks = kvs + (t & 1) * 2 * kTile;
-    const char* vs = ks + kTile;
+    for (int kk = 0; kk < D / 16; ++kk)
+      rg::ldmatrix_x4(qf[kk], qs + swz<D, false, BR>(warp * 16 + (lane & 7) +
+                                                     ((lane >> 3) & 1) * 8,
+                                                     kk * 2 + (lane >> 4)));
+  }
 
-    float s[kBC / 8][4] = {};  // S = Q K^T: 16 rows x 64 keys per warp
+  __device__ __forceinline__ void scores(float (&s)[kBC / 8][4], const char*, const char* ks,
+                                         int, int lane) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
@@ -110,14 +73,12 @@ __device__ void prefill_impl(const T* q, const T* k_cache, const T* v_cache,
         rg::mma_16816<T>(s[2 * j], qf[kk], kb[0], kb[1]);
         rg::mma_16816<T>(s[2 * j + 1], qf[kk], kb[2], kb[3]);
       }
-    const int key0 = t * kBC;
-    float alpha[2];
-    softmax_tile<SPLIT>(s, m, l, alpha, key0, key0 + kBC - 1 > w.past + w.r0, qpos0, scale2,
-                        c2);
-    rescale<D>(o, alpha);
+  }
 
+  __device__ __forceinline__ void pv(float (&o)[D / 8][4], const float (&s)[kBC / 8][4],
+                                     const char* vs, int, int lane) {
 #pragma unroll
-    for (int kk = 0; kk < kBC / 16; ++kk) {  // O += P V, keys 16 kk .. 16 kk + 15
+    for (int kk = 0; kk < kBC / 16; ++kk) {  // keys 16 kk .. 16 kk + 15
       const unsigned a[4] = {rg::pack2<T>(s[2 * kk][0], s[2 * kk][1]),
                              rg::pack2<T>(s[2 * kk][2], s[2 * kk][3]),
                              rg::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
@@ -132,13 +93,8 @@ __device__ void prefill_impl(const T* q, const T* k_cache, const T* v_cache,
         rg::mma_16816<T>(o[2 * d + 1], a, vb[2], vb[3]);
       }
     }
-    __syncthreads();  // this buffer is refilled by the next iteration's prefetch
   }
-
-  if constexpr (SPLIT) rg::cp_async_wait<0>();  // an empty split's query tile
-  store_rows<T, D, SPLIT>(o, m, l, out, partial, w, w.r0 + warp * 16 + (lane >> 2), q_heads,
-                          splits, lane);
-}
+};
 
 // out[t][head] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the token's splits, in
 // split order (as decode_attention.cu's combine): block token * q_heads + head, D threads.
@@ -178,36 +134,36 @@ prefill_attention_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 64, 64, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
-      1);
+  prefill_loop<__half, 64, 64, false, SyncMma<__half, 64, 64>>(q, k_cache, v_cache, block_tables,
+      seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
+      scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 64, 128, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
-      1);
+  prefill_loop<__half, 64, 128, false, SyncMma<__half, 64, 128>>(q, k_cache, v_cache, block_tables,
+      seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
+      scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_f16_d128_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 128, 64, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
-      1);
+  prefill_loop<__half, 128, 64, false, SyncMma<__half, 128, 64>>(q, k_cache, v_cache, block_tables,
+      seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
+      scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
-  prefill_impl<__half, 128, 128, false>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, nullptr,
-      1);
+  prefill_loop<__half, 128, 128, false, SyncMma<__half, 128, 128>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_bf16_d64_r64(
@@ -215,9 +171,9 @@ prefill_attention_bf16_d64_r64(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 64, 64, false>(q, k_cache, v_cache, block_tables, seq_lens,
-      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
-      q_stride, nullptr, 1);
+  prefill_loop<__nv_bfloat16, 64, 64, false, SyncMma<__nv_bfloat16, 64, 64>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_bf16_d64_r128(
@@ -225,9 +181,9 @@ prefill_attention_bf16_d64_r128(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 64, 128, false>(q, k_cache, v_cache, block_tables, seq_lens,
-      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
-      q_stride, nullptr, 1);
+  prefill_loop<__nv_bfloat16, 64, 128, false, SyncMma<__nv_bfloat16, 64, 128>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_bf16_d128_r64(
@@ -235,9 +191,9 @@ prefill_attention_bf16_d128_r64(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 128, 64, false>(q, k_cache, v_cache, block_tables, seq_lens,
-      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
-      q_stride, nullptr, 1);
+  prefill_loop<__nv_bfloat16, 128, 64, false, SyncMma<__nv_bfloat16, 128, 64>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_bf16_d128_r128(
@@ -245,9 +201,9 @@ prefill_attention_bf16_d128_r128(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride) {
-  prefill_impl<__nv_bfloat16, 128, 128, false>(q, k_cache, v_cache, block_tables, seq_lens,
-      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
-      q_stride, nullptr, 1);
+  prefill_loop<__nv_bfloat16, 128, 128, false, SyncMma<__nv_bfloat16, 128, 128>>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, nullptr, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_f16_d64_r64(
@@ -255,9 +211,9 @@ prefill_attention_split_f16_d64_r64(
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
     float* partial, int splits) {
-  prefill_impl<__half, 64, 64, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
-      splits);
+  prefill_loop<__half, 64, 64, true, SyncMma<__half, 64, 64>>(q, k_cache, v_cache, block_tables,
+      seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
+      scale, q_stride, partial, splits);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_f16_d64_r128(
@@ -265,9 +221,9 @@ prefill_attention_split_f16_d64_r128(
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
     float* partial, int splits) {
-  prefill_impl<__half, 64, 128, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
-      splits);
+  prefill_loop<__half, 64, 128, true, SyncMma<__half, 64, 128>>(q, k_cache, v_cache, block_tables,
+      seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
+      scale, q_stride, partial, splits);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_f16_d128_r64(
@@ -275,9 +231,9 @@ prefill_attention_split_f16_d128_r64(
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
     float* partial, int splits) {
-  prefill_impl<__half, 128, 64, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
-      splits);
+  prefill_loop<__half, 128, 64, true, SyncMma<__half, 128, 64>>(q, k_cache, v_cache, block_tables,
+      seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
+      scale, q_stride, partial, splits);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_f16_d128_r128(
@@ -285,9 +241,9 @@ prefill_attention_split_f16_d128_r128(
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
     float* partial, int splits) {
-  prefill_impl<__half, 128, 128, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
-      splits);
+  prefill_loop<__half, 128, 128, true, SyncMma<__half, 128, 128>>(q, k_cache, v_cache, block_tables,
+      seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
+      scale, q_stride, partial, splits);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_bf16_d64_r64(
@@ -295,9 +251,9 @@ prefill_attention_split_bf16_d64_r64(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride, float* partial, int splits) {
-  prefill_impl<__nv_bfloat16, 64, 64, true>(q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens,
-      seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale, q_stride, partial,
-      splits);
+  prefill_loop<__nv_bfloat16, 64, 64, true, SyncMma<__nv_bfloat16, 64, 64>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_bf16_d64_r128(
@@ -305,9 +261,9 @@ prefill_attention_split_bf16_d64_r128(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride, float* partial, int splits) {
-  prefill_impl<__nv_bfloat16, 64, 128, true>(q, k_cache, v_cache, block_tables, seq_lens,
-      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
-      q_stride, partial, splits);
+  prefill_loop<__nv_bfloat16, 64, 128, true, SyncMma<__nv_bfloat16, 64, 128>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_bf16_d128_r64(
@@ -315,9 +271,9 @@ prefill_attention_split_bf16_d128_r64(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride, float* partial, int splits) {
-  prefill_impl<__nv_bfloat16, 128, 64, true>(q, k_cache, v_cache, block_tables, seq_lens,
-      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
-      q_stride, partial, splits);
+  prefill_loop<__nv_bfloat16, 128, 64, true, SyncMma<__nv_bfloat16, 128, 64>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_bf16_d128_r128(
@@ -325,9 +281,9 @@ prefill_attention_split_bf16_d128_r128(
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
     float scale, int q_stride, float* partial, int splits) {
-  prefill_impl<__nv_bfloat16, 128, 128, true>(q, k_cache, v_cache, block_tables, seq_lens,
-      cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks, scale,
-      q_stride, partial, splits);
+  prefill_loop<__nv_bfloat16, 128, 128, true, SyncMma<__nv_bfloat16, 128, 128>>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits);
 }
 extern "C" __global__ void
 prefill_attention_combine_f16_d64(

@@ -1,6 +1,7 @@
-// prefill_attention.cuh: what the two prefill attention kernels share (prefill_attention.cu on
-// mma.sync, prefill_attention_sm90.cu on wgmma): the key tile, the shared-memory layout, the
-// block's work, the Q and K/V gathers, the online softmax of one key tile and the stores.
+// prefill_attention.cuh: the prefill attention kernel both families run (prefill_attention.cu
+// on mma.sync, prefill_attention_sm90.cu on wgmma): prefill_loop, and its parts (the key
+// tile, the shared-memory layout, the block's work, the Q and K/V gathers, the online softmax
+// of one key tile, the stores). A family supplies only its tensor-core products (`Mma`).
 // Both keep mma.sync's accumulator layout: warp w owns query rows 16 w .. 16 w + 15 of the
 // block's tile, and thread (g = lane / 4, c2 = lane % 4 * 2) rows g and g + 8, columns
 // 8 j + c2 and 8 j + c2 + 1 of each group of 8 (S: keys; O: head dims).
@@ -179,6 +180,75 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
       *reinterpret_cast<unsigned*>(dst + d * 8) =
           rg::pack2<T>(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
   }
+}
+
+// BR query rows per block, 16 per warp, BR / 16 warps loading and computing alike; K/V tiles
+// gathered with cp.async, double-buffered. SPLIT: the block takes run blockIdx.y % splits of
+// its query tile's key tiles and leaves (unnormalised output, max, sum) in `partial` for the
+// combine; else it writes out. Mma, the products (an object, for state it keeps across
+// tiles): kPanels (its tile layout, swz), landed() (after this thread's copies have landed,
+// before the block barrier), start(qs, warp, lane) (on the first tile), scores(s, qs, ks,
+// warp, lane) (s += Q K^T, s zeroed), pv(o, s, vs, warp, lane) (o += P V, s holding P).
+template <typename T, int D, int BR, bool SPLIT, class Mma>
+__device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
+                             const int* block_tables, const int* seq_lens, const int* cu_seqlens,
+                             const int* seq_slots, T* out, int num_seqs, int q_heads,
+                             int kv_heads, int block_size, int max_blocks, float scale,
+                             int q_stride, float* partial, int splits) {
+  rg::pdl_start();
+  constexpr int kTile = kBC * D * 2, kThreads = BR * 2;
+  constexpr bool P = Mma::kPanels;
+  extern __shared__ __align__(1024) char smem[];  // wgmma's swizzle: 1024-byte atoms
+  char* qs = smem;
+  char* kvs = smem + BR * D * 2;  // [buffer][K, V] tiles
+  Work w;
+  if (!find_work<BR, SPLIT>(w, block_tables, seq_lens, cu_seqlens, seq_slots, num_seqs,
+                            max_blocks, splits))
+    return;
+  const int row_stride = kv_heads * D, col = w.head / (q_heads / kv_heads) * D;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  load_q<T, D, P, BR, kThreads>(qs, q, w, q_stride, tid);
+  if (w.t0 < w.t1) {  // an empty run (SPLIT) loads no keys
+    char* first = kvs + (w.t0 & 1) * 2 * kTile;
+    load_kv<T, D, P, kThreads>(first, first + kTile, k_cache, v_cache, w.table, w.t0 * kBC,
+                               w.kend, block_size, max_blocks, row_stride, col, tid);
+  }
+  rg::cp_async_commit();
+
+  Mma mma;
+  float o[D / 8][4] = {};
+  float m[2] = {rg::neg_inf(), rg::neg_inf()}, l[2] = {0.f, 0.f};
+  const float scale2 = scale * kLog2e;
+  const int c2 = (lane & 3) * 2;
+  const int qpos0 = w.past + w.r0 + warp * 16 + (lane >> 2);  // this thread's first row
+  for (int t = w.t0; t < w.t1; ++t) {
+    if (t + 1 < w.t1) {
+      char* nb = kvs + ((t + 1) & 1) * 2 * kTile;
+      load_kv<T, D, P, kThreads>(nb, nb + kTile, k_cache, v_cache, w.table, (t + 1) * kBC,
+                                 w.kend, block_size, max_blocks, row_stride, col, tid);
+    }
+    rg::cp_async_commit();
+    rg::cp_async_wait<1>();
+    Mma::landed();
+    __syncthreads();
+    if (t == w.t0) mma.start(qs, warp, lane);
+    const char* ks = kvs + (t & 1) * 2 * kTile;
+
+    float s[kBC / 8][4] = {};  // S = Q K^T: 16 rows x 64 keys per warp
+    mma.scores(s, qs, ks, warp, lane);
+    const int key0 = t * kBC;
+    float alpha[2];
+    softmax_tile<SPLIT>(s, m, l, alpha, key0, key0 + kBC - 1 > w.past + w.r0, qpos0, scale2,
+                        c2);
+    rescale<D>(o, alpha);
+    mma.pv(o, s, ks + kTile, warp, lane);
+    __syncthreads();  // this buffer is refilled by the next iteration's prefetch
+  }
+
+  if constexpr (SPLIT) rg::cp_async_wait<0>();  // an empty split's query tile
+  store_rows<T, D, SPLIT>(o, m, l, out, partial, w, w.r0 + warp * 16 + (lane >> 2), q_heads,
+                          splits, lane);
 }
 
 }  // namespace

@@ -87,29 +87,26 @@ def _decode_attention() -> list[str]:
     return out
 
 
-def _prefill_impls(unsplit: dict, split: dict, impl: str, threads: Callable[[int], int]
-                   ) -> list[str]:
+def _prefill_loops(unsplit: dict, split: dict, mma: str) -> list[str]:
+    """prefill_loop's wrappers for one family of products (its `Mma`)."""
     out = []
-    for (dt, d, r), k in unsplit.items():  # unsplit: no workspace, one run
-        body = f"{impl}<{_t(dt)}, {d}, {r}, false>({forward(k.declaration)}, nullptr, 1);"
-        out.append(wrapper(k.name, k.declaration, body, _bounds(threads(r))))
-    for (dt, d, r), k in split.items():
-        out.append(wrapper(k.name, k.declaration, _call(k, f"{impl}<{_t(dt)}, {d}, {r}, true>"),
-                           _bounds(threads(r))))
+    for table, run in ((unsplit, "false"), (split, "true")):
+        for (dt, d, r), k in table.items():
+            loop = f"prefill_loop<{_t(dt)}, {d}, {r}, {run}, {mma}<{_t(dt)}, {d}, {r}>>"
+            args = forward(k.declaration) + (", nullptr, 1" if run == "false" else "")
+            out.append(wrapper(k.name, k.declaration, f"{loop}({args});", _bounds(2 * r)))
     return out
 
 
-def _prefill_attention() -> list[str]:
-    out = _prefill_impls(attention.PREFILL, attention.PREFILL_SPLIT, "prefill_impl",
-                         lambda r: 2 * r)
+def _prefill_attention() -> list[str]:  # unsplit: no workspace, one run
+    out = _prefill_loops(attention.PREFILL, attention.PREFILL_SPLIT, "SyncMma")
     for (dt, d), k in attention.PREFILL_COMBINE.items():
         out.append(wrapper(k.name, k.declaration, _call(k, f"combine<{_t(dt)}, {d}>")))
     return out
 
 
 def _prefill_attention90() -> list[str]:
-    return _prefill_impls(attention.PREFILL90, attention.PREFILL90_SPLIT, "prefill90_impl",
-                          lambda r: 2 * r)
+    return _prefill_loops(attention.PREFILL90, attention.PREFILL90_SPLIT, "Wgmma90")
 
 
 GENERATED: dict[str, Callable[[], list[str]]] = {
