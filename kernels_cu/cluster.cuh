@@ -3,7 +3,8 @@
 //   - cluster_sync: every thread of every block of the cluster arrives, then waits (release /
 //     acquire: shared-memory writes before it are visible to the cluster after it)
 //   - cluster_rank: this block's index in its cluster
-//   - load_remote: a float of another block's shared memory (distributed shared memory)
+//   - load_remote, load_remote4: a float (four) of another block's shared memory (distributed
+//     shared memory)
 //   - store_cluster_sums: a tile of fp32 sums that every block of the cluster holds a share
 //     of (split k), added in block order and stored (the skinny GEMMs' epilogue)
 #pragma once
@@ -29,6 +30,17 @@ __device__ __forceinline__ float load_remote(const float* p, unsigned rank) {
   float v;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// the 16-byte-aligned p[0..3] as seen in the shared memory of cluster block `rank`
+__device__ __forceinline__ float4 load_remote4(const float* p, unsigned rank) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote;
+  float4 v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
   return v;
 }
 

@@ -2,7 +2,7 @@
 // (wgmma) fed by the tensor memory accelerator (TMA); compiled for sm_90a, the
 // architecture-specific target that has both.
 //
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}(
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}[_c{2,4,8}](
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (BN, 64); both 128-byte swizzle
@@ -22,12 +22,19 @@
 //   block barrier: wait for a slot, issue its wgmma, and free the previous tile's slot once
 //   its products are done (wait_group 1 keeps one tile's wgmma in flight). Boxes past m, n or
 //   k are zero-filled by the TMA; stores are masked.
-//   grid (cdiv(m, BM) * cdiv(n, BN)), block (128 WG + 32), dynamic shared memory
+//   Split k (_cCS): when the tiles are too few to fill the GPU (decode's 65-128 rows, short
+//   prefill chunks), a cluster of CS blocks shares a tile, block r taking the r-th of CS
+//   contiguous runs of k tiles; each leaves its fp32 sums in its (now idle) ring and, after
+//   a cluster barrier, finishes BM / CS rows of the tile by adding every block's sums through
+//   distributed shared memory in block order: the bits do not depend on which block ends
+//   first, and no workspace, counter or second kernel is needed.
+//   grid (cdiv(m, BM) * cdiv(n, BN) * CS), block (128 WG + 32), dynamic shared memory
 //   S * (BM + BN) * 128 + 16 S B. Blocks go through the tiles in groups of kGroup row tiles,
 //   column by column: a wave's blocks share a few row tiles of x and column tiles of W, so W
 //   comes from DRAM about cdiv(m, BM) / kGroup times, not cdiv(m, BM) times.
-//   Patchable: m with the grid (cdiv(m, BM) * cdiv(n, BN) blocks, m <= rows of x); the
+//   Patchable: m with the grid (cdiv(m, BM) * cdiv(n, BN) * CS blocks, m <= rows of x); the
 //   descriptors fix x's and w's addresses, n and k.
+#include "cluster.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -39,19 +46,66 @@ constexpr int kBK = 64, kStages = 4;
 
 constexpr int kGroup = 8;  // row tiles a group of blocks shares (the grid's order)
 
-template <typename T, int WG, int NB, int S>
+// y[row0 + r][col0 + c] for the tile's rows [BM / CS * rank, BM / CS * (rank + 1)): the sum
+// of every cluster block's part[r * kPitch + c] in block order (+ residual). Four columns a
+// thread, two rounds' remote loads issued before any is added (each costs a round trip).
+template <typename T, int BM, int BN, int CS, int kPitch, int kThreads>
+__device__ __forceinline__ void store_split(const float* part, int rank, const T* residual, T* y,
+                                            int m, int n, int row0, int col0) {
+  constexpr int kQuads = BN / 4, kShare = BM / CS * kQuads, kUnroll = 2;
+  for (int i0 = threadIdx.x; i0 < kShare; i0 += kUnroll * kThreads) {
+    float4 v[kUnroll][CS];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = min(i0 + u * kThreads, kShare - 1);  // past the share: loaded, not stored
+      const float* at = part + (rank * (BM / CS) + i / kQuads) * kPitch + i % kQuads * 4;
+#pragma unroll
+      for (int p = 0; p < CS; ++p)
+        v[u][p] = p == rank ? *reinterpret_cast<const float4*>(at) : rg::load_remote4(at, p);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * kThreads;
+      float4 sum = v[u][0];
+#pragma unroll
+      for (int p = 1; p < CS; ++p) {
+        sum.x += v[u][p].x;
+        sum.y += v[u][p].y;
+        sum.z += v[u][p].z;
+        sum.w += v[u][p].w;
+      }
+      const int r = row0 + rank * (BM / CS) + i / kQuads, c = col0 + i % kQuads * 4;
+      if (i >= kShare || r >= m) continue;
+      const long long at = static_cast<long long>(r) * n + c;
+      if (c < n) rg::store_pair(y, residual, at, sum.x, sum.y);  // n is even: pairs whole
+      if (c + 2 < n) rg::store_pair(y, residual, at + 2, sum.z, sum.w);
+    }
+  }
+}
+
+template <typename T, int WG, int NB, int S, int CS>
 __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual, T* y,
                             int m, int n, int k) {
   constexpr int BM = 64 * WG, BN = 128 * NB, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
+  constexpr int kThreads = 128 * WG + 32;
+  // split k: a row of fp32 sums every kPitch floats (8 past BN: the float2 writes of a
+  // half-warp, 4 rows x 4 column pairs, fall in 32 different banks), in the ring
+  constexpr int kPitch = BN + 8;
+  static_assert(CS == 1 || BM * kPitch * 4 <= S * kStage, "the sums must fit in the ring");
+  static_assert(BM % CS == 0, "each block of a cluster finishes BM / CS rows");
   extern __shared__ __align__(1024) char ring[];  // S slots, then S full and S empty barriers
   unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + S * kStage);
   unsigned long long* empty = full + S;
   // this block's tile: groups of kGroup row tiles, column-major inside a group
-  const int rows = (m + BM - 1) / BM, cols = (n + BN - 1) / BN;
-  const int group = blockIdx.x / (kGroup * cols), first = group * kGroup;
-  const int height = min(rows - first, kGroup), in_group = blockIdx.x % (kGroup * cols);
+  const int rows = (m + BM - 1) / BM, cols = (n + BN - 1) / BN, tile = blockIdx.x / CS;
+  const int group = tile / (kGroup * cols), first = group * kGroup;
+  const int height = min(rows - first, kGroup), in_group = tile % (kGroup * cols);
   const int row0 = (first + in_group % height) * BM, col0 = in_group / height * BN;
   const int wg = threadIdx.x >> 7;
+  // this block's k tiles: the rank-th of CS contiguous runs
+  const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
+  const int ktiles = (k + kBK - 1) / kBK, t0 = ktiles * rank / CS;
+  const int tiles = ktiles * (rank + 1) / CS - t0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       rg::mbar_init(&full[s], 1);
@@ -64,57 +118,77 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   }
   __syncthreads();
   rg::pdl_start();
-  const int tiles = (k + kBK - 1) / kBK;
 
+  float acc[NB][64];
   if (wg == WG) {  // the producer warp; one lane issues
     if ((threadIdx.x & 31) == 0) {
       for (int t = 0; t < tiles; ++t) {
         const int s = t % S;
         if (t >= S) rg::mbar_wait(&empty[s], (t / S - 1) & 1);
         rg::mbar_expect_tx(&full[s], kStage);
-        rg::tma_load_2d(ring + s * kStage, xmap, t * kBK, row0, &full[s]);
-        rg::tma_load_2d(ring + s * kStage + kA, wmap, t * kBK, col0, &full[s]);
+        rg::tma_load_2d(ring + s * kStage, xmap, (t0 + t) * kBK, row0, &full[s]);
+        rg::tma_load_2d(ring + s * kStage + kA, wmap, (t0 + t) * kBK, col0, &full[s]);
       }
     }
-    return;
+    if constexpr (CS == 1) return;
+    __syncwarp();  // the warp's lanes together again (block and cluster barriers below)
+  } else {
+#pragma unroll
+    for (int h = 0; h < NB; ++h)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
+    const bool signals = (threadIdx.x & 31) == 0;
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % S;
+      rg::mbar_wait(&full[s], (t / S) & 1);
+      const char* a = ring + s * kStage + wg * 64 * kBK * 2;
+      const char* b = ring + s * kStage + kA;
+      rg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk)
+#pragma unroll
+        for (int h = 0; h < NB; ++h)
+          rg::Wgmma<T, 128>::run(acc[h], rg::desc128(a + kk * 32),
+                                 rg::desc128(b + h * 128 * kBK * 2 + kk * 32));
+      rg::wgmma_commit();
+      rg::wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
+      if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % S]);
+    }
+    rg::wgmma_wait<0>();
   }
-
-  float acc[NB][64];
-#pragma unroll
-  for (int h = 0; h < NB; ++h)
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
-  const bool signals = (threadIdx.x & 31) == 0;
-  for (int t = 0; t < tiles; ++t) {
-    const int s = t % S;
-    rg::mbar_wait(&full[s], (t / S) & 1);
-    const char* a = ring + s * kStage + wg * 64 * kBK * 2;
-    const char* b = ring + s * kStage + kA;
-    rg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
-#pragma unroll
-      for (int h = 0; h < NB; ++h)
-        rg::Wgmma<T, 128>::run(acc[h], rg::desc128(a + kk * 32),
-                      rg::desc128(b + h * 128 * kBK * 2 + kk * 32));
-    rg::wgmma_commit();
-    rg::wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
-    if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % S]);
-  }
-  rg::wgmma_wait<0>();
 
   const int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, g = lane >> 2, tq = lane & 3;
+  if constexpr (CS == 1) {
 #pragma unroll
-  for (int h = 0; h < NB; ++h)
+    for (int h = 0; h < NB; ++h)
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+      for (int j = 0; j < 16; ++j)
 #pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        const int r = row0 + wg * 64 + q * 16 + g + 8 * hi, c = col0 + h * 128 + j * 8 + 2 * tq;
-        if (r >= m || c >= n) continue;
-        rg::store_pair(y, residual, static_cast<long long>(r) * n + c, acc[h][4 * j + 2 * hi],
-                       acc[h][4 * j + 2 * hi + 1]);
-      }
+        for (int hi = 0; hi < 2; ++hi) {
+          const int r = row0 + wg * 64 + q * 16 + g + 8 * hi, c = col0 + h * 128 + j * 8 + 2 * tq;
+          if (r >= m || c >= n) continue;
+          rg::store_pair(y, residual, static_cast<long long>(r) * n + c, acc[h][4 * j + 2 * hi],
+                         acc[h][4 * j + 2 * hi + 1]);
+        }
+  } else {
+    float* part = reinterpret_cast<float*>(ring);
+    __syncthreads();  // every wgmma has read its last slot: the ring is free
+    if (wg < WG) {
+#pragma unroll
+      for (int h = 0; h < NB; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const int r = wg * 64 + q * 16 + g + 8 * hi, c = h * 128 + j * 8 + 2 * tq;
+            *reinterpret_cast<float2*>(part + r * kPitch + c) =
+                make_float2(acc[h][4 * j + 2 * hi], acc[h][4 * j + 2 * hi + 1]);
+          }
+    }
+    rg::cluster_sync();  // every block's sums are visible to the cluster
+    store_split<T, BM, BN, CS, kPitch, kThreads>(part, rank, residual, y, m, n, row0, col0);
+    rg::cluster_sync();  // part[] stays alive until every block has read it
+  }
 }
 
 }  // namespace
@@ -124,35 +198,71 @@ extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 2, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x256_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x256_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x256_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_f16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 1, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__half, 1, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x256_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 2>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x256_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x256_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_bf16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 1, kStages>(&xmap, &wmap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
 }

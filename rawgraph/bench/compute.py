@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from rawgraph.memory.paged import PagedKVCache
 
 Row = Callable[..., None]
 F16 = np.float16
+linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
 
 
 def _rand(shape: tuple, scale: float = 1.0) -> cupy.ndarray:
@@ -53,19 +55,44 @@ def _us(fn: Callable[[], None], s: Any, reps: int = 10) -> float:
         return device_us(lambda: [fn() for _ in range(reps)], s, reps=7, before=busy) / reps
 
 
+@contextlib.contextmanager
+def unsplit() -> Iterator[None]:
+    """Every wgmma GEMM unsplit (no split k) for the block: the A/B of `linear.SPLIT_K`."""
+    was, linear.SPLIT_K = linear.SPLIT_K, False
+    try:
+        yield
+    finally:
+        linear.SPLIT_K = was
+
+
+def split_ways(m: int, n: int, k: int) -> int:
+    """Blocks per tile (split k) of the GEMM `ops.linear` runs for an (m, k) x (k, n) product
+    on this GPU (1: unsplit, or not the GEMM path)."""
+    if not (linear.hopper() and linear.SPLIT_K and linear.path(m, n) == "gemm"):
+        return 1
+    return linear.gemm_plan(m, n, k, True)[1]
+
+
 def gemm(row: Row, s: Any) -> None:
-    """Prefill-sized y = x W^T at LLaMA shapes, ours vs cuBLAS, M in 512 / 2048 / 4096."""
+    """Prefill-sized y = x W^T at LLaMA shapes, ours vs cuBLAS, M in 128 / 512 / 2048 /
+    4096; where k is split, the unsplit GEMM's time beside it."""
     for model, shapes in SHAPES.items():
         for name, (n, k) in shapes.items():
             if name == "lm_head":  # prefill runs the LM head on the last tokens only
                 continue
             w = _rand((n, k), k**-0.5)
-            for m in (512, 2048, 4096):
+            for m in (128, 512, 2048, 4096):
                 x, y, yb = _rand((m, k)), cupy.empty((m, n), F16), cupy.empty((m, n), F16)
                 ours = _us(lambda x=x, y=y, w=w: ops.linear(x, w, y, stream=s), s)
                 cublas = _us(lambda x=x, yb=yb, w=w: cupy.matmul(x, w.T, out=yb), s)
-                flops = 2 * m * n * k
-                row(f"gemm {model} {name}", f"{m}x{n}x{k}", ours, flops, cublas, 0.6)
+                extra = {}
+                if (c := split_ways(m, n, k)) > 1:
+                    with unsplit():
+                        extra = {"split": c,
+                                 "unsplit us": _us(lambda x=x, y=y, w=w: ops.linear(x, w, y,
+                                                                                    stream=s), s)}
+                row(f"gemm {model} {name}", f"{m}x{n}x{k}", ours, 2 * m * n * k, cublas, 0.6,
+                    **extra)
             del w
 
 

@@ -72,9 +72,9 @@ def _gemm() -> list[str]:
 def _gemm90() -> list[str]:
     # a warpgroup per 64 rows and a producer warp; the 64-row tile fits two blocks an SM
     return [wrapper(k.name, k.declaration,
-                    _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages>"),
-                    _bounds(2 * bm + 32, 2 if bm == 64 else 1))
-            for (dt, (bm, bn)), k in GEMM90.items()]
+                    _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages, {c}>"),
+                    _bounds(2 * bm + 32, 2 if bm == 64 else 1, c))
+            for (dt, (bm, bn), c), k in GEMM90.items()]
 
 
 def _decode_attention() -> list[str]:

@@ -41,8 +41,17 @@ GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(
 # with TMA and a producer warp (benchmarks/NOTES.md, "Prefill")
 _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap, "
           "const {t}* residual, {t}* y, int m, int n, int k")
-GEMM90 = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}", _SIG90.format(t=t))
-          for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
+# Split k (clusters of c blocks sharing a tile, their sums added through distributed shared
+# memory) for grids short of a wave: on the widest tile, whose blocks read the least x and W
+# per output (decode's 65-128 rows are memory-bound: the SM's load rate, not its MMAs, bounds
+# a block)
+SPLIT_TILE, GEMM_SPLITS = (128, 256), (1, 2, 4, 8)
+SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
+SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
+GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
+                                + (f"_c{c}" if c > 1 else ""), _SIG90.format(t=t))
+          for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES
+          for c in (GEMM_SPLITS if tile == SPLIT_TILE else (1,))}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gemm_sm90.cu's
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product
@@ -110,15 +119,24 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool
     return SKINNY[dt, c], blocks, 256, SKINNY_SMEM, 0
 
 
-def gemm_tile(m: int, n: int) -> tuple[int, int]:
-    """(BM, BN) for an (m, n) output: the tile whose speed (TILE_SPEED) times the share of its
+def gemm_plan(m: int, n: int, k: int, split: bool = False) -> tuple[tuple[int, int], int]:
+    """((BM, BN), c) for an (m, n) output over k: the tile, and the blocks c that share each
+    tile's k (split k; `split`: the wgmma GEMM's SPLIT_TILE, each block at least
+    SPLIT_MIN_KTILES k tiles, all in one wave) whose speed (TILE_SPEED) times the share of its
     last wave's SMs that have a block is highest, one block per SM counted. A 2048 x 3072
     output is 192 tiles of 128 x 256 (1.45 waves: 0.68x cuBLAS on the H200) but 384 of 128 x
-    128 (2.9 waves: 0.81x); a 512 x 2048 one only 32 of 128 x 256."""
-    def score(tile: tuple[int, int]) -> float:
-        tiles = -(-m // tile[0]) * -(-n // tile[1])
-        return TILE_SPEED[tile] * tiles / (-(-tiles // SMS) * SMS)
-    return max(GEMM_TILES, key=score)  # the first (largest) of equals
+    128 (2.9 waves: 0.81x); a 512 x 2048 one only 32 of 128 x 256, which split 4 ways fill
+    128 SMs."""
+    def score(plan: tuple[tuple[int, int], int]) -> float:
+        tile, c = plan
+        blocks = -(-m // tile[0]) * -(-n // tile[1]) * c
+        return TILE_SPEED[tile] * blocks / (-(-blocks // SMS) * SMS)
+    plans = [(tile, 1) for tile in GEMM_TILES]
+    if split:
+        tiles, ktiles = -(-m // SPLIT_TILE[0]) * -(-n // SPLIT_TILE[1]), -(-k // 64)
+        plans += [(SPLIT_TILE, c) for c in GEMM_SPLITS[1:]
+                  if tiles * c <= SMS and ktiles >= SPLIT_MIN_KTILES * c]
+    return max(plans, key=score)  # the first of equals: the largest tile, unsplit
 
 
 def gemm_smem(tile: tuple[int, int], wgmma: bool = False) -> int:
@@ -135,11 +153,15 @@ def hopper() -> bool:
     return compute_capability() == (9, 0)
 
 
-def gemm_launch(dt: str, tile: tuple[int, int], wgmma: bool) -> tuple[Kernel, int, int]:
-    """(kernel, threads, shared memory) of the GEMM for a (BM, BN) tile: on Hopper one
-    warpgroup per 64 rows of the tile and a producer warp (TMA), else 8 warps."""
+def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool
+                ) -> tuple[Kernel, int, int]:
+    """(kernel, threads, shared memory) of the GEMM for a (BM, BN) tile split c ways: on
+    Hopper one warpgroup per 64 rows of the tile and a producer warp (TMA), else 8 warps
+    (c = 1 only)."""
     if wgmma:
-        return GEMM90[dt, tile], 2 * tile[0] + 32, gemm_smem(tile, True)
+        return GEMM90[dt, tile, c], 2 * tile[0] + 32, gemm_smem(tile, True)
+    if c != 1:
+        raise ValueError(f"split k (c = {c}) is the wgmma GEMM's alone")
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
@@ -208,11 +230,11 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
                              f"{M_TILES[-1]} rows), not the {kind} path of {top} rows")
     if kind == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
-        bm, bn = gemm_tile(top, n)
         wgmma = hopper()
-        kernel, threads, smem = gemm_launch(dt, (bm, bn), wgmma)
-        if wgmma:  # one dimension: the kernel orders its tiles itself
-            grid = (cdiv(m, bm) * -(-n // bn),)
+        (bm, bn), c = gemm_plan(top, n, k, split=wgmma and SPLIT_K)
+        kernel, threads, smem = gemm_launch(dt, (bm, bn), c, wgmma)
+        if wgmma:  # one dimension: the kernel orders its tiles (and a tile's c blocks) itself
+            grid = (cdiv(m, bm) * (-(-n // bn) * c),)
             a, b = tile_map(x.data.ptr, cap, k, dt, bm), tile_map(w.data.ptr, n, k, dt, bn)
         else:
             grid, a, b = (-(-n // bn), cdiv(m, bm)), x, w

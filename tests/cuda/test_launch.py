@@ -48,7 +48,7 @@ def test_symbolic_launch_needs_symbols_and_resolves():
 def test_a_descriptor_argument_cannot_follow_a_symbol():
     from rawgraph.ops.linear import GEMM90
 
-    k = GEMM90["float16", (128, 256)]
+    k = GEMM90["float16", (128, 256), 1]
     S = Symbols(m=Range(1, 512))
     S.set(m=100)
     with pytest.raises(ValueError, match="cannot follow a symbol"):

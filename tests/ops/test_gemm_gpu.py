@@ -72,3 +72,83 @@ def test_gemm_rows_patched_in_a_graph(stream, rng):
             np.testing.assert_allclose(got[:m], ref.linear(xh[:m], wh, "bfloat16"),
                                        rtol=2 * ULP["bfloat16"], atol=2 * ULP["bfloat16"])
             assert not got[m:].any()
+
+
+@pytest.fixture
+def split(monkeypatch):
+    """Force the wgmma GEMM's split of k: `split(c)` makes every GEMM plan SPLIT_TILE in
+    clusters of c blocks."""
+    import importlib
+
+    from rawgraph.cuda.device import compute_capability
+
+    linear = importlib.import_module("rawgraph.ops.linear")
+    if compute_capability() != (9, 0):
+        pytest.skip("split k is the wgmma GEMM's (compute capability 9.0)")
+    return lambda c: monkeypatch.setattr(linear, "gemm_plan",
+                                         lambda *a, **kw: (linear.SPLIT_TILE, c))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c", [2, 4, 8])
+# decode's 128 rows; ragged m, n and k; k of 2 k tiles, so that 6 of 8 blocks have none
+@pytest.mark.parametrize(("m", "n", "k"), [(128, 4096, 4096), (100, 1030, 520), (300, 514, 2056),
+                                           (65, 258, 72)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused):
+    split(c)
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
+
+
+@pytest.mark.parametrize("c", [1, 2, 4, 8])
+def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c):
+    """The same bits every launch whichever block of a cluster ends first, and the residual
+    may be y itself."""
+    if c > 1:
+        split(c)
+    x, _ = randn(rng, (128, 2048), "bfloat16")
+    w, _ = randn(rng, (1536, 2048), "bfloat16", 1 / 45)
+    r, _ = randn(rng, (128, 1536), "bfloat16")
+    y = cupy.empty((128, 1536), np.uint16)
+    cupy.cuda.Device().synchronize()
+    outs = []
+    for _ in range(3):
+        y[...] = r
+        stream.synchronize()
+        ops.linear(x, w, y, residual=y, stream=stream)
+        stream.synchronize()
+        outs.append(cupy.asnumpy(y))
+    want = cupy.empty_like(y)
+    ops.linear(x, w, want, residual=r, stream=stream)
+    stream.synchronize()
+    for got in outs:
+        np.testing.assert_array_equal(got, cupy.asnumpy(want))
+
+
+def test_gemm_split_k_rows_patched_in_a_graph(stream, rng):
+    """Rows patched in a graph of a split GEMM (512 rows through a 2048 x 2048 weight: 32
+    tiles, 4 blocks each): the grid follows m and replays give the eager launch's bits."""
+    from rawgraph.ops.linear import gemm_plan, hopper
+
+    if not hopper():
+        pytest.skip("split k is the wgmma GEMM's (compute capability 9.0)")
+    assert gemm_plan(512, 2048, 2048, True) == ((128, 256), 4)
+    x, _ = randn(rng, (512, 2048), "float16")
+    w, _ = randn(rng, (2048, 2048), "float16", 1 / 45)
+    y, want = cupy.zeros((512, 2048), np.uint16), cupy.zeros((512, 2048), np.uint16)
+    S = Symbols(m=Range(1, 512))
+    S.set(m=512)
+    cupy.cuda.Device().synchronize()
+    with capture(stream) as cap:
+        ops.linear(x, w, y, m=S.m, stream=stream, symbols=S)
+    with cap.graph as g, g.instantiate() as ex:
+        for m in (100, 1, 512, 129):
+            y.fill(0)
+            want.fill(0)
+            ops.linear(x, w, want, m=m, m_max=512, stream=stream)
+            ex.set(m=m)
+            for _ in range(2):
+                ex.launch(stream)
+                stream.synchronize()
+                np.testing.assert_array_equal(cupy.asnumpy(y), cupy.asnumpy(want))
+            assert not cupy.asnumpy(y)[m:].any()
