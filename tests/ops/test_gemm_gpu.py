@@ -135,7 +135,7 @@ def test_gemm_split_k_rows_patched_in_a_graph(stream, rng):
     assert gemm_plan(512, 2048, 2048, True) == ((128, 256), 4)
     x, _ = randn(rng, (512, 2048), "float16")
     w, _ = randn(rng, (2048, 2048), "float16", 1 / 45)
-    y, want = cupy.zeros((512, 2048), np.uint16), cupy.zeros((512, 2048), np.uint16)
+    y, want = cupy.zeros((512, 2048), np.float16), cupy.zeros((512, 2048), np.float16)
     S = Symbols(m=Range(1, 512))
     S.set(m=512)
     cupy.cuda.Device().synchronize()
