@@ -153,6 +153,18 @@ class Kernel:
             self.function, block, smem), f"{self.name}: occupancy")
         return per_sm * multiprocessors()
 
+    def resident_clusters(self, block: int, smem: int, cluster: int) -> int:
+        """Clusters of `cluster` blocks (its __cluster_dims__) of `block` threads and `smem`
+        dynamic shared bytes that the whole GPU holds at once: a cluster's blocks must share
+        a GPC, so this can be fewer than resident_blocks / cluster."""
+        self.allow_shared_memory(smem)
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
+        config.sharedMemBytes = smem
+        return check(driver.cuOccupancyMaxActiveClusters(self.function, config),
+                     f"{self.name}: cluster occupancy")
+
     def launch(self, grid: Any, block: Any, args: tuple, stream: Any = None, *,
                smem: int = 0, pdl: bool | None = None, symbols: Any = None) -> None:
         """Launch now on `stream` (validated first; grid/args may be symbol expressions of
