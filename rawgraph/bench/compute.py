@@ -70,7 +70,7 @@ def split_ways(m: int, n: int, k: int) -> int:
     on this GPU (1: unsplit, or not the GEMM path)."""
     if not (linear.hopper() and linear.SPLIT_K and linear.path(m, n) == "gemm"):
         return 1
-    return linear.gemm_plan(m, n, k, True)[1]
+    return linear.gemm_plan(m, n, k, linear.split_slots())[1]
 
 
 def gemm(row: Row, s: Any) -> None:

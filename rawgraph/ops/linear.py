@@ -4,7 +4,8 @@ Decode-sized inputs take bandwidth-bound kernels that read W once for all rows: 
 to 16 rows (8 for wide weights), the skinny GEMM (both operands staged in shared memory) up
 to 64 (on Hopper wgmma fed by TMA, whose 128-row x tile can take up to 128); larger ones
 (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere), tiled BM x BN with the
-tile chosen so the grid fills the GPU. The residual add rides in every kernel's epilogue; the
+tile chosen so the grid fills the GPU; where the tiles are too few (65-128 decode rows, short
+chunks), Hopper's splits each tile's k among a cluster of blocks. The residual add rides in every kernel's epilogue; the
 GEMV's variants are `ops.gemv`'s, its fused epilogues `ops.fused`'s. The kernel tables here
 are what the .cu files' wrappers are generated from (`python -m rawgraph.ops.generate`).
 """
@@ -119,24 +120,38 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool
     return SKINNY[dt, c], blocks, 256, SKINNY_SMEM, 0
 
 
-def gemm_plan(m: int, n: int, k: int, split: bool = False) -> tuple[tuple[int, int], int]:
+def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
+              ) -> tuple[tuple[int, int], int]:
     """((BM, BN), c) for an (m, n) output over k: the tile, and the blocks c that share each
-    tile's k (split k; `split`: the wgmma GEMM's SPLIT_TILE, each block at least
-    SPLIT_MIN_KTILES k tiles, all in one wave) whose speed (TILE_SPEED) times the share of its
-    last wave's SMs that have a block is highest, one block per SM counted. A 2048 x 3072
-    output is 192 tiles of 128 x 256 (1.45 waves: 0.68x cuBLAS on the H200) but 384 of 128 x
-    128 (2.9 waves: 0.81x); a 512 x 2048 one only 32 of 128 x 256, which split 4 ways fill
-    128 SMs."""
+    tile's k, whose speed (TILE_SPEED) times the share of its last wave's SMs that have a
+    block is highest, one block per SM counted. A 2048 x 3072 output is 192 tiles of 128 x 256
+    (1.45 waves: 0.68x cuBLAS on the H200) but 384 of 128 x 128 (2.9 waves: 0.81x).
+
+    `slots` (the wgmma GEMM's; `split_slots()`): blocks of SPLIT_TILE one wave holds per
+    split c. Given, SPLIT_TILE may split where its c-block clusters all fit in one wave and
+    each block takes at least SPLIT_MIN_KTILES k tiles: decode's 128 rows through LLaMA-8B's
+    o_proj are 16 tiles, in clusters of 4 on 64 SMs."""
     def score(plan: tuple[tuple[int, int], int]) -> float:
-        tile, c = plan
-        blocks = -(-m // tile[0]) * -(-n // tile[1]) * c
-        return TILE_SPEED[tile] * blocks / (-(-blocks // SMS) * SMS)
+        (bm, bn), c = plan
+        blocks = -(-m // bm) * -(-n // bn) * c
+        wave = slots[c] if c > 1 and slots else SMS
+        return TILE_SPEED[bm, bn] * blocks / (-(-blocks // wave) * wave)
     plans = [(tile, 1) for tile in GEMM_TILES]
-    if split:
+    if slots:
         tiles, ktiles = -(-m // SPLIT_TILE[0]) * -(-n // SPLIT_TILE[1]), -(-k // 64)
         plans += [(SPLIT_TILE, c) for c in GEMM_SPLITS[1:]
-                  if tiles * c <= SMS and ktiles >= SPLIT_MIN_KTILES * c]
+                  if tiles * c <= slots[c] and ktiles >= SPLIT_MIN_KTILES * c]
     return max(plans, key=score)  # the first of equals: the largest tile, unsplit
+
+
+@functools.cache
+def split_slots() -> dict[int, int]:
+    """Blocks of the wgmma GEMM's SPLIT_TILE that one wave holds on this GPU, per split c:
+    resident clusters x c (a cluster's blocks share a GPC; on the H200 132, 132, 120 and 120
+    for c = 1, 2, 4, 8)."""
+    threads, smem = 2 * SPLIT_TILE[0] + 32, gemm_smem(SPLIT_TILE, True)
+    return {c: GEMM90["float16", SPLIT_TILE, c].resident_clusters(threads, smem, c) * c
+            for c in GEMM_SPLITS}
 
 
 def gemm_smem(tile: tuple[int, int], wgmma: bool = False) -> int:
@@ -231,7 +246,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     if kind == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         wgmma = hopper()
-        (bm, bn), c = gemm_plan(top, n, k, split=wgmma and SPLIT_K)
+        (bm, bn), c = gemm_plan(top, n, k, split_slots() if wgmma and SPLIT_K else None)
         kernel, threads, smem = gemm_launch(dt, (bm, bn), c, wgmma)
         if wgmma:  # one dimension: the kernel orders its tiles (and a tile's c blocks) itself
             grid = (cdiv(m, bm) * (-(-n // bn) * c),)

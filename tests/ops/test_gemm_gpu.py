@@ -126,16 +126,17 @@ def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c):
 
 
 def test_gemm_split_k_rows_patched_in_a_graph(stream, rng):
-    """Rows patched in a graph of a split GEMM (512 rows through a 2048 x 2048 weight: 32
-    tiles, 4 blocks each): the grid follows m and replays give the eager launch's bits."""
-    from rawgraph.ops.linear import gemm_plan, hopper
+    """Rows patched in a graph of a split GEMM (512 rows through a 4096 x 4096 weight: 64
+    tiles, 2 blocks each on the H200): the grid follows m and replays give the eager launch's
+    bits."""
+    from rawgraph.ops.linear import gemm_plan, hopper, split_slots
 
     if not hopper():
         pytest.skip("split k is the wgmma GEMM's (compute capability 9.0)")
-    assert gemm_plan(512, 2048, 2048, True) == ((128, 256), 4)
-    x, _ = randn(rng, (512, 2048), "float16")
-    w, _ = randn(rng, (2048, 2048), "float16", 1 / 45)
-    y, want = cupy.zeros((512, 2048), np.float16), cupy.zeros((512, 2048), np.float16)
+    assert gemm_plan(512, 4096, 4096, split_slots())[1] > 1
+    x, _ = randn(rng, (512, 4096), "float16")
+    w, _ = randn(rng, (4096, 4096), "float16", 1 / 64)
+    y, want = cupy.zeros((512, 4096), np.float16), cupy.zeros((512, 4096), np.float16)
     S = Symbols(m=Range(1, 512))
     S.set(m=512)
     cupy.cuda.Device().synchronize()

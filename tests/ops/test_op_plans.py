@@ -111,8 +111,7 @@ def test_65_to_128_rows_take_the_wgmma_skinny_gemm_only_where_switched_on(monkey
 
 def test_gemm_plan_weighs_tile_speed_against_the_last_wave():
     assert gemm_plan(4096, 4096, 4096) == ((128, 256), 1)
-    # 32 blocks of 128 x 256 would leave SMs idle: unsplit, 128 of 64 x 128
-    assert gemm_plan(512, 2048, 2048) == ((64, 128), 1)
+    assert gemm_plan(512, 2048, 2048) == ((64, 128), 1)  # 32 of 128 x 256 would leave SMs idle
     assert gemm_plan(2048, 3072, 2048) == ((128, 128), 1)  # 1.45 waves of 128 x 256, 2.9 of 128
     assert gemm_plan(2048, 2048, 2048) == ((128, 256), 1)  # 128 blocks: one wave
     assert gemm_plan(128, 2048, 2048) == ((64, 128), 1)  # a chunk of 128 tokens: 32 blocks
@@ -120,20 +119,32 @@ def test_gemm_plan_weighs_tile_speed_against_the_last_wave():
         assert gemm_smem(tile, True) <= 227 * 1024 and gemm_smem(tile) <= 227 * 1024
 
 
+H200_SLOTS = {1: 132, 2: 132, 4: 120, 8: 120}  # split_slots() on the H200: 30 clusters of 4
+
+
 def test_gemm_plan_splits_k_where_the_tiles_are_short_of_a_wave():
-    # decode's 128 rows through LLaMA-8B's weights: qkv 24 tiles x 4, o and down 16 x 8,
-    # gate_up 112 tiles (unsplit); the 1B LM head's 501 tiles
-    assert gemm_plan(128, 6144, 4096, split=True) == ((128, 256), 4)
-    assert gemm_plan(128, 4096, 4096, split=True) == ((128, 256), 8)
-    assert gemm_plan(128, 4096, 14336, split=True) == ((128, 256), 8)
-    assert gemm_plan(128, 28672, 4096, split=True) == ((128, 256), 1)
-    assert gemm_plan(128, 128256, 2048, split=True) == ((128, 256), 1)
-    assert gemm_plan(512, 2048, 2048, split=True) == ((128, 256), 4)  # 32 tiles, 8 k tiles each
+    def plan(m, n, k):
+        return gemm_plan(m, n, k, H200_SLOTS)
+
+    # decode's 128 rows through LLaMA-8B's weights: qkv 24 tiles x 4, o and down 16 x 4 (16
+    # clusters of 8 are more than one wave's 15), gate_up 112 tiles unsplit (H200, us: qkv
+    # 21.6 vs 24.4 unsplit, o 18.5 vs 22.2, down 43.5 vs 68.0); 1B's down 8 tiles x 8 (19.6
+    # vs 38.4)
+    assert plan(128, 6144, 4096) == ((128, 256), 4)
+    assert plan(128, 4096, 4096) == ((128, 256), 4)
+    assert plan(128, 4096, 14336) == ((128, 256), 4)
+    assert plan(128, 28672, 4096) == ((128, 256), 1)
+    assert plan(128, 2048, 8192) == ((128, 256), 8)
+    assert plan(128, 128256, 2048) == ((128, 256), 1)
+    assert plan(512, 4096, 14336) == ((128, 256), 2)  # 64 tiles x 2 (92.1 vs 101.2 us)
+    assert plan(512, 2048, 8192) == ((64, 128), 1)  # 32 x 4 is more than a wave of clusters
     # each block of a split takes at least SPLIT_MIN_KTILES k tiles of 64: 16 k tiles, 4 ways
-    assert gemm_plan(128, 4096, 1024, split=True) == ((128, 256), 4)
-    assert gemm_plan(128, 2048, 128, split=True) == ((64, 128), 1)
-    for (tile, c) in {gemm_plan(m, n, k, True) for m in (65, 128, 512, 4096)
-                      for n in (512, 2048, 4096, 28672) for k in (256, 4096)}:
+    assert plan(128, 4096, 1024) == ((128, 256), 4)
+    assert plan(128, 2048, 128) == ((64, 128), 1)
+    assert gemm_plan(128, 4096, 14336) == ((64, 128), 1)  # no slots: unsplit
+    for (tile, c) in {plan(m, n, k) for m in (65, 128, 512, 4096) for n in (512, 2048, 4096,
+                                                                            28672)
+                      for k in (256, 4096)}:
         assert c in GEMM_SPLITS and (c == 1 or tile == SPLIT_TILE)
 
 
