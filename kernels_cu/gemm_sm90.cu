@@ -2,7 +2,7 @@
 // (wgmma) fed by the tensor memory accelerator (TMA); compiled for sm_90a, the
 // architecture-specific target that has both.
 //
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}[_c{2,4,8}](
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}[_c2 .. _c8](
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (BN, 64); both 128-byte swizzle
@@ -25,7 +25,7 @@
 //   Split k (_cCS): when the tiles are too few to fill the GPU (decode's 65-128 rows, short
 //   prefill chunks), a cluster of CS blocks shares a tile, block r taking the r-th of CS
 //   contiguous runs of k tiles; each leaves its fp32 sums in its (now idle) ring and, after
-//   a cluster barrier, finishes BM / CS rows of the tile by adding every block's sums through
+//   a cluster barrier, finishes its BM / CS rows of the tile by adding every block's sums through
 //   distributed shared memory in block order: the bits do not depend on which block ends
 //   first, and no workspace, counter or second kernel is needed.
 //   grid (cdiv(m, BM) * cdiv(n, BN) * CS), block (128 WG + 32), dynamic shared memory
@@ -46,19 +46,20 @@ constexpr int kBK = 64, kStages = 4;
 
 constexpr int kGroup = 8;  // row tiles a group of blocks shares (the grid's order)
 
-// y[row0 + r][col0 + c] for the tile's rows [BM / CS * rank, BM / CS * (rank + 1)): the sum
-// of every cluster block's part[r * kPitch + c] in block order (+ residual). Four columns a
+// y[row0 + r][col0 + c] for the tile's rows [BM rank / CS, BM (rank + 1) / CS): the sum of
+// every cluster block's part[r * kPitch + c] in block order (+ residual). Four columns a
 // thread, two rounds' remote loads issued before any is added (each costs a round trip).
 template <typename T, int BM, int BN, int CS, int kPitch, int kThreads>
 __device__ __forceinline__ void store_split(const float* part, int rank, const T* residual, T* y,
                                             int m, int n, int row0, int col0) {
-  constexpr int kQuads = BN / 4, kShare = BM / CS * kQuads, kUnroll = 2;
-  for (int i0 = threadIdx.x; i0 < kShare; i0 += kUnroll * kThreads) {
+  constexpr int kQuads = BN / 4, kUnroll = 2;
+  const int first = BM * rank / CS, share = (BM * (rank + 1) / CS - first) * kQuads;
+  for (int i0 = threadIdx.x; i0 < share; i0 += kUnroll * kThreads) {
     float4 v[kUnroll][CS];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int i = min(i0 + u * kThreads, kShare - 1);  // past the share: loaded, not stored
-      const float* at = part + (rank * (BM / CS) + i / kQuads) * kPitch + i % kQuads * 4;
+      const int i = min(i0 + u * kThreads, share - 1);  // past the share: loaded, not stored
+      const float* at = part + (first + i / kQuads) * kPitch + i % kQuads * 4;
 #pragma unroll
       for (int p = 0; p < CS; ++p)
         v[u][p] = p == rank ? *reinterpret_cast<const float4*>(at) : rg::load_remote4(at, p);
@@ -74,8 +75,8 @@ __device__ __forceinline__ void store_split(const float* part, int rank, const T
         sum.z += v[u][p].z;
         sum.w += v[u][p].w;
       }
-      const int r = row0 + rank * (BM / CS) + i / kQuads, c = col0 + i % kQuads * 4;
-      if (i >= kShare || r >= m) continue;
+      const int r = row0 + first + i / kQuads, c = col0 + i % kQuads * 4;
+      if (i >= share || r >= m) continue;
       const long long at = static_cast<long long>(r) * n + c;
       if (c < n) rg::store_pair(y, residual, at, sum.x, sum.y);  // n is even: pairs whole
       if (c + 2 < n) rg::store_pair(y, residual, at + 2, sum.z, sum.w);
@@ -92,7 +93,7 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   // half-warp, 4 rows x 4 column pairs, fall in 32 different banks), in the ring
   constexpr int kPitch = BN + 8;
   static_assert(CS == 1 || BM * kPitch * 4 <= S * kStage, "the sums must fit in the ring");
-  static_assert(BM % CS == 0, "each block of a cluster finishes BM / CS rows");
+  static_assert(CS <= 8, "clusters of more than 8 blocks are not portable");
   extern __shared__ __align__(1024) char ring[];  // S slots, then S full and S empty barriers
   unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + S * kStage);
   unsigned long long* empty = full + S;
@@ -206,11 +207,35 @@ gemm90_f16_128x256_c2(
     const __half* residual, __half* y, int m, int n, int k) {
   gemm90_impl<__half, 2, 2, kStages, 2>(&xmap, &wmap, residual, y, m, n, k);
 }
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x256_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 3>(&xmap, &wmap, residual, y, m, n, k);
+}
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
   gemm90_impl<__half, 2, 2, kStages, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x256_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 5>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x256_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 6>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x256_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 7>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c8(
@@ -242,11 +267,35 @@ gemm90_bf16_128x256_c2(
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 2, kStages, 2>(&xmap, &wmap, residual, y, m, n, k);
 }
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x256_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 3>(&xmap, &wmap, residual, y, m, n, k);
+}
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 2, kStages, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x256_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 5>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x256_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 6>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x256_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 7>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c8(

@@ -46,7 +46,7 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # memory) for grids short of a wave: on the widest tile, whose blocks read the least x and W
 # per output (decode's 65-128 rows are memory-bound: the SM's load rate, not its MMAs, bounds
 # a block)
-SPLIT_TILE, GEMM_SPLITS = (128, 256), (1, 2, 4, 8)
+SPLIT_TILE, GEMM_SPLITS = (128, 256), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
 SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
@@ -148,7 +148,7 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
 def split_slots() -> dict[int, int]:
     """Blocks of the wgmma GEMM's SPLIT_TILE that one wave holds on this GPU, per split c:
     resident clusters x c (a cluster's blocks share a GPC; on the H200 132, 132, 120 and 120
-    for c = 1, 2, 4, 8)."""
+    for c = 1, 2, 4, 8: 30 clusters of 4, 15 of 8)."""
     threads, smem = 2 * SPLIT_TILE[0] + 32, gemm_smem(SPLIT_TILE, True)
     return {c: GEMM90["float16", SPLIT_TILE, c].resident_clusters(threads, smem, c) * c
             for c in GEMM_SPLITS}

@@ -90,7 +90,7 @@ def split(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("c", [2, 4, 8])
+@pytest.mark.parametrize("c", [2, 3, 4, 5, 6, 7, 8])
 # decode's 128 rows; ragged m, n and k; k of 2 k tiles, so that 6 of 8 blocks have none
 @pytest.mark.parametrize(("m", "n", "k"), [(128, 4096, 4096), (100, 1030, 520), (300, 514, 2056),
                                            (65, 258, 72)])
@@ -100,7 +100,7 @@ def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused):
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
 
 
-@pytest.mark.parametrize("c", [1, 2, 4, 8])
+@pytest.mark.parametrize("c", [1, 2, 3, 7, 8])
 def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c):
     """The same bits every launch whichever block of a cluster ends first, and the residual
     may be y itself."""
