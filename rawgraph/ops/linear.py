@@ -48,6 +48,10 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # a block)
 SPLIT_TILE, GEMM_SPLITS = (128, 256), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
+# What a split costs a block, in k tiles of its main loop: the ring's fill and drain and the
+# cluster's sum of a 128 x 256 fp32 tile (fit on the H200 at 512 rows, LLaMA-1B o_proj: 3 x
+# 32 tiles at 10.7 k tiles each, 13.9 us, against 128 unsplit 64 x 128 tiles, 12.5 us)
+SPLIT_COST = 3.6
 SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
                                 + (f"_c{c}" if c > 1 else ""), _SIG90.format(t=t))
@@ -129,16 +133,21 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
 
     `slots` (the wgmma GEMM's; `split_slots()`): blocks of SPLIT_TILE one wave holds per
     split c. Given, SPLIT_TILE may split where its c-block clusters all fit in one wave and
-    each block takes at least SPLIT_MIN_KTILES k tiles: decode's 128 rows through LLaMA-8B's
-    o_proj are 16 tiles, in clusters of 4 on 64 SMs."""
+    each block takes at least SPLIT_MIN_KTILES k tiles, its speed scaled by kt / (kt +
+    SPLIT_COST) for the kt k tiles a block takes: decode's 128 rows through LLaMA-8B's
+    o_proj are 16 tiles, 6 blocks each on 96 SMs (H200: 17.4 us, against 21.9 for 64 tiles
+    of 64 x 128)."""
+    ktiles = -(-k // 64)
+
     def score(plan: tuple[tuple[int, int], int]) -> float:
         (bm, bn), c = plan
         blocks = -(-m // bm) * -(-n // bn) * c
         wave = slots[c] if c > 1 and slots else SMS
-        return TILE_SPEED[bm, bn] * blocks / (-(-blocks // wave) * wave)
+        speed = TILE_SPEED[bm, bn] * (1 if c == 1 else ktiles / c / (ktiles / c + SPLIT_COST))
+        return speed * blocks / (-(-blocks // wave) * wave)
     plans = [(tile, 1) for tile in GEMM_TILES]
     if slots:
-        tiles, ktiles = -(-m // SPLIT_TILE[0]) * -(-n // SPLIT_TILE[1]), -(-k // 64)
+        tiles = -(-m // SPLIT_TILE[0]) * -(-n // SPLIT_TILE[1])
         plans += [(SPLIT_TILE, c) for c in GEMM_SPLITS[1:]
                   if tiles * c <= slots[c] and ktiles >= SPLIT_MIN_KTILES * c]
     return max(plans, key=score)  # the first of equals: the largest tile, unsplit
@@ -147,8 +156,8 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
 @functools.cache
 def split_slots() -> dict[int, int]:
     """Blocks of the wgmma GEMM's SPLIT_TILE that one wave holds on this GPU, per split c:
-    resident clusters x c (a cluster's blocks share a GPC; on the H200 132, 132, 120 and 120
-    for c = 1, 2, 4, 8: 30 clusters of 4, 15 of 8)."""
+    resident clusters x c (a cluster's blocks share a GPC: on the H200 132, 132, 117, 120,
+    110, 102, 105, 120 for c = 1 to 8, e.g. 30 clusters of 4 but 15 of 8)."""
     threads, smem = 2 * SPLIT_TILE[0] + 32, gemm_smem(SPLIT_TILE, True)
     return {c: GEMM90["float16", SPLIT_TILE, c].resident_clusters(threads, smem, c) * c
             for c in GEMM_SPLITS}
