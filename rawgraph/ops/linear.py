@@ -5,9 +5,10 @@ to 16 rows (8 for wide weights), the skinny GEMM (both operands staged in shared
 to 64 (on Hopper wgmma fed by TMA, whose 128-row x tile can take up to 128); larger ones
 (prefill) the tensor-core GEMM (wgmma on Hopper, mma.sync elsewhere), tiled BM x BN with the
 tile chosen so the grid fills the GPU; where the tiles are too few (65-128 decode rows, short
-chunks), Hopper's splits each tile's k among a cluster of blocks. The residual add rides in every kernel's epilogue; the
-GEMV's variants are `ops.gemv`'s, its fused epilogues `ops.fused`'s. The kernel tables here
-are what the .cu files' wrappers are generated from (`python -m rawgraph.ops.generate`).
+chunks), Hopper's splits each tile's k among a cluster of blocks. The residual add rides in
+every kernel's epilogue; the GEMV's variants are `ops.gemv`'s, its fused epilogues
+`ops.fused`'s. The kernel tables here are what the .cu files' wrappers are generated from
+(`python -m rawgraph.ops.generate`).
 """
 
 from __future__ import annotations
