@@ -1,16 +1,16 @@
 """`rawgraph bench serve`: the server under load and faults, against the same work offline.
 
-For each preset (random weights; llama-1b a second time with `--engine-process`): `rawgraph
-serve` starts as a subprocess; clients in `CLIENT_PROCS` processes send `requests` streaming,
-greedy requests with Poisson arrivals (prompts and outputs of random lengths), and in the
-same run: a fifth of the clients
-disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge max_tokens,
-prompts past the context) that must get a 4xx. `--max-queue` is the number of requests, so
-none of them is turned away; once they are done, a burst of tiny requests 64 past it
-overflows the queue (429 expected), then one more request must succeed (recovery). The
-server is then stopped by SIGTERM (exit 0 expected) and the same work runs again offline
-through `Engine.run`: every request the server took, those whose clients left cut to the
-tokens they had received (the server prefilled their prompts and decoded those tokens too).
+For each preset (random weights, the engine in its own process; llama-1b a second time with
+`--engine thread`): `rawgraph serve` starts as a subprocess; clients in `CLIENT_PROCS`
+processes send `requests` streaming, greedy requests with Poisson arrivals (prompts and outputs
+of random lengths), and in the same run: a fifth of the clients disconnect mid-stream,
+malformed requests arrive (bad JSON, unknown fields, a huge max_tokens, prompts past the
+context) that must get a 4xx. `--max-queue` is the number of requests, so none of them is
+turned away; once they are done, a burst of tiny requests 64 past it overflows the queue (429
+expected), then one more request must succeed (recovery). The server is then stopped by SIGTERM
+(exit 0 expected) and the same work runs again offline through `Engine.run`: every request the
+server took, those whose clients left cut to the tokens they had received (the server prefilled
+their prompts and decoded those tokens too).
 
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the offline decode step at that batch, and the fault
@@ -67,7 +67,7 @@ class Load:
     burst_extra: int = 64             # the burst: max_queue + this many tiny requests
     seed: int = 0
     reference: bool = False           # the NumPy decoder on the CPU (tests of this harness)
-    engine_process: bool = False      # `rawgraph serve --engine-process`
+    engine: str = "process"           # `rawgraph serve --engine` (process or thread)
 
     @property
     def max_queue(self) -> int:
@@ -80,7 +80,7 @@ class Load:
                 str(self.max_context), "--max-queue", str(self.max_queue), "--grace", "60",
                 "--chunk", str(min(256, self.max_context)),
                 *(["--reference"] if self.reference else []),
-                *(["--engine-process"] if self.engine_process else [])]
+                "--engine", self.engine]
 
 
 @dataclass
@@ -332,7 +332,7 @@ def measure(load: Load) -> dict[str, Any]:
     burst = [r for r in results if r["bad"] == "burst"]
     itl_p99 = _pct(itl, 99) * 1e3
     return {
-        "preset": load.preset, "engine": "process" if load.engine_process else "thread",
+        "preset": load.preset, "engine": load.engine,
         "requests": load.requests, "batch": load.max_batch,
         "served tok/s": served_tokens / facts["wall_s"], "offline tok/s": offline_tps,
         "served / offline": served_tokens / facts["wall_s"] / offline_tps,
@@ -355,10 +355,10 @@ def measure(load: Load) -> dict[str, Any]:
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
-    """llama-1b and llama-8b (or the presets whose names contain `only`), the engine on the
-    server's thread; llama-1b (the shortest steps) also with the engine in its own process."""
+    """llama-1b and llama-8b (or the presets whose names contain `only`), the engine in its
+    own process; llama-1b (the shortest steps) also with the engine on the server's thread."""
     loads = [Load(preset=n) for n in ("llama-1b", "llama-8b") if only in n]
-    loads += [Load(preset=n, engine_process=True) for n in ("llama-1b",) if only in n]
+    loads += [Load(preset=n, engine="thread") for n in ("llama-1b",) if only in n]
     return [measure(load) for load in loads]
 
 

@@ -1,5 +1,5 @@
 """`rawgraph serve`: the model, the engine (on a thread, or in a process of its own with
-`--engine-process`), the HTTP server, and a graceful end.
+`--engine`), the HTTP server, and a graceful end.
 
 SIGTERM (or Ctrl-C) stops admitting (new requests get 503), lets running requests finish
 for `--grace` seconds, ends the rest with finish "abort" (each stream gets its final event),
@@ -24,7 +24,7 @@ log = logging.getLogger("rawgraph.serve")
 
 def _engine(args: argparse.Namespace, metrics: Metrics) -> tuple[Any, ModelInfo, Any]:
     """(the worker the handlers talk to, the model's info, what closes the engine after)."""
-    if args.engine_process:
+    if args.engine == "process":
         info = model_info(args)  # the handlers' side reads no weights; the engine's does
         return EngineProcess(args, metrics), info, lambda: None
     engine, info = build(args)
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                             timeout_graceful_shutdown=int(args.grace) + 5)
     log.info("serving %s (context %d, batch %d) on http://%s:%d, the engine %s", info.model_id,
              info.max_context, args.max_batch, args.host, args.port,
-             "in its own process" if args.engine_process else "on a thread")
+             "in its own process" if args.engine == "process" else "on a thread")
     try:
         Server(server).run()
     finally:

@@ -2,14 +2,14 @@
 abort, load, admitting, metrics, drain_and_stop, stop) with the engine, and the `Worker`
 thread that steps it, in a child process that alone touches the GPU.
 
-Why a process (`rawgraph serve --engine-process`): on a thread, the event loop's Python for
-each streamed token (the relay, the SSE chunk, uvicorn's send; benchmarks/NOTES.md,
-"Serving") and the engine's host work between steps take turns at one interpreter
-lock, and at LLaMA-1B's short steps the engine's next launch can wait for the loop; in a
-process of its own it never does. Whether that pays for the pipe is `bench serve`'s to say
-(it runs llama-1b both ways). Over one pipe each way: requests and aborts go down; each
-iteration's events (the worker's `post`) and the engine's metrics come up, read by a thread
-that hands them to the event loop in one wake-up.
+Why a process (`rawgraph serve`'s default; `--engine thread` for the other): on a thread, the
+event loop's Python for each streamed token (the relay, the SSE chunk, uvicorn's send;
+benchmarks/NOTES.md, "Serving") and the engine's host work between steps take turns at one
+interpreter lock, and at LLaMA-1B's short steps the engine's next launch can wait for the loop;
+in a process of its own it never does. It pays for the pipe: `bench serve` (llama-1b both ways,
+H200) served 92% of offline throughput in a process, 74% on a thread. Over one pipe each way:
+requests and aborts go down; each iteration's events (the worker's `post`) and the engine's
+metrics come up, read by a thread that hands them to the event loop in one wake-up.
 """
 
 from __future__ import annotations

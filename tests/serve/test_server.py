@@ -308,8 +308,8 @@ def test_text_prompts_and_stop_strings_need_a_tokenizer_and_chat_a_template(chec
         s.close()
 
 
-@pytest.mark.parametrize(("mode", "to_group"), [([], False), (["--engine-process"], False),
-                                               (["--engine-process"], True)],
+@pytest.mark.parametrize(("mode", "to_group"), [(["--engine", "thread"], False), ([], False),
+                                               ([], True)],
                          ids=["thread", "process", "process-group"])
 def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, to_group):
     # to_group: the signal reaches the engine's process too (a terminal's Ctrl-C, a service
@@ -422,7 +422,7 @@ def test_a_checkpoint_the_engine_process_refuses_is_one_line_and_exit_2(tmp_path
     from rawgraph.cli import main
 
     (tmp_path / "config.json").write_text((checkpoint[0] / "config.json").read_text())
-    assert main(["serve", "--reference", "--engine-process", "--model", str(tmp_path)]) == 2
+    assert main(["serve", "--reference", "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no *.safetensors files" in err
 
