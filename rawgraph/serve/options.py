@@ -59,6 +59,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="serve the NumPy reference decoder on the CPU (no GPU; tiny models)")
     q.add_argument("--engine", choices=("process", "thread"), default="process",
                    help="where the engine runs: a process of its own (the event loop and the "
-                   "engine hold no lock in common; served 92%% of offline throughput against "
-                   "74%% on a thread, llama-1b on the H200) or a thread of the server's")
+                   "engine hold no lock in common; served 88-92%% of offline throughput against "
+                   "72-74%% on a thread, llama-1b on the H200) or a thread of the server's")
     return q

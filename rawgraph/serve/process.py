@@ -7,9 +7,10 @@ event loop's Python for each streamed token (the relay, the SSE chunk, uvicorn's
 benchmarks/NOTES.md, "Serving") and the engine's host work between steps take turns at one
 interpreter lock, and at LLaMA-1B's short steps the engine's next launch can wait for the loop;
 in a process of its own it never does. It pays for the pipe: `bench serve` (llama-1b both ways,
-H200) served 92% of offline throughput in a process, 74% on a thread. Over one pipe each way:
-requests and aborts go down; each iteration's events (the worker's `post`) and the engine's
-metrics come up, read by a thread that hands them to the event loop in one wake-up.
+H200, two runs) served 88-92% of offline throughput in a process, 72-74% on a thread. Over one
+pipe each way: requests and aborts go down; each iteration's events (the worker's `post`) and
+the engine's metrics come up, read by a thread that hands them to the event loop in one wake-
+up.
 """
 
 from __future__ import annotations
