@@ -45,8 +45,8 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
           "const {t}* residual, {t}* y, int m, int n, int k")
 # Split k (clusters of c blocks sharing a tile, their sums added through distributed shared
 # memory) for grids short of a wave: on the widest tile, whose blocks read the least x and W
-# per output (decode's 65-128 rows are memory-bound: the SM's load rate, not its MMAs, bounds
-# a block)
+# per output. At decode's 65-128 rows each busy SM is bound by its own loads and MMAs (a
+# 128 x 256 tile of 128 real rows is full tensor work), so what pays is more SMs on the k.
 SPLIT_TILE, GEMM_SPLITS = (128, 256), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
 # What a split costs a block, in k tiles of its main loop: the ring's fill and drain and the
@@ -234,7 +234,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
 
     `m` (default: all rows) may be symbolic; the kernel (GEMV, skinny GEMM or GEMM) and its
     row tile are chosen for the largest value m can take, so a patch never needs another
-    kernel: it changes m and, for the GEMM, grid.y. `m_max` makes the choice for a larger
+    kernel: it changes m and, for the GEMM, its grid. `m_max` makes the choice for a larger
     bound than m's own (an eager run that must launch what a graph for m_max rows would).
 
     `row_max` (uint64 (rows,), zeros or `sample`'s leftovers; GEMV path only): also each
