@@ -77,7 +77,7 @@ def test_gemm_rows_patched_in_a_graph(stream, rng):
 @pytest.fixture
 def split(monkeypatch):
     """Force the wgmma GEMM's split of k: `split(c)` makes every GEMM plan SPLIT_TILE in
-    clusters of c blocks (c = 1: unsplit)."""
+    clusters of c blocks."""
     import importlib
 
     from rawgraph.cuda.device import compute_capability
@@ -103,8 +103,9 @@ def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused):
 @pytest.mark.parametrize("c", [1, 2, 3, 7, 8])
 def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c):
     """The same bits every launch whichever block of a cluster ends first, and the residual
-    may be y itself (c = 1: the same tile unsplit)."""
-    split(c)
+    may be y itself."""
+    if c > 1:
+        split(c)
     x, _ = randn(rng, (128, 2048), "bfloat16")
     w, _ = randn(rng, (1536, 2048), "bfloat16", 1 / 45)
     r, _ = randn(rng, (128, 1536), "bfloat16")
