@@ -1,7 +1,7 @@
 """`rawgraph bench decode`: the engine's decode step, eager vs bucket graph vs the floor vs
 PyTorch.
 
-llama-1b and llama-8b shapes (random weights), batch in {1, 8, 16, 32, 64}, context in
+llama-1b and llama-8b shapes (random weights), batch in {1, 8, 16, 32, 64, 128}, context in
 {1024, 4096}, plus B=64 at 2048, and long contexts (16k to 128k tokens at B = 1, 4, 8 where
 the cache fits; `--only long` for those alone). Per case: wall time of a whole step (host
 metadata copy, patch, launch, tokens back), the same with each step launched before the last

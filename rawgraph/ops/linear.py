@@ -32,8 +32,8 @@ SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""),
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
 SKINNY_MAX = 64  # rows of x the skinny GEMM takes (skinny.cu; on Hopper WGMMA_SKINNY_TO)
 # the most rows a decode step takes: the GEMV to 16, the skinny GEMM to 64, the tiled GEMM
-# (the prefill path) beyond, whose row tiles of a column run side by side (W from L2 after
-# the first); the buckets of a server's batches 65 to 128
+# (the prefill path, k split where its tiles are few) beyond; the buckets of a server's
+# batches 65 to 128
 DECODE_ROWS = 128
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
