@@ -41,7 +41,7 @@ def _error(capsys, argv):
     (["demo", "--preset", "nosuch"], "--preset 'nosuch': choose one of tiny"),
     (["demo", "--model", "/nonexistent"], "--model /nonexistent: not a directory"),
     (["demo", "--max-batch", "0"], "--max-batch: 0 must be at least 1"),
-    (["demo", "--max-batch", "129"], "--max-batch 129: 1 to 128"),
+    (["demo", "--max-batch", "257"], "--max-batch 257: 1 to 256"),
     (["demo", "--requests", "many"], "'many' is not an integer"),
     (["demo", "--max-context", "100", "--chunk", "64"], "need up to 448 tokens"),
     (["serve", "--preset", "nosuch"], "--preset 'nosuch': choose one of tiny"),

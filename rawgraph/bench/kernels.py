@@ -35,12 +35,13 @@ from rawgraph.graph.capture import capture
 from rawgraph.memory.paged import PagedKVCache
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.linear import DECODE_ROWS, SKINNY_MAX, hopper
+from rawgraph.ops.linear import SKINNY90_ROWS, SKINNY_MAX, hopper
 from rawgraph.ops.linear import path as linear_path
 
 # the module (the package's attribute `linear` is the function), for WGMMA_SKINNY_FROM
 linear_module = importlib.import_module("rawgraph.ops.linear")
 
+GEMV_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # the rows of x `gemv` measures (decode steps')
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
 F16 = np.float16
 
@@ -133,7 +134,7 @@ def _skinny(wgmma: bool) -> Iterator[None]:
     was = linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO
     top = linear_module.SKINNY_MAX
     linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO = \
-        (1, DECODE_ROWS) if wgmma else (top + 1, top)
+        (1, SKINNY90_ROWS[-1]) if wgmma else (top + 1, top)
     try:
         yield
     finally:
@@ -229,9 +230,9 @@ def run(only: str = "") -> list[dict[str, Any]]:
         for name, (n, k) in weights.items() if "gemv" in parts else ():
             copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
             ws = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
-            x = _rand((DECODE_ROWS, k), rng)
-            y = cupy.empty((DECODE_ROWS, n), np.float16)
-            for m in (1, 2, 4, 8, 16, 32, 64, DECODE_ROWS):  # the decode step's row counts
+            x = _rand((GEMV_ROWS[-1], k), rng)
+            y = cupy.empty((GEMV_ROWS[-1], n), np.float16)
+            for m in GEMV_ROWS:
                 us = _gemv_us(ws, x[:m], y[:m], s)
                 big = n * k >= 2048 * 8192 and m <= 8
                 kind = linear_path(m, n)

@@ -40,7 +40,7 @@ from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Range, Symbols
 
 log = logging.getLogger("rawgraph.engine")
-BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 @dataclass

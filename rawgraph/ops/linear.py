@@ -33,8 +33,8 @@ SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per
 SKINNY_MAX = 64  # rows of x the skinny GEMM takes (skinny.cu; on Hopper WGMMA_SKINNY_TO)
 # the most rows a decode step takes: the GEMV to 16, the skinny GEMM to 64, the tiled GEMM
 # (the prefill path, k split where its tiles are few) beyond; the buckets of a server's
-# batches 65 to 128
-DECODE_ROWS = 128
+# batches 65 to 256 (LLaMA-1B at 1,024 tokens holds 256 sequences' cache in 9 GB)
+DECODE_ROWS = 256
 GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}

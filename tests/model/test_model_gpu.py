@@ -97,11 +97,14 @@ def test_batched_chunks_and_steps_each_match_the_reference(stream):
     model.close()
 
 
-@pytest.mark.parametrize("kernel", ["gemm", "skinny"])
-def test_decode_steps_past_64_rows_follow_the_reference(stream, monkeypatch, kernel):
-    # 100 rows: the projections take the tiled GEMM (past the skinny GEMM's 64), or on
-    # Hopper the wgmma skinny GEMM's 128-row x tile where switched on; one graph bucket of
-    # 128 (and eagerly, the same launches); every row's logits against its own float reference
+@pytest.mark.parametrize(("kernel", "rows", "bucket"), [("gemm", 100, 128), ("gemm", 200, 256),
+                                                      ("skinny", 100, 128)])
+def test_decode_steps_past_64_rows_follow_the_reference(stream, monkeypatch, kernel, rows,
+                                                        bucket):
+    # 100 rows: the projections take the tiled GEMM (past the skinny GEMM's 64; on Hopper k
+    # split in clusters where its tiles are few), or on Hopper the wgmma skinny GEMM's 128-row
+    # x tile where switched on; 200 rows in the largest bucket, 256; one graph bucket (and
+    # eagerly, the same launches); every row's logits against its own float reference
     from rawgraph.engine.runner import Runner
 
     linear = importlib.import_module("rawgraph.ops.linear")
@@ -113,15 +116,14 @@ def test_decode_steps_past_64_rows_follow_the_reference(stream, monkeypatch, ker
     tensors = random_weights(cfg, 15)
     w = float_weights(cfg, tensors)
     rng = np.random.default_rng(2)
-    rows = 100
     prompts = [[int(t) for t in rng.integers(0, cfg.vocab, 2 + s % 4)] for s in range(rows)]
     nxt = [int(t) for t in rng.integers(0, cfg.vocab, rows)]
     want = [forward(cfg, w, np.array([*p, t]), KVState())[-1] for p, t in zip(prompts, nxt)]
     assert linear.path(rows, cfg.hidden) == kernel
-    model = Model(cfg, tensors, max_batch=128, max_context=32, max_chunk=512,
-                  max_chunk_seqs=128)
+    model = Model(cfg, tensors, max_batch=bucket, max_context=32, max_chunk=1024,
+                  max_chunk_seqs=bucket)
     model.prefill([PrefillPiece(s, p, 0) for s, p in enumerate(prompts)], stream)
-    runner = Runner(model, buckets=[128], chunks=[512])
+    runner = Runner(model, buckets=[bucket], chunks=[1024])
     runner.run([], list(range(rows)), nxt)
     for r in range(rows):
         err = _err(_logits(model.dec["logits"], r, cfg.dtype), want[r])
