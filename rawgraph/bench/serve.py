@@ -13,7 +13,9 @@ server took, those whose clients left cut to the tokens they had received (the s
 their prompts and decoded those tokens too).
 
 Reported per preset: served and offline output tokens/s, time to first token and
-inter-token latency (p50, p99) against the offline decode step at that batch, and the fault
+inter-token latency (p50, p99) against the offline decode step at that batch, the server's
+own iteration times (decode-only and mixed, p50 and p99 from its /metrics histograms) and
+its engine thread's period from one iteration to the next, and the fault
 counts: sent, completed, cancelled, refused, 429s, unexpected errors, tokens lost (a completed
 stream's tokens against its usage count: must be 0), KV blocks leaked after the run (must be
 0), and completed streams whose tokens differ from the offline run's. That last count is 0
@@ -47,6 +49,7 @@ from rawgraph.engine.request import Request
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.weights import random_weights
+from rawgraph.serve.metrics import quantile
 
 CLIENT_PROCS = 4
 
@@ -269,6 +272,7 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
         recovered = httpx.post(f"{url}/v1/completions", json={"prompt": [5, 6, 7],
                                                                "max_tokens": 4}).status_code
         facts = {"wall_s": wall, "kv_blocks_used": _metric(text, "kv_blocks_used"),
+                 "metrics": text,
                  "recovered": recovered, "health": httpx.get(f"{url}/health").status_code}
         proc.send_signal(signal.SIGTERM)
         facts["exit"] = proc.wait(120)
@@ -345,6 +349,13 @@ def measure(load: Load) -> dict[str, Any]:
         "TTFT p50 ms": _pct(ttft, 50) * 1e3, "TTFT p99 ms": _pct(ttft, 99) * 1e3,
         "ITL p50 ms": _pct(itl, 50) * 1e3, "ITL p99 ms": itl_p99,
         "decode step ms": step_ms, "ITL p99 / step": itl_p99 / step_ms if step_ms else math.nan,
+        # the server's own view (its /metrics after the run): the engine's iterations and
+        # its thread's period, against which the clients' ITL shows the HTTP side's share
+        **{f"server {what} p{q} ms": 1e3 * quantile(facts["metrics"], name, q / 100, labels)
+           for what, name, labels in (("decode", "iteration_seconds", 'kind="decode"'),
+                                      ("mixed", "iteration_seconds", 'kind="mixed"'),
+                                      ("period", "iteration_period_seconds", ""))
+           for q in (50, 99)},
         "sent": len(results), "completed": len(done),
         "cancelled": sum(r["left"] for r in streams),
         "refused 4xx": sum(400 <= r["status"] < 500 and r["status"] != 429 for r in bad),

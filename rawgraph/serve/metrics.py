@@ -13,6 +13,11 @@ from collections import deque
 
 # seconds: time to first token and inter-token latency
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# seconds: engine iterations and the engine thread's period (a decode step is milliseconds)
+STEP_BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.006, 0.008,
+                0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
+# an iteration's kind: decode rows alone, a prefill chunk alone, or both
+KINDS = ("decode", "prefill", "mixed")
 PREFIX = "rawgraph_"
 
 
@@ -30,13 +35,36 @@ class Histogram:
         self.sum += v * times
         self.count += times
 
-    def lines(self, name: str) -> list[str]:
-        """Its exposition lines."""
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        """Its exposition lines; `labels` like 'kind="decode"' go on every line."""
         out, acc = [], 0
         for le, c in zip((*map(str, self.buckets), "+Inf"), self.counts):
             acc += c
-            out.append(f'{name}_bucket{{le="{le}"}} {acc}')
-        return [*out, f"{name}_sum {self.sum}", f"{name}_count {self.count}"]
+            out.append(f'{name}_bucket{{{labels + "," if labels else ""}le="{le}"}} {acc}')
+        tail = f"{{{labels}}}" if labels else ""
+        return [*out, f"{name}_sum{tail} {self.sum}", f"{name}_count{tail} {self.count}"]
+
+
+def quantile(text: str, name: str, q: float, labels: str = "") -> float:
+    """The q-quantile (0..1) of histogram `name` (without the prefix) in exposition `text`,
+    interpolated linearly inside its bucket as Prometheus' histogram_quantile does; NaN
+    without observations. A quantile in the +Inf bucket is the last finite bound."""
+    head = f"{PREFIX}{name}_bucket{{{labels + ',' if labels else ''}le=\""
+    bounds, counts = [], []
+    for line in text.splitlines():
+        if line.startswith(head):
+            le, value = line[len(head):].split('"} ')
+            bounds.append(float(le))
+            counts.append(float(value))
+    if not counts or counts[-1] == 0:
+        return float("nan")
+    rank = q * counts[-1]
+    i = next(i for i, c in enumerate(counts) if c >= rank)
+    if i == len(bounds) - 1:
+        return bounds[-2] if len(bounds) > 1 else float("nan")
+    lo, below = (bounds[i - 1], counts[i - 1]) if i else (0.0, 0.0)
+    inside = counts[i] - below
+    return lo + (bounds[i] - lo) * ((rank - below) / inside if inside else 1.0)
 
 
 class Metrics:
@@ -52,6 +80,8 @@ class Metrics:
         self.decode_steps = self.nodes_patched = 0
         self.step_failures = 0
         self.ttft, self.itl = Histogram(), Histogram()
+        self.iteration = {k: Histogram(STEP_BUCKETS) for k in KINDS}  # Engine.step's time
+        self.period = Histogram(STEP_BUCKETS)  # from one engine step's start to the next
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
 
     def tokens_out(self, n: int) -> None:
@@ -105,6 +135,14 @@ class Metrics:
                    [f"nodes_patched_total {self.nodes_patched}"])
             metric("step_failures_total", "counter", "Iterations that raised (rolled back).",
                    [f"step_failures_total {self.step_failures}"])
+            metric("iteration_seconds", "histogram", "Engine iterations by kind: decode "
+                   "rows alone, a prefill chunk alone, or both.",
+                   [x for k, h in self.iteration.items()
+                    for x in h.lines("iteration_seconds", f'kind="{k}"')])
+            metric("iteration_period_seconds", "histogram", "From one iteration's start to "
+                   "the next's while requests run (the iteration, admission and publishing "
+                   "its tokens): what a streaming client sees between tokens.",
+                   self.period.lines("iteration_period_seconds"))
             metric("time_to_first_token_seconds", "histogram", "Arrival to first token.",
                    self.ttft.lines("time_to_first_token_seconds"))
             metric("inter_token_latency_seconds", "histogram", "Between streamed tokens.",

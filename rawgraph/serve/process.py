@@ -28,10 +28,12 @@ from rawgraph.serve.protocol import APIError
 from rawgraph.serve.worker import Job, Worker, post_to_loops
 
 log = logging.getLogger("rawgraph.serve")
-# the engine's Metrics fields that come up with each step's events (the latency histograms
-# and tokens per second are measured on the HTTP side)
+# the engine's Metrics fields that come up with each step's events (the iteration
+# histograms among them; the token latency histograms and tokens per second are measured on
+# the HTTP side)
 SHARED = ("requests", "prompt_tokens", "running", "waiting", "batch", "kv_blocks_used",
-          "kv_blocks_total", "iterations", "decode_steps", "nodes_patched", "step_failures")
+          "kv_blocks_total", "iterations", "decode_steps", "nodes_patched", "step_failures",
+          "iteration", "period")
 
 
 def _wire(event: tuple) -> tuple:

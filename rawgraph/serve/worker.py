@@ -77,6 +77,7 @@ class Worker:
         self._aborts: list[Job] = []
         self._jobs: list[Job] = []   # admitted, not finished
         self._counted = 0            # engine iterations counted into the metrics
+        self._stepped = 0.0          # when the last step started (0: the engine was idle)
         self._admitting = True
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rawgraph-engine", daemon=True)
@@ -172,7 +173,13 @@ class Worker:
         if self.engine.scheduler.idle:
             self.engine.drain()  # a step launched past the last tokens
             self._publish()
+            self._stepped = 0.0
             return failures
+        now = time.monotonic()
+        if self._stepped:
+            with self.metrics.lock:
+                self.metrics.period.observe(now - self._stepped)
+        self._stepped = now
         try:
             self.engine.step()
             failures = 0
@@ -233,7 +240,11 @@ class Worker:
                             "eager": st.eager_iterations}
             m.decode_steps = st.decode_steps
             new = min(st.iterations - self._counted, len(last))  # iterations since the last
-            m.nodes_patched += sum(last[-i].patched for i in range(1, new + 1))
+            for it in list(last)[len(last) - new:]:
+                m.nodes_patched += it.patched
+                kind = "mixed" if it.prefill_tokens and it.decode_rows else \
+                    "prefill" if it.prefill_tokens else "decode"
+                m.iteration[kind].observe(it.wall_ms / 1e3)
         self._counted = st.iterations
         # after the metrics: a post across a process carries them (every iteration, events
         # or not, so the other side's view of the engine is never a step old)

@@ -31,3 +31,8 @@ def test_a_run_loses_no_token_and_leaks_no_block():
     assert row["streams unlike offline"] == 0  # one float32 decoder: batch-invariant
     assert row["recovered"] and row["exit"] == 0
     assert row["served tok/s"] > 0 and row["offline tok/s"] > 0
+    # the server's histograms: decode-only and mixed iterations both ran, and its thread's
+    # period is at least an iteration
+    assert 0 < row["server decode p50 ms"] <= row["server decode p99 ms"]
+    assert 0 < row["server mixed p50 ms"] <= row["server mixed p99 ms"]
+    assert row["server period p99 ms"] >= row["server decode p50 ms"]

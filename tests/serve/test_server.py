@@ -6,6 +6,7 @@ OpenAI's error JSON, stop strings, a full queue, clients that leave, and SIGTERM
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import threading
@@ -26,7 +27,7 @@ from rawgraph.model.config import preset  # noqa: E402
 from rawgraph.model.tokenizer import Tokenizer  # noqa: E402
 from rawgraph.model.weights import random_weights  # noqa: E402
 from rawgraph.serve.app import ModelInfo, create_app  # noqa: E402
-from rawgraph.serve.metrics import Metrics  # noqa: E402
+from rawgraph.serve.metrics import Histogram, Metrics, quantile  # noqa: E402
 from rawgraph.serve.protocol import APIError  # noqa: E402
 from rawgraph.serve.text import ChatTemplate  # noqa: E402
 from rawgraph.serve.worker import Job, Worker  # noqa: E402
@@ -289,6 +290,28 @@ def test_metrics_are_prometheus_text(served):
                  "inter_token_latency_seconds_count", "generation_tokens_per_second"):
         assert f"rawgraph_{name}" in text
     assert 'rawgraph_iterations_total{mode="eager"}' in text
+    # the request's prompt went in a prefill chunk, its tokens in decode steps; each step
+    # after the first is one period of the engine's thread
+    assert quantile(text, "iteration_seconds", 0.5, 'kind="prefill"') > 0
+    assert quantile(text, "iteration_seconds", 0.5, 'kind="decode"') > 0
+    assert 'rawgraph_iteration_seconds_count{kind="mixed"} 0' in text
+    assert quantile(text, "iteration_period_seconds", 0.99) > 0
+
+
+def test_quantiles_come_from_the_histogram_buckets_as_prometheus_computes_them():
+    h = Histogram((0.001, 0.002, 0.004))
+    text = "\n".join(h.lines("rawgraph_x", 'kind="a"'))
+    assert math.isnan(quantile(text, "x", 0.5, 'kind="a"'))
+    h.observe(0.0015, 3)  # (0.001, 0.002]
+    h.observe(0.003)      # (0.002, 0.004]
+    text = "\n".join(h.lines("rawgraph_x", 'kind="a"'))
+    assert 'rawgraph_x_sum{kind="a"} 0.0075' in text
+    assert quantile(text, "x", 0.5, 'kind="a"') == pytest.approx(0.001 + 0.001 * 2 / 3)
+    assert quantile(text, "x", 1.0, 'kind="a"') == pytest.approx(0.004)
+    assert math.isnan(quantile(text, "x", 0.5, 'kind="b"'))  # other labels: not this one
+    h.observe(1.0)  # past the last bound: the quantile is that bound
+    text = "\n".join(h.lines("rawgraph_x"))
+    assert quantile(text, "x", 1.0) == 0.004
 
 
 def test_text_prompts_and_stop_strings_need_a_tokenizer_and_chat_a_template(checkpoint):
