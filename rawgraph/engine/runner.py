@@ -106,9 +106,10 @@ class Launched:
 class Runner(Launched):
     """The model's iterations through bucket and chunk graphs (`graphs=True`) or eagerly.
 
-    `pdl` (default on) launches decode kernels with programmatic dependent launch: each
-    kernel starts while the previous one drains (the GEMV fetches its first weights then),
-    which hides most of the gap between kernels. Results are bit-identical either way.
+    `pdl` (default on) launches decode and prefill kernels with programmatic dependent
+    launch: each kernel starts while the previous one drains (the GEMV fetches its first
+    weights then), which hides most of the gap between kernels. Results are bit-identical
+    either way.
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, buckets: Sequence[int] | None = None,
@@ -149,7 +150,8 @@ class Runner(Launched):
                           max_q_len=Range(1, size))
             sym.set(n=size, seqs=1, max_q_len=size)
             with capture(s, name=f"prefill C={size}") as cap:
-                m.launch_prefill(sym.n, sym.seqs, sym.max_q_len, s, symbols=sym, chunk=size)
+                m.launch_prefill(sym.n, sym.seqs, sym.max_q_len, s, symbols=sym, chunk=size,
+                                 pdl=self.pdl)
         return cap.graph
 
     def keys(self) -> list[tuple[str, int]]:
@@ -271,7 +273,7 @@ class Runner(Launched):
                 st.patch_us += (time.perf_counter() - tp) * 1e6
                 pre_ex.launch(ps)
             else:
-                m.launch_prefill(n, seqs, max_q_len, ps, chunk=c)
+                m.launch_prefill(n, seqs, max_q_len, ps, chunk=c, pdl=self.pdl)
         st.host_us = (time.perf_counter() - t0) * 1e6
         # each row's half of its token pair: the parity of its position (the lengths the step's
         # record took; nothing since has grown them)

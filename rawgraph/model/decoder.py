@@ -503,13 +503,16 @@ class Model:
         self._head(a["r"], a, m, m["pos"], batch, handoff)
 
     def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, stream: Any,
-                       symbols: Symbols | None = None, *, chunk: int | None = None) -> None:
+                       symbols: Symbols | None = None, *, chunk: int | None = None,
+                       pdl: bool = False) -> None:
         """The kernels of one prefill chunk: `n` tokens of `num_seqs` sequences, the longest
         run `max_q_len` (ints, or symbols when captured). Kernels are chosen for a chunk of
         `chunk` tokens (default max_chunk), so an eager run launches what that chunk's graph
         does. The next token of each sequence whose piece is final (from its last position)
         lands in pre["next"]; a chunk without a final piece skips the head (captured: an IF
-        node whose condition a kernel sets from the chunk's metadata)."""
+        node whose condition a kernel sets from the chunk's metadata). `pdl`: programmatic
+        dependent launches for the layers' kernels but attention's (as in `launch_decode`;
+        the head and its IF node launch plainly); the same bits either way."""
         cfg, a, m = self.cfg, self.pre, self.pre_meta.dev
         chunk = chunk or self.max_chunk
         if not 1 <= chunk <= self.max_chunk:
@@ -520,16 +523,18 @@ class Model:
             q, out, splits = q3, a["attn"].reshape(q3.shape), self.prefill_splits(chunk)
             if splits > 1:  # the chunk's rows: its runs' workspace holds just those
                 q, out = q[:chunk], out[:chunk]
-            ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
-                                  m["seqs"], out, max_q_len, num_seqs,
-                                  scale=cfg.attention_scale,
-                                  rows=ops.attention.prefill_rows(chunk), splits=splits,
-                                  workspace=self.prefill_workspace)
+            with programmatic(False):  # ends the chain once a layer, as decode's does
+                ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
+                                      m["cu"], m["seqs"], out, max_q_len, num_seqs,
+                                      scale=cfg.attention_scale,
+                                      rows=ops.attention.prefill_rows(chunk), splits=splits,
+                                      workspace=self.prefill_workspace)
 
-        with _on(stream, symbols):
+        with programmatic(pdl), _on(stream, symbols):
             ops.embedding(m["ids"], self.w["embed"], a["r"], n)
             for i in range(cfg.layers):
                 self._layer(i, a, m, n, chunk, attend)
+        with programmatic(False), _on(stream, symbols):
             if capture_status(stream) == "active":
                 handle = condition_handle(stream)
                 set_condition_any(m["final"], num_seqs, handle, stream)

@@ -1,7 +1,8 @@
 """Programmatic dependent launch changes no bit: decode logits and tokens at LLaMA-1B shapes
 (16 layers, a 1024-token context) equal those of plain launches, run after run, host-driven
-and in the WHILE loop. Before activations stopped going through the non-coherent cache, PDL
-runs at these shapes gave different tokens every time (the tiny model hid it)."""
+and in the WHILE loop; so do prefill chunks' cache entries, hidden rows and first tokens.
+Before activations stopped going through the non-coherent cache, PDL runs at these shapes
+gave different tokens every time (the tiny model hid it)."""
 
 import hashlib
 
@@ -11,6 +12,7 @@ from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
+from rawgraph.model.step import PrefillPiece
 
 pytestmark = pytest.mark.gpu
 STEPS, CTX = 12, 1024
@@ -18,7 +20,7 @@ STEPS, CTX = 12, 1024
 
 @pytest.fixture(scope="module")
 def model():
-    m = Model(preset("llama-1b"), None, max_batch=2, max_context=CTX + 64, max_chunk=64,
+    m = Model(preset("llama-1b"), None, max_batch=2, max_context=CTX + 128, max_chunk=64,
               max_chunk_seqs=2)
     m.kv.k.fill(0)  # a defined context: random weights over a zeroed cache
     m.kv.v.fill(0)
@@ -60,3 +62,31 @@ def test_pdl_decode_is_bit_identical_at_llama_1b_shapes(model):
         assert _host(model, pdl=True) == want
     for _ in range(2):
         assert _loop(model, pdl=True) == want[0]
+
+
+def _prefill(m, pdl, graphs):
+    """Two chunks of one 100-token prompt continuing a 1024-token context, then a 20-token
+    piece of a second sequence beside the last 30 of the first: (first tokens, a hash of
+    the cache rows written and of the chunk's last hidden rows)."""
+    r = Runner(m, graphs=graphs, buckets=[1], chunks=[64], pdl=pdl)
+    _context(m)
+    m.kv.tables.add(1)
+    h, firsts = hashlib.sha256(), []
+    for pieces in ([PrefillPiece(0, list(range(5, 69)), CTX - 1, final=False)],
+                   [PrefillPiece(0, list(range(69, 99)), CTX + 63),
+                    PrefillPiece(1, list(range(7, 27)), 0)]):
+        first, _, _ = r.run(pieces, [], [])
+        firsts.append(first)
+        h.update(m.pre["r"][:64].get().tobytes())
+    for layer in (0, m.cfg.layers - 1):
+        k, v = m.kv.layer(layer)
+        h.update(k.get().tobytes() + v.get().tobytes())
+    r.close()
+    return firsts, h.hexdigest()
+
+
+def test_pdl_prefill_is_bit_identical_in_graphs_and_eagerly(model):
+    want = _prefill(model, pdl=False, graphs=False)
+    assert want[0][0] == [-1]  # the first chunk's piece does not end its prompt
+    for graphs in (True, False, True):
+        assert _prefill(model, pdl=True, graphs=graphs) == want
