@@ -1,5 +1,5 @@
 // decode_attention.cu: one new query token per sequence attending to its paged KV cache
-// (GQA), split along the context (flash-decoding); the last split to finish combines.
+// (GQA), split along the context (flash-decoding), then a combine pass.
 //
 //   extern "C" decode_attention_{f16,bf16}_d{64,128}(
 //       const T* q,               // (batch, q_heads, D); row b at q + b * q_stride
@@ -8,8 +8,6 @@
 //       const int* seq_lens,      // (max_seqs,) tokens in the cache, the new one included
 //       const int* seq_slots,     // (batch,) cache slot of each row; < 0: padding row
 //       float* partial,           // (batch, q_heads, max_splits, D + 2) workspace
-//       T* out,                   // (batch, q_heads, D)
-//       int* counters,            // (batch * kv_heads,) zeros; every launch leaves them zero
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
 //       int max_splits, float scale, int q_stride)
 //   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory decode_smem(D).
@@ -38,18 +36,20 @@
 //   Reads that earlier kernels wrote (q, tables, lengths) are coherent loads: under PDL this
 //   kernel may start while the previous one still writes.
 //
-//   The combine: each block, its partial written, counts itself in counters[b * kv_heads + h]
-//   (a fence first: the partial is visible device-wide before the count); the block that
-//   brings the count to n_splits = gridDim.y resets it and combines the n_splits partials of
-//   its G heads: out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, the splits' maxima
-//   staged in shared memory, the sums in split order, so the bits do not depend on which
-//   block ends last. It replaced a combine kernel of its own: one launch and one wait for a
-//   whole grid less per layer. A sequence of length 0 gives zeros; padding rows are not
-//   written. Partials are read through L2 (other blocks wrote them in this launch).
+//   extern "C" decode_attention_combine_{f16,bf16}_d{64,128}(
+//       const float* partial, T* out,   // out: (batch, q_heads, D)
+//       const int* seq_slots, int batch, int q_heads, int n_splits, int max_splits)
+//   grid (batch * q_heads), block (D), dynamic shared memory 4 * max_splits B:
+//   out = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s; the splits' maxima and weights are
+//   read and computed in parallel, the sums run in split order. The kernel is a chain of
+//   dependent loads, so each thread requests its column of 16 splits, their sums, one split's
+//   max and the row's slot all at once, before looking at any of them: one round trip to L2
+//   for up to 16 splits (the loop it replaced paid one per 4 splits, plus the slot's).
+//   A sequence of length 0 gives zeros; padding rows are not written.
 //
 //   Graph use: lengths, tables and slots are read from device memory, and each row's split
 //   length follows from its length and max_splits alone, so results do not depend on
-//   n_splits (grid.y): it is patchable, from the
+//   n_splits (grid.y of both kernels, n_splits of the combine): it is patchable, from the
 //   longest context, to keep short contexts on few blocks as sequences grow.
 #include "mma.cuh"
 
@@ -63,57 +63,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 // K/V chunks in flight per warp (+1 being used): 66 KB of shared memory per block for D = 64
 // (3 blocks per SM), 100 KB for D = 128 (2 blocks per SM)
 template <int D> constexpr __host__ __device__ int stages() { return D == 64 ? 4 : 3; }
-// the combining block stages every split's max per query head in its ring: at most
-// kMaxGroup x kMaxSplits floats (ops/attention.py MAX_GROUP, MAX_SPLITS), 64 KB
-constexpr int kMaxGroup = 16, kMaxSplits = 1024;
-static_assert(kMaxGroup * kMaxSplits * 4 <= kWarps * stages<64>() * 2 * kChunk * 64 * 2,
-              "the maxima fit the smallest ring");
-
-// The combine of (row b, kv head h)'s n_splits partials into out, by one block (see the
-// header); w: kMaxGroup * kMaxSplits floats of shared memory.
-template <typename T, int D>
-__device__ void combine(const float* partial, T* out, int b, int h, int G, int q_heads,
-                        int n_splits, int max_splits, float* w) {
-  constexpr int kAhead = 16;  // splits whose values each thread requests at once
-  const long long head0 = static_cast<long long>(b) * q_heads + h * G;
-  for (int i = threadIdx.x; i < G * n_splits; i += kThreads) {  // w[r][s]: split s's max
-    const int r = i / n_splits, s = i % n_splits;
-    w[i] = __ldcg(partial + ((head0 + r) * max_splits + s) * (D + 2) + D);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < G * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    const float* p = partial + (head0 + r) * max_splits * (D + 2);
-    const float* wr = w + r * n_splits;
-    float acc[kAhead], sum[kAhead];
-#pragma unroll
-    for (int j = 0; j < kAhead; ++j) {  // requested before the max is known
-      acc[j] = j < n_splits ? __ldcg(p + j * (D + 2) + d) : 0.f;
-      sum[j] = j < n_splits ? __ldcg(p + j * (D + 2) + D + 1) : 0.f;
-    }
-    float m = rg::neg_inf();
-    for (int s = 0; s < n_splits; ++s) m = fmaxf(m, wr[s]);
-    float num = 0.f, den = 0.f;  // in split order: deterministic
-    for (int s0 = 0; s0 < n_splits; s0 += kAhead) {
-      if (s0 > 0) {
-#pragma unroll
-        for (int j = 0; j < kAhead; ++j) {
-          const int s = s0 + j;
-          acc[j] = s < n_splits ? __ldcg(p + s * (D + 2) + d) : 0.f;
-          sum[j] = s < n_splits ? __ldcg(p + s * (D + 2) + D + 1) : 0.f;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kAhead; ++j)
-        if (s0 + j < n_splits) {  // 0 for empty splits (m_s = -inf)
-          const float f = m == rg::neg_inf() ? 0.f : exp2f(wr[s0 + j] - m);
-          num = fmaf(f, acc[j], num);
-          den = fmaf(f, sum[j], den);
-        }
-    }
-    out[(head0 + r) * D + d] = rg::from_float<T>(den > 0.f ? num / den : 0.f);
-  }
-}
 
 // rows of D * 2 bytes, 16-byte piece index XOR row % 8: the 8 rows of an ldmatrix phase hit
 // 8 different bank groups
@@ -123,9 +72,9 @@ template <int D> __device__ __forceinline__ int swz(int row, int piece) {
 
 template <typename T, int D>
 __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int* block_tables,
-                       const int* seq_lens, const int* seq_slots, float* partial, T* out,
-                       int* counters, int batch, int q_heads, int kv_heads, int block_size,
-                       int max_blocks, int max_splits, float scale, int q_stride) {
+                       const int* seq_lens, const int* seq_slots, float* partial, int batch,
+                       int q_heads, int kv_heads, int block_size, int max_blocks,
+                       int max_splits, float scale, int q_stride) {
   rg::pdl_start();
   constexpr int RC = D / 8, S = stages<D>(), kBytes = kChunk * D * 2;  // one K or V chunk
   extern __shared__ __align__(128) char smem[];
@@ -306,28 +255,72 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
       acc = fmaf(f, red_o[(w * 16 + r) * D + col], acc);
       sum = fmaf(f, red_l[w * 16 + r], sum);
     }
-    float* dst = partial + ((static_cast<long long>(b) * q_heads + h * G + r) * max_splits +
+    float* out = partial + ((static_cast<long long>(b) * q_heads + h * G + r) * max_splits +
                             split) * (D + 2);
-    dst[col] = acc;
+    out[col] = acc;
     if (col == 0) {
-      dst[D] = mx;  // -inf for an empty split
-      dst[D + 1] = sum;
+      out[D] = mx;  // -inf for an empty split
+      out[D + 1] = sum;
     }
   }
+}
 
-  // counted once the partial is visible device-wide; the last of the n_splits combines
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    last = atomicAdd(counters + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
-    if (last) counters[blockIdx.x] = 0;  // every split has counted: ready for the next launch
+template <typename T, int D>
+__device__ void combine(const float* partial, T* out, const int* seq_slots, int batch,
+                        int q_heads, int n_splits, int max_splits) {
+  constexpr int kAhead = 16;  // splits whose values each thread requests at once
+  rg::pdl_start();
+  extern __shared__ float w[];  // (max_splits,): each split's weight 2^(m_s - M)
+  __shared__ float red[D / 32];
+  const int b = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;
+  if (b >= batch) return;
+  const float* p = partial + (static_cast<long long>(b) * q_heads + head) * max_splits * (D + 2);
+  // every load in flight at once: the row's slot, this thread's column and the sums of the
+  // first kAhead splits, and split d's max (one round trip, not one per split and the slot's)
+  const bool padding = seq_slots[b] < 0;  // its partials are stale: read, never used
+  float acc[kAhead], sum[kAhead];
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    acc[j] = j < n_splits ? p[j * (D + 2) + d] : 0.f;
+    sum[j] = j < n_splits ? p[j * (D + 2) + D + 1] : 0.f;
   }
+  const float mine = d < n_splits ? p[d * (D + 2) + D] : rg::neg_inf();
+  if (padding) return;
+  float m = mine;
+  for (int s = d + D; s < n_splits; s += D) m = fmaxf(m, p[s * (D + 2) + D]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((d & 31) == 0) red[d >> 5] = m;
   __syncthreads();
-  if (!last) return;
-  __threadfence();
-  combine<T, D>(partial, out, b, h, G, q_heads, gridDim.y, max_splits,
-                reinterpret_cast<float*>(ring));
+  m = red[0];
+#pragma unroll
+  for (int i = 1; i < D / 32; ++i) m = fmaxf(m, red[i]);
+  for (int s = d; s < n_splits; s += D)  // 0 for empty splits (m_s = -inf)
+    w[s] = m == rg::neg_inf() ? 0.f : exp2f((s == d ? mine : p[s * (D + 2) + D]) - m);
+  __syncthreads();
+  float num = 0.f, den = 0.f;  // in split order: deterministic
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j)
+    if (j < n_splits) {
+      num = fmaf(w[j], acc[j], num);
+      den = fmaf(w[j], sum[j], den);
+    }
+  for (int s0 = kAhead; s0 < n_splits; s0 += kAhead) {
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int s = s0 + j;
+      acc[j] = s < n_splits ? p[s * (D + 2) + d] : 0.f;
+      sum[j] = s < n_splits ? p[s * (D + 2) + D + 1] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j)
+      if (s0 + j < n_splits) {
+        num = fmaf(w[s0 + j], acc[j], num);
+        den = fmaf(w[s0 + j], sum[j], den);
+      }
+  }
+  out[(static_cast<long long>(b) * q_heads + head) * D + d] =
+      rg::from_float<T>(den > 0.f ? num / den : 0.f);
 }
 
 }  // namespace
@@ -336,36 +329,58 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
 extern "C" __global__ void __launch_bounds__(128)
 decode_attention_f16_d64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
-    const int* seq_lens, const int* seq_slots, float* partial, __half* out, int* counters,
-    int batch, int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits,
-    float scale, int q_stride) {
-  attend<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, out, counters,
-      batch, q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+    const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, int kv_heads,
+    int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
+  attend<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+}
+extern "C" __global__ void
+decode_attention_combine_f16_d64(
+    const float* partial, __half* out, const int* seq_slots, int batch, int q_heads, int n_splits,
+    int max_splits) {
+  combine<__half, 64>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }
 extern "C" __global__ void __launch_bounds__(128)
 decode_attention_f16_d128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
-    const int* seq_lens, const int* seq_slots, float* partial, __half* out, int* counters,
-    int batch, int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits,
-    float scale, int q_stride) {
-  attend<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, out,
-      counters, batch, q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+    const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, int kv_heads,
+    int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
+  attend<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+}
+extern "C" __global__ void
+decode_attention_combine_f16_d128(
+    const float* partial, __half* out, const int* seq_slots, int batch, int q_heads, int n_splits,
+    int max_splits) {
+  combine<__half, 128>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }
 extern "C" __global__ void __launch_bounds__(128)
 decode_attention_bf16_d64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-    const int* block_tables, const int* seq_lens, const int* seq_slots, float* partial,
-    __nv_bfloat16* out, int* counters, int batch, int q_heads, int kv_heads, int block_size,
-    int max_blocks, int max_splits, float scale, int q_stride) {
-  attend<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, out,
-      counters, batch, q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+    const int* block_tables, const int* seq_lens, const int* seq_slots, float* partial, int batch,
+    int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits, float scale,
+    int q_stride) {
+  attend<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+}
+extern "C" __global__ void
+decode_attention_combine_bf16_d64(
+    const float* partial, __nv_bfloat16* out, const int* seq_slots, int batch, int q_heads,
+    int n_splits, int max_splits) {
+  combine<__nv_bfloat16, 64>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }
 extern "C" __global__ void __launch_bounds__(128)
 decode_attention_bf16_d128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-    const int* block_tables, const int* seq_lens, const int* seq_slots, float* partial,
-    __nv_bfloat16* out, int* counters, int batch, int q_heads, int kv_heads, int block_size,
-    int max_blocks, int max_splits, float scale, int q_stride) {
-  attend<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, out,
-      counters, batch, q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+    const int* block_tables, const int* seq_lens, const int* seq_slots, float* partial, int batch,
+    int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits, float scale,
+    int q_stride) {
+  attend<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
+      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+}
+extern "C" __global__ void
+decode_attention_combine_bf16_d128(
+    const float* partial, __nv_bfloat16* out, const int* seq_slots, int batch, int q_heads,
+    int n_splits, int max_splits) {
+  combine<__nv_bfloat16, 128>(partial, out, seq_slots, batch, q_heads, n_splits, max_splits);
 }

@@ -161,15 +161,14 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
                 out = cupy.empty_like(q)
                 slots = cupy.arange(batch, dtype=np.int32)
                 ws = cupy.empty(ops.workspace_floats(batch, 32, d, splits), np.float32)
-                counters = ops.attention.arrival_counters(batch, 8)
             s.synchronize()
             us = per_launch_us(lambda i, kv=kv, q=q, out=out, slots=slots, ws=ws, ctx=ctx,
-                               splits=splits, c=counters:
+                               splits=splits:
                                ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables,
                                                     kv.seq_lens, slots, out, ws, ctx,
-                                                    counters=c, splits=splits, stream=s),
+                                                    splits=splits, stream=s),
                                8, s)
-            # K and V, and the partial results written then read by the combining blocks
+            # K and V, and the partial results written then read by the combine
             nbytes = batch * ctx * 8 * d * 2 * 2 + 2 * ws.nbytes
             l2 = " (fits L2)" if nbytes < 120 << 20 else ""  # repeated launches hit the cache
             row(f"decode attention {model}", f"B={batch} ctx={ctx} splits={splits}{l2}", "", us,

@@ -224,14 +224,12 @@ class Model:
                                  "last": (np.int32, s), "last_pos": (np.int32, s),
                                  "final": (np.int32, s)})
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
-        # decode attention's splits per batch size (default_splits), their workspace and the
-        # counters by which the last split of a (row, kv head) knows to combine
+        # decode attention's splits per batch size (default_splits), and their workspace
         self.splits = [default_splits(b, cfg.kv_heads, cfg.dtype, cfg.head_dim)
                        for b in range(1, max_batch + 1)]
         self.workspace = cupy.empty(max(
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
             for b, s in enumerate(self.splits, 1)), np.float32)
-        self.counters = ops.attention.arrival_counters(max_batch, cfg.kv_heads)
         # prefill attention's key runs: a workspace for the chunk size that needs the most
         self.prefill_workspace = cupy.empty(max(
             ops.workspace_floats(c, cfg.heads, cfg.head_dim, self.prefill_splits(c))
@@ -495,8 +493,7 @@ class Model:
             with programmatic(False):
                 ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                      m["slots"], a["attn"].reshape(q3.shape), self.workspace,
-                                     max_len, counters=self.counters,
-                                     scale=cfg.attention_scale,
+                                     max_len, scale=cfg.attention_scale,
                                      splits=self.splits[batch - 1])
 
         ops.embedding(m["ids"], self.w["embed"], a["r"])

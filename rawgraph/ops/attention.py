@@ -1,8 +1,7 @@
 """Attention over the paged KV cache: decode (one query per sequence, split along the
-context; the last split to finish combines) and prefill (a chunk of queries per sequence,
-causal, FlashAttention style over the cache that already holds the chunk's K/V; a short
-chunk over a long context optionally in key runs, combined after; on Hopper's warpgroup MMA
-where the device has it)."""
+context, then combine) and prefill (a chunk of queries per sequence, causal, FlashAttention
+style over the cache that already holds the chunk's K/V; a short chunk over a long context
+optionally in key runs, combined after; on Hopper's warpgroup MMA where the device has it)."""
 
 from __future__ import annotations
 
@@ -18,15 +17,19 @@ from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv, smax, smin
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
-           "const int* seq_lens, const int* seq_slots, float* partial, {t}* out, int* counters, "
-           "int batch, int q_heads, int kv_heads, int block_size, int max_blocks, "
-           "int max_splits, float scale, int q_stride")
+           "const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, "
+           "int kv_heads, int block_size, int max_blocks, int max_splits, float scale, "
+           "int q_stride")
+_COMBINE = ("const float* partial, {t}* out, const int* seq_slots, int batch, int q_heads, "
+            "int n_splits, int max_splits")
 HEAD_DIMS = (64, 128)
 ATTEND = {(dt, d): Kernel("decode_attention", f"decode_attention_{s}_d{d}", _ATTEND.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
+COMBINE = {(dt, d): Kernel("decode_attention", f"decode_attention_combine_{s}_d{d}",
+                           _COMBINE.format(t=t))
+           for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
 MAX_GROUP = 16  # query heads per kv head: the 16 rows of one mma tile
-# the combining block stages each split's max per query head in its ring (64 KB at D = 64)
-MAX_SPLITS = 1024
+MAX_SPLITS = 4096  # the combine keeps one float per split in shared memory
 _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
             "int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, "
@@ -199,17 +202,8 @@ def _cache(k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any, dt: str
     return kv_heads
 
 
-def arrival_counters(batch: int, kv_heads: int) -> Any:
-    """The arrival counters decode attention needs for `batch` rows of `kv_heads` heads:
-    int32 zeros, which every launch leaves zero. One set per stream of launches (two
-    launches running at once must not share them)."""
-    import cupy
-
-    return cupy.zeros(batch * kv_heads, np.int32)
-
-
 def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
-                     seq_slots: Any, out: Any, workspace: Any, max_len: Any, *, counters: Any,
+                     seq_slots: Any, out: Any, workspace: Any, max_len: Any, *,
                      scale: float | None = None, splits: int | None = None, stream: Any = None,
                      symbols: Symbols | None = None) -> None:
     """out[b] = softmax(q[b] K^T * scale) V over the cached tokens of sequence seq_slots[b].
@@ -218,12 +212,10 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     fused QKV output); caches: one layer (num_blocks, block_size,
     kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
     row: nothing written). Each row cuts its context into `row_splits(len, splits)` splits
-    of its own (default `default_splits` for this batch), a block each per kv head; the
-    last of a (row, kv head)'s blocks to finish combines their partials (in split order:
-    the same bits whichever ends last). `max_len` (int or symbol) bounds every length:
-    `grid_splits(max_len, splits)` split blocks run, which is what a graph patches as
-    contexts grow; results do not depend on it. workspace: workspace_floats(batch, q_heads,
-    D, splits) float32; counters: `arrival_counters(batch, kv_heads)` (or more), zeros.
+    of its own (default `default_splits` for this batch), a block each per kv head, then a
+    combine. `max_len` (int or symbol) bounds every length: `grid_splits(max_len, splits)`
+    split blocks run, which is what a graph patches as contexts grow; results do not depend
+    on it. workspace: workspace_floats(batch, q_heads, D, splits) float32.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (batch, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
@@ -248,19 +240,16 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
         raise ValueError(f"workspace must be float32 with at least {need} elements "
                          f"(workspace_floats(...)); got {getattr(workspace, 'size', '?')}")
-    if getattr(counters, "dtype", None) != np.int32 or getattr(counters, "ndim", 0) != 1 \
-            or counters.size < batch * kv_heads or not counters.flags.c_contiguous:
-        raise ValueError(f"counters must be contiguous int32 zeros of at least batch x "
-                         f"kv_heads = {batch * kv_heads} elements (arrival_counters(...)); "
-                         f"got {getattr(counters, 'dtype', type(counters).__name__)} "
-                         f"{getattr(counters, 'shape', '')}")
     n_splits = grid_splits(max_len, splits)
     s = scale if scale is not None else d**-0.5
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,
                          (q, k_cache, v_cache, block_tables, seq_lens, seq_slots, workspace,
-                          out, counters, batch, q_heads, kv_heads, block_size,
-                          block_tables.shape[1], splits, float(s), q_stride), stream,
+                          batch, q_heads, kv_heads, block_size, block_tables.shape[1],
+                          splits, float(s), q_stride), stream,
                          smem=decode_smem(d), symbols=symbols)
+    COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
+                                               n_splits, splits), stream,
+                          smem=4 * splits, symbols=symbols)
 
 
 

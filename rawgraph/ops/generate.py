@@ -80,8 +80,10 @@ def _gemm90() -> list[str]:
 def _decode_attention() -> list[str]:
     out = []
     for (dt, d), k in attention.ATTEND.items():
+        c = attention.COMBINE[dt, d]
         out.append(wrapper(k.name, k.declaration, _call(k, f"attend<{_t(dt)}, {d}>"),
                            _bounds(32 * attention.DECODE_WARPS)))
+        out.append(wrapper(c.name, c.declaration, _call(c, f"combine<{_t(dt)}, {d}>")))
     return out
 
 

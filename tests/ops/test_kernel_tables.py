@@ -15,7 +15,7 @@ from rawgraph.ops.linear import GEMM, GEMM90, SKINNY, SKINNY90
 _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
 TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (SKINNY,),
           "skinny_sm90.cu": (SKINNY90,), "gemm.cu": (GEMM,), "gemm_sm90.cu": (GEMM90,),
-          "decode_attention.cu": (attention.ATTEND,),
+          "decode_attention.cu": (attention.ATTEND, attention.COMBINE),
           "prefill_attention.cu": (attention.PREFILL, attention.PREFILL_SPLIT,
                                    attention.PREFILL_COMBINE),
           "prefill_attention_sm90.cu": (attention.PREFILL90, attention.PREFILL90_SPLIT)}

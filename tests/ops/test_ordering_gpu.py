@@ -102,11 +102,9 @@ def _families(rng):
     fam["decode_attention"] = (
         {"q": _h(rng, 2, 8, 128), "kc": k, "vc": v, "t": table, "lens": lens,
          "slots": _i32([0, 1]), "out": _h(rng, 2, 8, 128),
-         "ws": cupy.zeros(workspace_floats(2, 8, 128, 4), np.float32),
-         "counters": cupy.zeros(2 * 2, np.int32)},
+         "ws": cupy.zeros(workspace_floats(2, 8, 128, 4), np.float32)},
         lambda a: ops.decode_attention(a["q"], a["kc"], a["vc"], a["t"], a["lens"],
-                                       a["slots"], a["out"], a["ws"], 100, splits=4,
-                                       counters=a["counters"]))
+                                       a["slots"], a["out"], a["ws"], 100, splits=4))
     k, v, table, lens = _cache(rng, 2, 64, [70, 33])
     fam["prefill_attention"] = (
         {"q": _h(rng, 50, 4, 64), "kc": k, "vc": v, "t": table, "lens": lens,

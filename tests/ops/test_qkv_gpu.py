@@ -220,8 +220,7 @@ def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
         dec = cupy.zeros((1, H, D), np.float16)
         ws = cupy.zeros(ops.workspace_floats(1, H, D, 3), np.float32)
         ops.decode_attention(qq[n - 1:], a.k[0], a.v[0], a.block_tables, a.seq_lens,
-                             cupy.zeros(1, np.int32), dec, ws, n, splits=3, stream=stream,
-                             counters=ops.attention.arrival_counters(1, H))
+                             cupy.zeros(1, np.int32), dec, ws, n, splits=3, stream=stream)
         outs.append((out, dec))
     stream.synchronize()
     assert (outs[0][0] == outs[1][0]).all() and (outs[0][1] == outs[1][1]).all()
