@@ -57,7 +57,7 @@ WARMUP = 5
 HOST_TARGET_US = 30  # patch + launch per decode step (the issue's host-overhead target)
 
 
-def _fill(model: Model, batch: int, ctx: int) -> list[int]:
+def fill_contexts(model: Model, batch: int, ctx: int) -> list[int]:
     """Sequences 0..batch-1 with ctx - 1 cached tokens each, in the same blocks every time."""
     t = model.kv.tables
     t.reset()
@@ -159,7 +159,7 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
             for kind in ("host loop", "overlapped loop", "WHILE loop"):
                 best = []
                 for _ in range(3):
-                    slots = _fill(model, batch, 1024)
+                    slots = fill_contexts(model, batch, 1024)
                     for slot in slots:
                         model.set_sampling(slot, SamplingParams())
                     t0 = time.perf_counter()
@@ -201,7 +201,7 @@ def _overlapped_tokens(runner: Runner, slots: list[int]) -> list[list[int]]:
 def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
           floor_gbps: float) -> dict[str, Any]:
     cfg, s = model.cfg, runner.decode_stream
-    slots = _fill(model, batch, ctx)
+    slots = fill_contexts(model, batch, ctx)
     tokens = [1] * batch
     for slot in slots:
         model.set_sampling(slot, SamplingParams())
@@ -227,14 +227,14 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     # and the longer contexts could cost another round of attention chunks (at B=1, 16
     # splits of 64 tokens cover 1024; from 1025 they are 128 each)
     graph_ms, host_ms = _median_step(graph_step, s)
-    _fill(model, batch, ctx)
-    overlapped, follow_us = _overlapped_ms(runner, slots)
-    _fill(model, batch, ctx)
+    fill_contexts(model, batch, ctx)
+    overlapped, follow_us = overlapped_step_ms(runner, slots)
+    fill_contexts(model, batch, ctx)
     # replays without the hand-on (advance=0): each replays the same step at the same context
     ex.set(max_len=model.prepare_decode(slots, tokens, s), advance=0)
     gpu_ms = device_us(lambda: ex.launch(s), s, reps=10) / 1e3
     ex.set(advance=1)
-    _fill(model, batch, ctx)
+    fill_contexts(model, batch, ctx)
     eager_ms, _ = _median_step(eager_step, s)
     kv_bytes = batch * ctx * cfg.layers * 2 * cfg.kv_size * 2
     floor = (cfg.decode_bytes() + kv_bytes) / floor_gbps / 1e6
@@ -275,7 +275,7 @@ def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _overlapped_ms(runner: Runner, slots: list[int]) -> tuple[float, float]:
+def overlapped_step_ms(runner: Runner, slots: list[int]) -> tuple[float, float]:
     """(wall ms per step, host us per step) of the engine's overlapped decode: each step
     launched (continuing the last one on the device) before the last step's tokens are
     read; the host's part is the continued step's prepare, patch and launch."""
@@ -299,7 +299,7 @@ def _streams(name: str, model: Model) -> list[dict[str, Any]]:
 
 def _stream_case(name: str, model: Model, streams: int) -> dict[str, Any]:
     runner = Runner(model, graphs=True, buckets=[8], chunks=[512], streams=streams)
-    slots = _fill(model, 8, 1024)
+    slots = fill_contexts(model, 8, 1024)
     pos = [0]
 
     def iteration() -> None:
@@ -393,7 +393,7 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
     model = Model(preset(name), None, max_batch=batch, max_context=ctx + 64, max_chunk=64,
                   max_chunk_seqs=1)
     runner = Runner(model, graphs=True, buckets=[batch], chunks=[64])
-    slots = _fill(model, batch, ctx)
+    slots = fill_contexts(model, batch, ctx)
     ex = runner.pool.acquire(("decode", batch))
     ex.set(max_len=model.prepare_decode(slots, [1] * batch, runner.decode_stream), advance=0)
     rows = per_kernel(ex, runner.decode_stream)  # every node replayed at the same context

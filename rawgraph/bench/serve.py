@@ -13,7 +13,9 @@ server took, those whose clients left cut to the tokens they had received (the s
 their prompts and decoded those tokens too).
 
 Reported per preset: served and offline output tokens/s, time to first token and
-inter-token latency (p50, p99) against the offline decode step at that batch, the server's
+inter-token latency (p50, p99) against the decode step at that batch (`max_batch` rows at the
+work's mean context, timed as `bench decode` times it, after the offline run; the offline
+run's median decode-only iteration beside it), the server's
 own iteration times (decode-only and mixed, p50 and p99 from its /metrics histograms) and
 its engine thread's period from one iteration to the next, and the fault
 counts: sent, completed, cancelled, refused, 429s, unexpected errors, tokens lost (a completed
@@ -34,6 +36,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from rawgraph.bench.decode import fill_contexts, overlapped_step_ms
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.reference import reference_engine
 from rawgraph.engine.request import Request
@@ -289,9 +293,11 @@ def _progress(line: str) -> None:
     print(f"bench serve: {line}", file=sys.stderr, flush=True)
 
 
-def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, float]:
+def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, float, float]:
     """The same requests (all at once) through `Engine.run`: (tokens per request, output
-    tokens/s, median ms of a decode-only step)."""
+    tokens/s, median ms of its decode-only iterations, and the decode step at the load's
+    batch: `load.max_batch` rows at the work's mean context (prompt and half the output),
+    overlapped as `bench decode` times it; on the reference decoder the median again)."""
     cfg = preset(load.preset)
     if load.reference:
         engine = reference_engine(cfg, random_weights(cfg, 0), max_batch=load.max_batch,
@@ -306,11 +312,16 @@ def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, 
     t0 = time.perf_counter()
     engine.run(reqs)
     wall = time.perf_counter() - t0
-    step = engine.stats.summary()["ms/step"]
+    iteration = engine.stats.summary()["ms/step"]
+    step = iteration
+    if not load.reference:  # every request has finished: the cache is free for the step's
+        ctx = round(statistics.mean(len(p.prompt) + p.max_tokens / 2 for p in work))
+        slots = fill_contexts(engine.model, load.max_batch, ctx)
+        step, _ = overlapped_step_ms(engine.runner, slots)
     engine.close()
     engine.model.close()
     tokens = sum(len(r.output) for r in reqs)
-    return {p.i: r.output for p, r in zip(work, reqs)}, tokens / wall, step
+    return {p.i: r.output for p, r in zip(work, reqs)}, tokens / wall, iteration, step
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -332,7 +343,7 @@ def measure(load: Load) -> dict[str, Any]:
     replay = [dataclasses.replace(work[r["i"]], max_tokens=len(r["tokens"])) if r["left"]
               else work[r["i"]] for r in taken]
     t0 = time.monotonic()
-    want, offline_tps, step_ms = offline(load, replay)
+    want, offline_tps, iteration_ms, step_ms = offline(load, replay)
     _progress(f"{load.preset}: {len(replay)} requests offline in {time.monotonic() - t0:.1f} s")
     ttft = [r["times"][0][0] for r in done if r["times"]]
     itl = [g for r in done for (a, _), (b, n) in zip(r["times"], r["times"][1:])
@@ -348,6 +359,7 @@ def measure(load: Load) -> dict[str, Any]:
         "served / offline": served_tokens / facts["wall_s"] / offline_tps,
         "TTFT p50 ms": _pct(ttft, 50) * 1e3, "TTFT p99 ms": _pct(ttft, 99) * 1e3,
         "ITL p50 ms": _pct(itl, 50) * 1e3, "ITL p99 ms": itl_p99,
+        "offline decode-only iteration ms": iteration_ms,
         "decode step ms": step_ms, "ITL p99 / step": itl_p99 / step_ms if step_ms else math.nan,
         # the server's own view (its /metrics after the run): the engine's iterations and
         # its thread's period, against which the clients' ITL shows the HTTP side's share
