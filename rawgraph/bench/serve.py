@@ -15,12 +15,12 @@ their prompts and decoded those tokens too).
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the decode step at that batch (`max_batch` rows at the
 work's mean context, timed as `bench decode` times it, after the offline run; the offline
-run's median decode-only iteration beside it), the server's
-own iteration times (decode-only and mixed, p50 and p99 from its /metrics histograms) and
-its engine thread's period from one iteration to the next, and the fault
-counts: sent, completed, cancelled, refused, 429s, unexpected errors, tokens lost (a completed
-stream's tokens against its usage count: must be 0), KV blocks leaked after the run (must be
-0), and completed streams whose tokens differ from the offline run's. That last count is 0
+run's median decode-only iteration beside it), the server's own iteration times (decode-only
+and mixed, p50 and p99 from its /metrics histograms) and its engine thread's period from one
+iteration to the next, and the fault counts: sent, completed, cancelled, refused, 429s,
+unexpected errors, tokens lost (a completed stream's tokens against its usage count: must be
+0), KV blocks leaked after the run (must be 0), and completed streams whose tokens differ
+from the offline run's. That last count is 0
 on the float32 reference decoder; on the GPU a stream's rounding depends on the rows that
 share its steps (the GEMV variant of the batch's bucket, the chunk its prompt landed in), and
 random weights leave many near-ties among the top logits, so some greedy streams part ways.

@@ -290,11 +290,12 @@ def test_metrics_are_prometheus_text(served):
                  "inter_token_latency_seconds_count", "generation_tokens_per_second"):
         assert f"rawgraph_{name}" in text
     assert 'rawgraph_iterations_total{mode="eager"}' in text
-    # the request's prompt went in a prefill chunk, its tokens in decode steps; each step
-    # after the first is one period of the engine's thread
+    # the request's prompt went in a prefill chunk, its tokens in decode steps (with the
+    # module's other requests, some iterations were both); each step after the first is one
+    # period of the engine's thread
     assert quantile(text, "iteration_seconds", 0.5, 'kind="prefill"') > 0
     assert quantile(text, "iteration_seconds", 0.5, 'kind="decode"') > 0
-    assert 'rawgraph_iteration_seconds_count{kind="mixed"} 0' in text
+    assert 'rawgraph_iteration_seconds_count{kind="mixed"} ' in text
     assert quantile(text, "iteration_period_seconds", 0.99) > 0
 
 
