@@ -74,9 +74,9 @@ WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # Set to SKINNY_MAX + 1 for skinny.cu on every row count, to 1 for wgmma on every one.
 WGMMA_SKINNY_FROM = 17
 # The most rows the wgmma skinny GEMM takes: 128 sends 65 to 128 rows to its x tile of 128
-# rows (W read once, 3 ring slots) instead of the tiled GEMM, which is 0.87-0.93x PyTorch's
-# cuBLAS step at 128 rows. Compiled without spills, not yet run on the H200: 64 until its GPU
-# tests pass and `bench kernels --only gemv` shows it ahead (its "wgmma us" at 128 rows).
+# rows (W read once, 3 ring slots) instead of the tiled GEMM split k ways. Its GPU tests pass
+# (the 100-row decode step in tests/model/test_model_gpu.py); 64 until `bench kernels --only
+# gemv` shows it ahead of the split GEMM there (its "wgmma us" at 128 rows).
 WGMMA_SKINNY_TO = 64
 SKINNY90_ROWS, SKINNY90_STAGES, SKINNY90_THREADS = (32, 64, 128), {32: 8, 64: 5, 128: 3}, 160
 SKINNY90 = {(dt, mx, c): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else ""),

@@ -49,6 +49,8 @@ def quantile(text: str, name: str, q: float, labels: str = "") -> float:
     """The q-quantile (0..1) of histogram `name` (without the prefix) in exposition `text`,
     interpolated linearly inside its bucket as Prometheus' histogram_quantile does; NaN
     without observations. A quantile in the +Inf bucket is the last finite bound."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"q = {q}: a quantile lies in [0, 1]")
     head = f"{PREFIX}{name}_bucket{{{labels + ',' if labels else ''}le=\""
     bounds, counts = [], []
     for line in text.splitlines():

@@ -313,6 +313,8 @@ def test_quantiles_come_from_the_histogram_buckets_as_prometheus_computes_them()
     h.observe(1.0)  # past the last bound: the quantile is that bound
     text = "\n".join(h.lines("rawgraph_x"))
     assert quantile(text, "x", 1.0) == 0.004
+    with pytest.raises(ValueError, match="q = 99: a quantile lies in"):
+        quantile(text, "x", 99)
 
 
 def test_text_prompts_and_stop_strings_need_a_tokenizer_and_chat_a_template(checkpoint):
