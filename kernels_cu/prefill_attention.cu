@@ -32,10 +32,15 @@
 //   extern "C" prefill_attention_split_{f16,bf16}_d{64,128}_r{64,128}(the same...,
 //       float* partial,           // (tokens, q_heads, splits, D + 2) workspace
 //       int splits)
-//   grid (cdiv(max_q_len, R), q_heads * splits, num_seqs): the key tiles of each query tile
-//   cut into `splits` runs (a short chunk over a long context has too few query tiles to fill
-//   the GPU), block (.., head * splits + s) taking run s; it leaves per row its unnormalised
-//   output, max (base 2) and sum, as decode attention's splits do (an empty run: max -inf).
+//   For short chunks over long contexts, which have too few query tiles to fill the GPU:
+//   grid (cdiv(max_q_len, R / G), kv_heads * splits, num_seqs), G = q_heads / kv_heads <= R.
+//   A tile's rows are the G query heads of R / G tokens (one K/V tile serves the whole
+//   group: a 16-token chunk of 4 heads a group fills a 64-row tile instead of a quarter of
+//   one per head; rows past (R / G) G are padding), and its key tiles are cut into `splits` runs, block (.., kv_head * splits + s)
+//   taking run s; it leaves per row its unnormalised output, max (base 2) and sum, as decode
+//   attention's splits do (an empty run: max -inf). With splits == 1 the one run writes out
+//   and the combine does nothing, so `splits` may be patched per chunk (from 1) as the
+//   context grows.
 //   extern "C" prefill_attention_combine_{f16,bf16}_d{64,128}(
 //       const float* partial, T* out, const int* cu_seqlens, const int* seq_slots,
 //       int num_seqs, int q_heads, int splits)
@@ -99,11 +104,12 @@ struct SyncMma {
 // out[t][head] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the token's splits, in
 // split order (as decode_attention.cu's combine): block token * q_heads + head, D threads.
 // Tokens past the chunk's last sequence, and those of a sequence whose slot is < 0, are
-// left alone.
+// left alone; so is everything when splits == 1 (the one run wrote out itself).
 template <typename T, int D>
 __device__ void combine(const float* partial, T* out, const int* cu_seqlens,
                         const int* seq_slots, int num_seqs, int q_heads, int splits) {
   rg::pdl_start();
+  if (splits == 1) return;
   const int token = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;
   if (token >= cu_seqlens[num_seqs]) return;
   int lo = 0, hi = num_seqs - 1;  // the sequence of `token`: the last with cu[seq] <= token

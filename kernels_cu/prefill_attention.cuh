@@ -23,11 +23,14 @@ template <int D, bool PANELS, int ROWS> __device__ __forceinline__ int swz(int r
   return row * (D * 2) + ((chunk ^ (row & 7)) << 4);
 }
 
-// A block's share: query rows [r0, r0 + BR) of sequence blockIdx.z (q_len of them, from
-// q_begin; `past` keys cached before them), query head `head`, key tiles [t0, t1) of the
-// kend keys its rows see, the sequence's block table.
+// A block's share: tile rows [0, tr g) hold `g` query heads of each of the tile's tr = BR / g
+// query tokens (row r: token r0 + r / g, head h0 + r % g; the rows past tr g, if g does not
+// divide BR, are padding; g = 1 but in SPLIT kernels, whose tiles hold a GQA group's heads
+// so one K/V tile serves them all) of sequence blockIdx.z (q_len query tokens from q_begin;
+// `past` keys cached before them); kv head `kv`; key tiles [t0, t1) of the kend keys its
+// rows see; the sequence's block table.
 struct Work {
-  int q_begin, q_len, r0, past, kend, t0, t1, head;
+  int q_begin, q_len, r0, past, kend, t0, t1, g, tr, h0, kv;
   const int* table;
 };
 
@@ -35,17 +38,22 @@ struct Work {
 template <int BR, bool SPLIT>
 __device__ __forceinline__ bool find_work(Work& w, const int* block_tables, const int* seq_lens,
                                           const int* cu_seqlens, const int* seq_slots,
-                                          int num_seqs, int max_blocks, int splits) {
-  const int seq = blockIdx.z;
-  w.head = SPLIT ? blockIdx.y / splits : blockIdx.y;
+                                          int num_seqs, int q_heads, int kv_heads,
+                                          int max_blocks, int splits) {
+  const int seq = blockIdx.z, group = q_heads / kv_heads;
+  const int unit = SPLIT ? blockIdx.y / splits : blockIdx.y;  // SPLIT: a kv head; else a head
+  w.g = SPLIT ? group : 1;
+  w.tr = BR / w.g;
+  w.h0 = SPLIT ? unit * group : unit;
+  w.kv = SPLIT ? unit : unit / group;
   if (seq >= num_seqs) return false;
   w.q_begin = cu_seqlens[seq];
   w.q_len = cu_seqlens[seq + 1] - w.q_begin;
-  w.r0 = (gridDim.x - 1 - blockIdx.x) * BR;  // query tiles last-first: the longest first
+  w.r0 = (gridDim.x - 1 - blockIdx.x) * w.tr;  // query tiles last-first: the longest first
   const int slot = seq_slots[seq];
   if (w.r0 >= w.q_len || slot < 0) return false;
   w.past = seq_lens[slot] - w.q_len;
-  w.kend = w.past + min(w.r0 + BR, w.q_len);
+  w.kend = w.past + min(w.r0 + w.tr, w.q_len);
   const int tiles = (w.kend + kBC - 1) / kBC;
   w.t0 = 0;
   w.t1 = tiles;
@@ -64,10 +72,10 @@ __device__ __forceinline__ void load_q(char* qs, const T* q, const Work& w, int 
                                        int tid) {
   constexpr int RC = D / 8;
   for (int i = tid; i < BR * RC; i += THREADS) {
-    const int r = i / RC, c = i % RC;
-    const bool ok = w.r0 + r < w.q_len;
-    const T* src = ok ? q + static_cast<long long>(w.q_begin + w.r0 + r) * q_stride +
-                            w.head * D + c * 8
+    const int r = i / RC, c = i % RC, token = w.r0 + r / w.g;
+    const bool ok = r < w.tr * w.g && token < w.q_len;
+    const T* src = ok ? q + static_cast<long long>(w.q_begin + token) * q_stride +
+                            (w.h0 + r % w.g) * D + c * 8
                       : q;
     rg::cp_async16(qs + swz<D, PANELS, BR>(r, c), src, ok);
   }
@@ -94,13 +102,15 @@ __device__ __forceinline__ void load_kv(char* ks, char* vs, const T* k_cache, co
   }
 }
 
-// The online softmax over one key tile: s (scores of this thread's two rows) scaled to base
-// 2, keys past a row masked (`edge`: some may be), row max m and sum l updated, s left
-// holding P and alpha the factor the rows' output so far must take (rescale()).
+// The online softmax over one key tile: s (scores of this thread's two rows, at positions
+// qpos) scaled to base 2, keys past a row masked (`edge`: some may be), row max m and sum l
+// updated, s left holding P and alpha the factor the rows' output so far must take
+// (rescale()).
 template <bool SPLIT>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&m)[2],
                                              float (&l)[2], float (&alpha)[2], int key0,
-                                             bool edge, int qpos0, float scale2, int c2) {
+                                             bool edge, const int (&qpos)[2], float scale2,
+                                             int c2) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = m[h];
@@ -109,7 +119,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&m)[
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float v = s[j][2 * h + e] * scale2;
-        if (edge && key0 + j * 8 + c2 + e > qpos0 + 8 * h) v = rg::neg_inf();
+        if (edge && key0 + j * 8 + c2 + e > qpos[h]) v = rg::neg_inf();
         s[j][2 * h + e] = v;
         mx = fmaxf(mx, v);
       }
@@ -144,8 +154,8 @@ __device__ __forceinline__ void rescale(float (&o)[D / 8][4], const float (&alph
   }
 }
 
-// This thread's two rows (row0 and row0 + 8 of the sequence's queries): normalised into out,
-// or (SPLIT) as run `split`'s (unnormalised output, max in base 2, sum) in partial.
+// This thread's two rows (tile rows row0 and row0 + 8): normalised into out, or (SPLIT,
+// more than one run) as run `split`'s (unnormalised output, max in base 2, sum) in partial.
 template <typename T, int D, bool SPLIT>
 __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const float (&m)[2],
                                            const float (&l)[2], T* out, float* partial,
@@ -157,11 +167,11 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
     float sum = l[h];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int r = row0 + 8 * h;
-    if (r >= w.q_len) continue;
-    const long long token = w.q_begin + r;
-    if constexpr (SPLIT) {  // as decode attention's splits
-      float* dst = partial + ((token * q_heads + w.head) * splits + blockIdx.y % splits) * (D + 2);
+    const int r = row0 + 8 * h, token = w.r0 + r / w.g;
+    if (r >= w.tr * w.g || token >= w.q_len) continue;
+    const long long at = (w.q_begin + token) * static_cast<long long>(q_heads) + w.h0 + r % w.g;
+    if (SPLIT && splits > 1) {  // as decode attention's splits
+      float* dst = partial + (at * splits + blockIdx.y % splits) * (D + 2);
 #pragma unroll
       for (int d = 0; d < D / 8; ++d) {
         dst[d * 8 + c2] = o[d][2 * h];
@@ -174,7 +184,7 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
       continue;
     }
     const float inv = 1.f / sum;
-    T* dst = out + (token * q_heads + w.head) * D + c2;
+    T* dst = out + at * D + c2;
 #pragma unroll
     for (int d = 0; d < D / 8; ++d)
       *reinterpret_cast<unsigned*>(dst + d * 8) =
@@ -183,9 +193,10 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
 }
 
 // BR query rows per block, 16 per warp, BR / 16 warps loading and computing alike; K/V tiles
-// gathered with cp.async, double-buffered. SPLIT: the block takes run blockIdx.y % splits of
-// its query tile's key tiles and leaves (unnormalised output, max, sum) in `partial` for the
-// combine; else it writes out. Mma, the products (an object, for state it keeps across
+// gathered with cp.async, double-buffered. SPLIT: the tile's rows are a GQA group's heads of
+// BR / group tokens (Work), and the block takes run blockIdx.y % splits of its query tile's
+// key tiles and leaves (unnormalised output, max, sum) in `partial` for the combine, or
+// (splits == 1) writes out; else a head's BR tokens, written to out. Mma, the products (an object, for state it keeps across
 // tiles): kPanels (its tile layout, swz), landed() (after this thread's copies have landed,
 // before the block barrier), start(qs, warp, lane) (on the first tile), scores(s, qs, ks,
 // warp, lane) (s += Q K^T, s zeroed), pv(o, s, vs, warp, lane) (o += P V, s holding P).
@@ -203,9 +214,9 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
   char* kvs = smem + BR * D * 2;  // [buffer][K, V] tiles
   Work w;
   if (!find_work<BR, SPLIT>(w, block_tables, seq_lens, cu_seqlens, seq_slots, num_seqs,
-                            max_blocks, splits))
+                            q_heads, kv_heads, max_blocks, splits))
     return;
-  const int row_stride = kv_heads * D, col = w.head / (q_heads / kv_heads) * D;
+  const int row_stride = kv_heads * D, col = w.kv * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   load_q<T, D, P, BR, kThreads>(qs, q, w, q_stride, tid);
@@ -221,7 +232,8 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
   float m[2] = {rg::neg_inf(), rg::neg_inf()}, l[2] = {0.f, 0.f};
   const float scale2 = scale * kLog2e;
   const int c2 = (lane & 3) * 2;
-  const int qpos0 = w.past + w.r0 + warp * 16 + (lane >> 2);  // this thread's first row
+  const int row0 = warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
+  const int qpos[2] = {w.past + w.r0 + row0 / w.g, w.past + w.r0 + (row0 + 8) / w.g};
   for (int t = w.t0; t < w.t1; ++t) {
     if (t + 1 < w.t1) {
       char* nb = kvs + ((t + 1) & 1) * 2 * kTile;
@@ -239,7 +251,7 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
     mma.scores(s, qs, ks, warp, lane);
     const int key0 = t * kBC;
     float alpha[2];
-    softmax_tile<SPLIT>(s, m, l, alpha, key0, key0 + kBC - 1 > w.past + w.r0, qpos0, scale2,
+    softmax_tile<SPLIT>(s, m, l, alpha, key0, key0 + kBC - 1 > w.past + w.r0, qpos, scale2,
                         c2);
     rescale<D>(o, alpha);
     mma.pv(o, s, ks + kTile, warp, lane);
@@ -247,8 +259,7 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
   }
 
   if constexpr (SPLIT) rg::cp_async_wait<0>();  // an empty split's query tile
-  store_rows<T, D, SPLIT>(o, m, l, out, partial, w, w.r0 + warp * 16 + (lane >> 2), q_heads,
-                          splits, lane);
+  store_rows<T, D, SPLIT>(o, m, l, out, partial, w, row0, q_heads, splits, lane);
 }
 
 }  // namespace

@@ -61,9 +61,10 @@ def _inline() -> None:
     decoder.if_node = lambda *a, **k: contextlib.nullcontext()
     launch = Model.launch_prefill
 
-    def on_one_stream(self, n, num_seqs, max_q_len, stream, symbols=None, *, chunk=None):
+    def on_one_stream(self, n, num_seqs, max_q_len, max_len, stream, symbols=None, *,
+                      chunk=None):
         self._body_stream = stream  # the "body" is captured on the main stream
-        return launch(self, n, num_seqs, max_q_len, stream, symbols, chunk=chunk)
+        return launch(self, n, num_seqs, max_q_len, max_len, stream, symbols, chunk=chunk)
     Model.launch_prefill = on_one_stream
 
 

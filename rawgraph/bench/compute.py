@@ -141,28 +141,43 @@ def prefill_attention(row: Row, s: Any) -> None:
             del kv
 
 
-def prefill_chunk_attention(row: Row, s: Any) -> None:
-    """A chunk of the engine's sizes at the end of an 8,192-token sequence (32 query / 8 kv
-    heads): its query tiles alone leave most SMs idle; beside it the same in key runs
-    (`ops.attention.prefill_splits`) and their combine."""
-    n = 8192
+CHUNK_CONTEXTS, CHUNKS = (1024, 8192), (16, 64, 256, 512)
+
+
+def prefill_chunk_attention(row: Row, s: Any, gbps: float, runs: tuple[int, ...] = ()) -> None:
+    """A chunk of the engine's sizes at the end of a sequence of 1,024 or 8,192 tokens (32
+    query / 8 kv heads): a block per (query tile, head) leaves most SMs idle; beside it the
+    grouped kernel (a GQA group's heads in one tile) in the key runs `prefill_splits` counts
+    for that context, and with each count in `runs` forced. Each row's `KV us` is its K and
+    V read once at `gbps` (the copy rate), what a short chunk cannot go below."""
     for d in (64, 128):
-        kv = _one_sequence(d, n, s)
-        for chunk in (256, 512):
-            with s:
-                q, out = _rand((chunk, 32, d)), cupy.empty((chunk, 32, d), F16)
-                cu, slots = cupy.array([0, chunk], np.int32), cupy.zeros(1, np.int32)
-            best = ops.attention.default_prefill_splits(chunk, 32, n, "float16", d)
-            ws = cupy.empty(ops.workspace_floats(chunk, 32, d, best), np.float32)
-            flops = 4 * chunk * (n - chunk // 2) * d * 32
-            for splits in sorted({1, best}):
-                def run(kv=kv, q=q, out=out, cu=cu, slots=slots, c=chunk, p=splits, w=ws):
-                    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
-                                          cu, slots, out, c, splits=p, workspace=w, stream=s)
-                us = _us(run, s, reps=5)
+        for n in CHUNK_CONTEXTS:
+            kv = _one_sequence(d, n, s)
+            for chunk in CHUNKS:
+                with s:
+                    q, out = _rand((chunk, 32, d)), cupy.empty((chunk, 32, d), F16)
+                    cu, slots = cupy.array([0, chunk], np.int32), cupy.zeros(1, np.int32)
+                rows = ops.attention.grouped_rows(chunk, 4)
+                resident = ops.attention.prefill_resident("float16", d, rows)
+                ws = cupy.empty(max(ops.attention.run_workspace_floats(chunk, 32, d, rows,
+                                                                       resident),
+                                    ops.workspace_floats(chunk, 32, d, max(runs, default=1))),
+                                np.float32)
+                rule = ops.attention.prefill_splits(-(-chunk // (rows // 4)), 8, 1, n, resident)
+                flops = 4 * chunk * (n - chunk // 2) * d * 32
+
+                def timed(kw: dict, kv=kv, q=q, out=out, cu=cu, slots=slots, c=chunk) -> float:
+                    return _us(lambda: ops.prefill_attention(
+                        q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots, out, c,
+                        stream=s, **kw), s, reps=5)
+                extra = {"per head us": timed({}), "runs": rule,
+                         "KV us": n * 8 * d * 4 / gbps / 1e3}
+                for r in runs:
+                    extra[f"{r} runs us"] = timed({"splits": r, "workspace": ws})
+                us = timed({"context": n, "workspace": ws})
                 row(f"prefill chunk attention d={d}", f"{chunk} at {n}", us, flops, None, 0,
-                    runs=splits)
-        del kv
+                    **extra)
+            del kv
 
 
 ATTENTION_TFLOPS = {(4096, 128): 470}  # prefill attention's absolute goal (issue #29)

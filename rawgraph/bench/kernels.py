@@ -262,7 +262,7 @@ def run(only: str = "") -> list[dict[str, Any]]:
         compute.gemm(flop_row, s)
     if "prefill" in parts:
         compute.prefill_attention(flop_row, s)
-        compute.prefill_chunk_attention(flop_row, s)
+        compute.prefill_chunk_attention(flop_row, s, floor)
         cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
         compute.attention_peer(rows)
     if "sample" in parts:

@@ -54,10 +54,9 @@ def _case(name: str, batch: int, ctx: int, s: Any, floor_gbps: float) -> dict[st
     pos = [0]
 
     def prefill() -> None:  # one chunk of a fresh prompt, then the next chunk, ...
-        n, seqs, max_q_len = model.prepare_prefill(
-            [PrefillPiece(batch, [1] * CHUNK, pos[0])], s)
+        shape = model.prepare_prefill([PrefillPiece(batch, [1] * CHUNK, pos[0])], s)
         pos[0] += CHUNK
-        model.launch_prefill(n, seqs, max_q_len, s)
+        model.launch_prefill(*shape, s)
 
     prefill_ms = _wall_ms(prefill, s, steps=1)
     flops = 2 * CHUNK * cfg.decode_bytes() / 2

@@ -147,11 +147,11 @@ class Runner(Launched):
                                 advance=sym.advance, host_next=self._token_pairs[:size])
         else:
             sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs),
-                          max_q_len=Range(1, size))
-            sym.set(n=size, seqs=1, max_q_len=size)
+                          max_q_len=Range(1, size), max_len=Range(1, m.max_context))
+            sym.set(n=size, seqs=1, max_q_len=size, max_len=m.max_context)
             with capture(s, name=f"prefill C={size}") as cap:
-                m.launch_prefill(sym.n, sym.seqs, sym.max_q_len, s, symbols=sym, chunk=size,
-                                 pdl=self.pdl)
+                m.launch_prefill(sym.n, sym.seqs, sym.max_q_len, sym.max_len, s, symbols=sym,
+                                 chunk=size, pdl=self.pdl)
         return cap.graph
 
     def keys(self) -> list[tuple[str, int]]:
@@ -241,7 +241,7 @@ class Runner(Launched):
                 self._settle(self._unread[0])
         t0 = time.perf_counter()
         if pieces:
-            n, seqs, max_q_len = m.prepare_prefill(pieces, ps, sync=False)
+            n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
             max_len = m.prepare_follow(slots, self._last_step, ds)
         elif slots:  # its copy of the tables carries the prefill's too
@@ -269,11 +269,11 @@ class Runner(Launched):
         if pieces:
             if pre_ex is not None:
                 tp = time.perf_counter()
-                st.patched += pre_ex.set(n=n, seqs=seqs, max_q_len=max_q_len)
+                st.patched += pre_ex.set(n=n, seqs=seqs, max_q_len=max_q_len, max_len=pre_len)
                 st.patch_us += (time.perf_counter() - tp) * 1e6
                 pre_ex.launch(ps)
             else:
-                m.launch_prefill(n, seqs, max_q_len, ps, chunk=c, pdl=self.pdl)
+                m.launch_prefill(n, seqs, max_q_len, pre_len, ps, chunk=c, pdl=self.pdl)
         st.host_us = (time.perf_counter() - t0) * 1e6
         # each row's half of its token pair: the parity of its position (the lengths the step's
         # record took; nothing since has grown them)

@@ -6,7 +6,8 @@ eagerly or inside a capture: every buffer is allocated up front at its largest s
 changes per step (token ids, positions, cache slots, block tables, lengths, sampling
 parameters) lives in device memory, written by one host-to-device copy. The few sizes that
 shape the launches are arguments that a graph takes as symbols and patches: the longest
-context (decode), and the chunk's token count, sequence count and longest run (prefill).
+context (decode), and the chunk's token count, sequence count, longest run and longest
+context (prefill).
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
 from rawgraph.symbols import scope as symbols_scope
+
+# Chunks of up to this many tokens run prefill attention grouped, in key runs whose count
+# follows the context (`ops.prefill_attention(context=)`): their query tiles alone leave
+# most of the GPU idle (benchmarks/NOTES.md, "Prefill").
+RUNS_UP_TO = 256
 
 # (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
 # norm's output (`ops.fold_norm`, at load), so a decode step's norm is the GEMV's scale per
@@ -159,13 +165,13 @@ class Model:
                  max_batch: int = 8, max_context: int = 2048, max_chunk: int = 512,
                  max_chunk_seqs: int = 8, block_size: int = 16, num_blocks: int | None = None,
                  seed: int = 0, files: dict[str, Any] | None = None,
-                 prefill_runs: bool = False):
+                 runs_up_to: int = RUNS_UP_TO):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets).
         Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
-        and its file from `files`, tensor name -> file, when given). `prefill_runs`: prefill
-        attention cuts each query tile's keys into runs (`ops.attention.prefill_splits`; for
-        chunks far into long prompts; not yet measured on the GPU, hence off)."""
+        and its file from `files`, tensor name -> file, when given). `runs_up_to`: chunks
+        of up to this many tokens run prefill attention grouped in key runs (`runs`; 0:
+        never)."""
         if not 1 <= max_batch <= DECODE_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
                              f"rows")
@@ -183,7 +189,7 @@ class Model:
                     cfg.rope_scaling, ops.DynamicScaling) else ""))
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
-        self.prefill_runs = prefill_runs
+        self.runs_up_to = runs_up_to
         self.limits = Limits(max_batch, max_chunk, max_chunk_seqs, max_context, cfg.vocab)
         self.arena: Arena | None = None
         try:
@@ -192,14 +198,13 @@ class Model:
             self.close()  # nothing half-made stays on the device
             raise
 
-    def prefill_splits(self, chunk: int) -> int:
-        """Key runs per query tile of prefill attention in a chunk of `chunk` tokens (1 unless
-        `prefill_runs`)."""
-        if not self.prefill_runs:
-            return 1
-        cfg = self.cfg
-        return ops.attention.default_prefill_splits(chunk, cfg.heads, self.max_context,
-                                                    cfg.dtype, cfg.head_dim)
+    def runs(self, chunk: int) -> int:
+        """Query rows per tile when a chunk of `chunk` tokens runs prefill attention grouped
+        in key runs whose count follows the context; 0 when it runs a block per (query tile,
+        head): chunks above `runs_up_to`, and GQA groups larger than the tile."""
+        group = self.cfg.heads // self.cfg.kv_heads
+        rows = ops.attention.grouped_rows(chunk, group)
+        return rows if chunk <= self.runs_up_to and group <= rows else 0
 
     def _setup(self, tensors: dict[str, np.ndarray] | None, seed: int, block_size: int,
                num_blocks: int | None, files: dict[str, Any]) -> None:
@@ -231,9 +236,11 @@ class Model:
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
             for b, s in enumerate(self.splits, 1)), np.float32)
         # prefill attention's key runs: a workspace for the chunk size that needs the most
-        self.prefill_workspace = cupy.empty(max(
-            ops.workspace_floats(c, cfg.heads, cfg.head_dim, self.prefill_splits(c))
-            for c in range(1, max_chunk + 1)), np.float32) if self.prefill_runs else None
+        self.prefill_workspace = cupy.empty(max([0] + [
+            ops.attention.run_workspace_floats(c, cfg.heads, cfg.head_dim, r,
+                                               ops.attention.prefill_resident(
+                                                   cfg.dtype, cfg.head_dim, r))
+            for c in range(1, max_chunk + 1) if (r := self.runs(c))]), np.float32)
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
@@ -397,10 +404,11 @@ class Model:
         return int(t.lens[sl].max())
 
     def prepare_prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
-                        sync: bool = True) -> tuple[int, int, int]:
+                        sync: bool = True) -> tuple[int, int, int, int]:
         """Host side of one prefill chunk: grow each sequence by its piece, copy metadata
-        (and with `sync`, the cache tables). Returns (n, num_seqs, max_q_len) for
-        `launch_prefill`: tokens, sequences, the longest piece. Without `sync`, call
+        (and with `sync`, the cache tables). Returns (n, num_seqs, max_q_len, max_len) for
+        `launch_prefill`: tokens, sequences, the longest piece, the longest context after
+        it. Without `sync`, call
         `kv.sync` before launching: a prefill and a decode step prepared together share one
         copy of the tables."""
         chunk = step.chunk(pieces, self.kv.tables, self.limits)
@@ -426,7 +434,8 @@ class Model:
         self.pre_meta.push(stream)
         if sync:
             self.kv.sync(stream)
-        return chunk.tokens, chunk.seqs, chunk.max_q_len
+        max_len = int(self.kv.tables.lens[[p.slot for p in pieces]].max())
+        return chunk.tokens, chunk.seqs, chunk.max_q_len, max_len
 
     # -- device side: the kernel sequences ----------------------------------------------------
 
@@ -502,11 +511,12 @@ class Model:
         handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
         self._head(a["r"], a, m, m["pos"], batch, handoff)
 
-    def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, stream: Any,
+    def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, max_len: Any, stream: Any,
                        symbols: Symbols | None = None, *, chunk: int | None = None,
                        pdl: bool = False) -> None:
         """The kernels of one prefill chunk: `n` tokens of `num_seqs` sequences, the longest
-        run `max_q_len` (ints, or symbols when captured). Kernels are chosen for a chunk of
+        piece `max_q_len`, the longest context `max_len` (ints, or symbols when captured;
+        `prepare_prefill` returns them). Kernels are chosen for a chunk of
         `chunk` tokens (default max_chunk), so an eager run launches what that chunk's graph
         does. The next token of each sequence whose piece is final (from its last position)
         lands in pre["next"]; a chunk without a final piece skips the head (captured: an IF
@@ -519,16 +529,16 @@ class Model:
             raise ValueError(f"chunk {chunk} outside [1, {self.max_chunk}]")
         q3 = a["q"]
 
+        rows = self.runs(chunk)
+
         def attend(kc: Any, vc: Any) -> None:
-            q, out, splits = q3, a["attn"].reshape(q3.shape), self.prefill_splits(chunk)
-            if splits > 1:  # the chunk's rows: its runs' workspace holds just those
-                q, out = q[:chunk], out[:chunk]
+            q, out = q3[:chunk], a["attn"].reshape(q3.shape)[:chunk]
+            kw = ({"rows": rows, "context": max_len, "n": n, "workspace": self.prefill_workspace}
+                  if rows else {"rows": ops.attention.prefill_rows(chunk)})
             with programmatic(False):  # ends the chain once a layer, as decode's does
                 ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                       m["cu"], m["seqs"], out, max_q_len, num_seqs,
-                                      scale=cfg.attention_scale,
-                                      rows=ops.attention.prefill_rows(chunk), splits=splits,
-                                      workspace=self.prefill_workspace)
+                                      scale=cfg.attention_scale, **kw)
 
         with programmatic(pdl), _on(stream, symbols):
             ops.embedding(m["ids"], self.w["embed"], a["r"], n)
@@ -576,10 +586,10 @@ class Model:
         elif not min(n, self.max_chunk) <= chunk <= self.max_chunk:
             raise ValueError(f"chunk {chunk}: at least the {n} tokens of the pieces and at "
                              f"most max_chunk = {self.max_chunk}")
-        n, seqs, max_q_len = self.prepare_prefill(pieces, stream)
-        self.launch_prefill(n, seqs, max_q_len, stream, chunk=chunk)
+        shape = self.prepare_prefill(pieces, stream)
+        self.launch_prefill(*shape, stream, chunk=chunk)
         cupy_stream(stream).synchronize()
-        return final_tokens(self.pre["next"][:seqs].get().tolist(), pieces)
+        return final_tokens(self.pre["next"][:shape[1]].get().tolist(), pieces)
 
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""

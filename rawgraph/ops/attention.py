@@ -158,22 +158,41 @@ def workspace_floats(rows: int, q_heads: int, head_dim: int, splits: int) -> int
     return rows * q_heads * splits * (head_dim + 2)
 
 
-MAX_PREFILL_SPLITS = 64  # key runs per query tile (grid.y = q_heads x splits)
-PREFILL_RUN_TILES = 4  # key tiles a run should have at least (each run pays its query tile)
+MAX_PREFILL_SPLITS = 64  # key runs per query tile (grid.y = kv_heads x splits)
+PREFILL_RUN_TILES = 2  # key tiles a run should have at least (each run pays its query tile)
+RUN_KEYS = PREFILL_RUN_TILES * PREFILL_KEYS
 
 
-def prefill_splits(q_tiles: int, q_heads: int, num_seqs: int, context: int,
-                   resident: int) -> int:
-    """Key runs per query tile for prefill attention: enough that the blocks (query tiles x
-    heads x sequences x runs) fill the GPU's `resident` block slots twice, but no more than
-    leaves each run PREFILL_RUN_TILES key tiles of the `context` (the longest sequence's
-    tokens) and no more than MAX_PREFILL_SPLITS. A whole prompt has query tiles enough; a
-    short chunk far into a long prompt (256 tokens at 8,192: 2 tiles x 32 heads = 64 blocks
-    on 132 SMs) does not."""
-    if min(q_tiles, q_heads, num_seqs, context, resident) < 1:
-        raise ValueError("q_tiles, q_heads, num_seqs, context and resident must be positive")
-    want = -(-2 * resident // (q_tiles * q_heads * num_seqs))
-    return max(1, min(want, context // (PREFILL_RUN_TILES * PREFILL_KEYS), MAX_PREFILL_SPLITS))
+def prefill_splits(q_tiles: Any, kv_heads: int, num_seqs: Any, context: Any,
+                   resident: int) -> Any:
+    """Key runs per query tile of grouped prefill attention (ints, or an expression of
+    symbols that a graph patches per chunk): while the blocks without runs (query tiles x kv
+    heads x sequences) are short of one wave of the GPU's `resident` block slots, enough runs
+    that they fill two, but no more than leaves each run RUN_KEYS keys of the `context` (the
+    longest sequence's tokens, this chunk's included) and no more than MAX_PREFILL_SPLITS;
+    else 1. A whole prompt has query tiles enough; a short chunk far into a long prompt (16
+    tokens at 8,192: one tile x 8 kv heads on 132 SMs) does not, and early in a prompt there
+    is too little context to cut."""
+    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or \
+            resident < 1:
+        raise ValueError(f"kv_heads = {kv_heads!r}, resident = {resident}: both positive")
+    for name, v in (("q_tiles", q_tiles), ("num_seqs", num_seqs), ("context", context)):
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"{name} = {v}: must be positive")
+    units = q_tiles * kv_heads * num_seqs
+    short = smin(1, resident // (units + 1))  # 1 while units < resident, else 0
+    want = smin(cdiv(2 * resident, units), smin(context // RUN_KEYS, MAX_PREFILL_SPLITS))
+    return smax(1, short * want)
+
+
+def run_workspace_floats(tokens: int, q_heads: int, head_dim: int, rows: int,
+                         resident: int) -> int:
+    """float32 elements that grouped prefill attention's runs (counted by `prefill_splits`)
+    can fill for up to `tokens` query rows in tiles of `rows`: tokens x splits stays below
+    2 x resident x rows / q_heads + tokens (the blocks without runs are at least
+    tokens x q_heads / rows), and at most tokens x MAX_PREFILL_SPLITS."""
+    pairs = min(tokens * MAX_PREFILL_SPLITS, 2 * resident * rows // q_heads + tokens)
+    return pairs * q_heads * (head_dim + 2)
 
 
 def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
@@ -259,35 +278,43 @@ def _prefill_resident(dtype: str, head_dim: int, rows: int, wgmma: bool) -> int:
     return kernel.resident_blocks(2 * rows, prefill_smem(rows, head_dim))
 
 
-def default_prefill_splits(chunk: int, q_heads: int, context: int, dtype: str,
-                           head_dim: int) -> int:
-    """prefill_splits on this device for one sequence's chunk of `chunk` tokens (its query
-    tile by prefill_rows) anywhere in a context of up to `context` tokens."""
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"head_dim {head_dim} is not supported (use one of {HEAD_DIMS})")
-    rows = prefill_rows(chunk)
-    return prefill_splits(-(-chunk // rows), q_heads, 1, context,
-                          _prefill_resident(dtype, head_dim, rows, prefill_wgmma()))
+def prefill_resident(dtype: str, head_dim: int, rows: int) -> int:
+    """Blocks of grouped prefill attention (query tiles of `rows`) the GPU runs at once."""
+    if head_dim not in HEAD_DIMS or rows not in PREFILL_ROWS:
+        raise ValueError(f"head_dim {head_dim}, rows {rows}: one of {HEAD_DIMS}, {PREFILL_ROWS}")
+    return _prefill_resident(dtype, head_dim, rows, prefill_wgmma())
+
+
+def grouped_rows(max_q_len: int, group: int) -> int:
+    """Query rows per tile of grouped prefill attention (`group` heads of each token)."""
+    return prefill_rows(max_q_len * group)
 
 
 def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
                       cu_seqlens: Any, seq_slots: Any, out: Any, max_q_len: Any,
                       num_seqs: Any = None, *, scale: float | None = None,
-                      rows: int | None = None, splits: int = 1, workspace: Any = None,
-                      stream: Any = None, symbols: Symbols | None = None) -> None:
+                      rows: int | None = None, splits: int | None = None, context: Any = None,
+                      n: Any = None, workspace: Any = None, stream: Any = None,
+                      symbols: Symbols | None = None) -> None:
     """Causal attention of a chunk's queries over their sequences' cached keys and values.
 
     q, out: (tokens, q_heads, D), D in (64, 128), q's rows possibly strided; sequence i owns
-    query rows
-    [cu_seqlens[i], cu_seqlens[i + 1]), which are the last tokens of the seq_lens[slot] cached
-    for slot seq_slots[i] (append the chunk's K/V first). Lengths, offsets, slots and tables
-    are read on the device; `max_q_len` (int or symbol) bounds every sequence's query rows and
-    sets the grid; `num_seqs` (default: all of seq_slots) may be symbolic too. `rows` picks
-    the query tile (64 or 128; default by max_q_len). `splits` > 1 cuts each query tile's key
-    tiles into that many runs, a block each, then combines them (`prefill_splits`: for short
-    chunks over long contexts); `workspace`: workspace_floats(tokens, q_heads, D, splits)
-    float32. On compute capability 9.0 the kernels are wgmma's (`prefill_wgmma()`), elsewhere
-    mma.sync's: same arguments, same results within the tests' tolerances.
+    query rows [cu_seqlens[i], cu_seqlens[i + 1]), which are the last tokens of the
+    seq_lens[slot] cached for slot seq_slots[i] (append the chunk's K/V first). Lengths,
+    offsets, slots and tables are read on the device; `max_q_len` (int or symbol) bounds
+    every sequence's query rows and sets the grid; `num_seqs` (default: all of seq_slots) may
+    be symbolic too. `rows` picks the query tile (64 or 128; default by max_q_len).
+
+    Two kernels. By default a block per (query tile, head). For short chunks over long
+    contexts, the grouped kernel: a tile holds a GQA group's heads of rows / group tokens,
+    and each tile's key tiles are cut into runs, a block each, combined after: `splits` runs
+    (an int), or with `context` (int or symbol: the longest sequence's length, this chunk's
+    tokens included) as many as `prefill_splits` counts, which a graph patches per chunk.
+    The runs need `workspace`, float32: workspace_floats(tokens, q_heads, D, splits), or
+    with `context` run_workspace_floats(tokens, q_heads, D, rows, prefill_resident(...)).
+    `n` (int or symbol; default tokens): query rows in use, the combine's grid. On compute
+    capability 9.0 the kernels are wgmma's (`prefill_wgmma()`), elsewhere mma.sync's: same
+    arguments, same results within the tests' tolerances.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (tokens, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
@@ -304,29 +331,57 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     _int("seq_slots", seq_slots)
     _int("cu_seqlens", cu_seqlens, (seq_slots.shape[0] + 1,))
     num_seqs = shapes.count(num_seqs, seq_slots.shape[0], "num_seqs", symbols)
+    n = shapes.count(n, tokens, "n", symbols)
     top = shapes.top(max_q_len, "max_q_len", symbols)
     if not 1 <= top <= tokens:
         raise ValueError(f"max_q_len reaches {top}; q holds {tokens} rows")
     s = scale if scale is not None else d**-0.5
-    rows = rows or prefill_rows(top)
-    if rows not in PREFILL_ROWS:
-        raise ValueError(f"rows = {rows}: the query tile is one of {PREFILL_ROWS}")
-    if type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
-        raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
     args = (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs,
             q_heads, kv_heads, k_cache.shape[1], block_tables.shape[1], float(s), q_stride)
     unsplit, split = (PREFILL90, PREFILL90_SPLIT) if prefill_wgmma() else (PREFILL, PREFILL_SPLIT)
-    threads, smem = 2 * rows, prefill_smem(rows, d)
-    if splits == 1:
-        unsplit[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), threads, args,
-                                    stream, smem=smem, symbols=symbols)
+    if splits is None and context is None:
+        rows = rows or prefill_rows(top)
+        _check_rows(rows)
+        unsplit[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows, args,
+                                    stream, smem=prefill_smem(rows, d), symbols=symbols)
         return
-    need = workspace_floats(tokens, q_heads, d, splits)
-    if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
+    group = q_heads // kv_heads
+    rows = rows or grouped_rows(top, group)
+    _check_rows(rows)
+    if group > rows:
+        raise ValueError(f"grouped prefill attention puts a GQA group's {group} heads in a "
+                         f"tile of {rows} rows: too many")
+    tile = rows // group  # tokens per query tile
+    if context is not None:
+        if splits is not None:
+            raise ValueError("pass splits or context, not both")
+        capacity = block_tables.shape[1] * k_cache.shape[1]
+        if not 1 <= shapes.top(context, "context", symbols) <= capacity:
+            raise ValueError(f"context reaches {shapes.top(context, 'context', symbols)}; the "
+                             f"block tables hold at most {capacity} tokens per sequence")
+        resident = prefill_resident(dt, d, rows)
+        splits = prefill_splits(cdiv(max_q_len, tile), kv_heads, num_seqs, context, resident)
+        need = run_workspace_floats(tokens, q_heads, d, rows, resident)
+    elif type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
+        raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
+    else:
+        need = workspace_floats(tokens, q_heads, d, splits) if splits > 1 else 0
+    if need and (getattr(workspace, "dtype", None) != np.float32 or workspace.size < need):
         raise ValueError(f"workspace must be float32 with at least {need} elements "
-                         f"(workspace_floats(tokens, ...)); got {getattr(workspace, 'size', '?')}")
-    split[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads * splits, num_seqs), threads,
-                              (*args, workspace, splits), stream, smem=smem, symbols=symbols)
-    PREFILL_COMBINE[dt, d].launch(tokens * q_heads, d, (workspace, out, cu_seqlens, seq_slots,
-                                                        num_seqs, q_heads, splits), stream,
-                                  symbols=symbols)
+                         f"(workspace_floats / run_workspace_floats); got "
+                         f"{getattr(workspace, 'size', '?')}")
+    ws = workspace if need else None  # one run: never read or written
+    split[dt, d, rows].launch((cdiv(max_q_len, tile), kv_heads * splits, num_seqs),
+                              2 * rows, (*args, ws, splits), stream, smem=prefill_smem(rows, d),
+                              symbols=symbols)
+    if splits == 1:
+        return
+    # symbolic: a grid of one (idle) block while one run suffices; the kernel exits then too
+    blocks = smax(1, smin(splits - 1, 1) * n * q_heads)
+    PREFILL_COMBINE[dt, d].launch(blocks, d, (ws, out, cu_seqlens, seq_slots, num_seqs,
+                                              q_heads, splits), stream, symbols=symbols)
+
+
+def _check_rows(rows: int) -> None:
+    if rows not in PREFILL_ROWS:
+        raise ValueError(f"rows = {rows}: the query tile is one of {PREFILL_ROWS}")

@@ -46,16 +46,18 @@ def test_prefill_then_decode_logits_follow_the_reference(stream, dtype):
     model.close()
 
 
-def test_prefill_in_key_runs_follows_the_reference(stream):
-    # prefill_runs: each chunk's attention in key runs (8 for a 2,048-token context: the
-    # early chunks' runs mostly empty), then decode; logits after every chunk and step
+@pytest.mark.parametrize("runs_up_to", [0, 32])
+def test_prefill_in_key_runs_follows_the_reference(stream, runs_up_to):
+    # chunks of 32 with a block per head (0), and grouped in key runs whose count follows
+    # the context (1 run up to 255 tokens, 2 from 256), then decode; logits after every chunk
+    # and step
     cfg = preset("tiny")
     tensors = random_weights(cfg, 16)
     tokens = [int(t) for t in np.random.default_rng(3).integers(0, cfg.vocab, 330)]
     want = forward(cfg, float_weights(cfg, tensors), np.array(tokens), KVState())
     model = Model(cfg, tensors, max_batch=1, max_context=2048, max_chunk=32, max_chunk_seqs=1,
-                  prefill_runs=True)
-    assert model.prefill_splits(32) > 1
+                  runs_up_to=runs_up_to)
+    assert (model.runs(32) > 0) == (runs_up_to > 0)
     for start in range(0, 320, 32):
         model.prefill([PrefillPiece(0, tokens[start:start + 32], start)], stream)
         err = _err(_logits(model.pre["logits"], 0, cfg.dtype), want[start + 31])

@@ -9,6 +9,7 @@ import pytest
 from rawgraph.ops.attention import (
     LONG_SPLIT,
     MAX_PREFILL_SPLITS,
+    RUN_KEYS,
     SHORT_SPLITS,
     SPLIT_ALIGN,
     SPLIT_WAVES,
@@ -16,6 +17,7 @@ from rawgraph.ops.attention import (
     grid_splits,
     prefill_splits,
     row_splits,
+    run_workspace_floats,
 )
 from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
 from rawgraph.ops.linear import (
@@ -30,6 +32,7 @@ from rawgraph.ops.linear import (
     skinny_launch,
     takes_skinny,
 )
+from rawgraph.symbols import Range, Symbols
 
 linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
 
@@ -220,12 +223,42 @@ def test_array_checks_dtype_shape_and_contiguity():
 
 
 def test_prefill_splits_fill_the_gpu_only_where_query_tiles_do_not():
-    # 256 tokens at 8,192 of context, 32 heads, 2 tiles of 128 rows: 64 blocks for 264 slots
-    # (two an SM): 9 runs of at least 4 key tiles make 576 >= 2 x 264
-    assert prefill_splits(2, 32, 1, 8192, 264) == 9
-    assert prefill_splits(64, 32, 1, 8192, 264) == 1  # a whole 8k prompt: 2048 blocks
-    assert prefill_splits(2, 32, 1, 512, 264) == 2  # 8 key tiles: runs of 4
-    assert prefill_splits(2, 32, 1, 200, 264) == 1  # not one run of 4 tiles
-    assert prefill_splits(1, 1, 1, 1 << 20, 10000) == MAX_PREFILL_SPLITS
-    with pytest.raises(ValueError, match="positive"):
-        prefill_splits(0, 32, 1, 8192, 264)
+    # one 16-token tile x 8 kv heads = 8 blocks for 660 slots: two waves' worth of runs, cut
+    # at RUN_KEYS keys and MAX_PREFILL_SPLITS
+    assert RUN_KEYS == 128
+    assert prefill_splits(1, 8, 1, 8192, 660) == MAX_PREFILL_SPLITS
+    assert prefill_splits(1, 8, 1, 1024, 660) == 8  # 8 runs of 128 keys
+    assert prefill_splits(8, 8, 1, 8192, 660) == 21  # 64 blocks: cdiv(1320, 64)
+    assert prefill_splits(1, 8, 1, 200, 660) == 1  # not two runs of 128 keys
+    assert prefill_splits(100, 8, 1, 8192, 660) == 1  # 800 blocks: a wave without runs
+    assert prefill_splits(82, 8, 1, 8192, 660) == 3  # 656 blocks, just short: cdiv(1320, 656)
+    for bad in ((0, 8, 1, 8192, 660), (1, 0, 1, 8192, 660), (1, 8, 1, 0, 660)):
+        with pytest.raises(ValueError, match="positive"):
+            prefill_splits(*bad)
+
+
+def test_prefill_splits_as_symbols_patch_to_what_ints_give():
+    # a chunk graph's runs follow its symbols: the expression's value is the int rule's
+    S = Symbols(tiles=Range(1, 64), seqs=Range(1, 8), ctx=Range(1, 1 << 17))
+    expr = prefill_splits(S.tiles, 8, S.seqs, S.ctx, 660)
+    for tiles in (1, 2, 7, 64):
+        for seqs in (1, 3, 8):
+            for ctx in (1, 127, 128, 1000, 4096, 8192, 1 << 17):
+                want = prefill_splits(tiles, 8, seqs, ctx, 660)
+                assert expr.eval({"tiles": tiles, "seqs": seqs, "ctx": ctx}) == want
+
+
+@pytest.mark.parametrize(("q_heads", "kv_heads", "rows", "resident"),
+                         [(32, 8, 64, 660), (32, 8, 128, 264), (12, 2, 64, 500), (8, 8, 64, 900)])
+def test_run_workspace_holds_every_chunk_the_rule_can_cut(q_heads, kv_heads, rows, resident):
+    # every (longest piece, sequences) a chunk of up to `tokens` rows can have, at the
+    # context that cuts most: the rows written (n x runs, n <= longest x seqs) fit
+    group, d = q_heads // kv_heads, 64
+    tile = rows // group
+    for tokens in (1, 16, 100, 256):
+        room = run_workspace_floats(tokens, q_heads, d, rows, resident) // (q_heads * (d + 2))
+        for longest in range(1, tokens + 1):
+            for seqs in range(1, 9):
+                n = min(tokens, longest * seqs)
+                runs = prefill_splits(-(-longest // tile), kv_heads, seqs, 1 << 20, resident)
+                assert n * runs <= room, (tokens, longest, seqs)

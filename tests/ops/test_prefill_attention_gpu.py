@@ -1,5 +1,6 @@
 """Causal prefill attention over the paged cache against a float64 reference: GQA, varlen,
-chunked, random lengths, the grid patched in a graph, refused input."""
+chunked, random lengths, a block per head and GQA-grouped tiles in key runs (a count given,
+or following the context), the grid and the runs patched in a graph, refused input."""
 
 import cupy
 import numpy as np
@@ -29,9 +30,23 @@ def prefill_kernel(request, monkeypatch):
 ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
 
 
-def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=1):
+def _workspace(tokens, q_heads, kv_heads, d, splits, rows=None):
+    """NaN-filled (every float read must have been written) runs' workspace: for `splits`
+    runs, or ("context") for as many as the context's rule counts."""
+    if splits == "context":
+        rows = rows or ops.attention.grouped_rows(tokens, q_heads // kv_heads)
+        n = ops.attention.run_workspace_floats(tokens, q_heads, d, rows,
+                                               ops.attention.prefill_resident("float16", d,
+                                                                              rows))
+    else:
+        n = ops.workspace_floats(tokens, q_heads, d, splits or 1)
+    return cupy.full(n, np.nan, np.float32)
+
+
+def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=None):
     """seqs: [(slot, q_len)]: the last q_len cached tokens of each slot are the queries;
-    `splits` key runs per query tile (their workspace NaN first: every read must be written)."""
+    `splits`: None (a block per head), key runs per grouped query tile, or "context" (as
+    many as the longest sequence's context gives)."""
     kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, num_blocks=512, max_blocks=300)
     cu = np.concatenate([[0], np.cumsum([n for _, n in seqs])]).astype(np.int32)
     q, qh = randn(rng, (int(cu[-1]), q_heads, d), dtype)
@@ -40,10 +55,12 @@ def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=1
     # every input on the device before the kernel's stream starts: the copies CuPy makes on
     # the current stream are not ordered with a non-blocking stream
     cu_d, slots_d = cupy.asarray(cu), cupy.asarray(slots)
-    ws = cupy.full(ops.workspace_floats(q.shape[0], q_heads, d, splits), np.nan, np.float32)
+    ws = _workspace(q.shape[0], q_heads, kv_heads, d, splits)
+    kw = {"context": max(lens[s] for s, _ in seqs if s >= 0)} if splits == "context" else \
+        {"splits": splits}
     cupy.cuda.Device().synchronize()
     ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu_d, slots_d, out,
-                          max(n for _, n in seqs), splits=splits, workspace=ws, stream=stream)
+                          max(n for _, n in seqs), workspace=ws, stream=stream, **kw)
     stream.synchronize()
     want = ref.prefill_attention(qh, kh, vh, kv.tables.table, kv.tables.lens, cu, slots,
                                  d**-0.5)
@@ -64,11 +81,13 @@ def test_prefill_attention_varlen_and_chunked(stream, rng, dtype, q_heads, kv_he
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("splits", [2, 3, 16])
-@pytest.mark.parametrize(("q_heads", "kv_heads", "d"), [(32, 8, 64), (12, 2, 128)])
+@pytest.mark.parametrize("splits", [1, 2, 3, 16, "context"])
+@pytest.mark.parametrize(("q_heads", "kv_heads", "d"), [(32, 8, 64), (12, 2, 128), (8, 8, 64)])
 def test_prefill_attention_in_key_runs(stream, rng, dtype, splits, q_heads, kv_heads, d):
-    # the varlen case in 2, 3 and 16 runs per query tile: runs past a row's last key (all
-    # masked for it), empty runs (16 runs of 1-4 tiles), the combine skipping slot -1's rows
+    # the varlen case in grouped tiles (4 heads of 16 tokens; 6 heads of 10 tokens and 4
+    # rows of padding; one head) in 1, 2, 3 and 16 runs per query tile and as many as a
+    # 964-token context gives: runs past a row's last key (all masked for it), empty runs
+    # (16 runs of 1-4 tiles), the combine skipping slot -1's rows, one run writing out
     lens = {0: 200, 1: 964, 2: 1, 5: 131}
     seqs = [(0, 200), (1, 64), (2, 1), (-1, 7), (5, 130)]
     _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits)
@@ -78,7 +97,7 @@ def test_prefill_attention_in_key_runs(stream, rng, dtype, splits, q_heads, kv_h
 @given(lens=st.lists(st.integers(1, 700), min_size=1, max_size=4),
        frac=st.floats(0.01, 1.0), d=st.sampled_from([64, 128]),
        group=st.sampled_from([1, 4, 8]), dtype=st.sampled_from(DTYPES),
-       splits=st.sampled_from([1, 1, 2, 5]))
+       splits=st.sampled_from([None, None, 1, 2, 5, "context"]))
 def test_prefill_attention_random_lengths(lens, frac, d, group, dtype, splits):
     seqs = [(i, max(1, int(n * frac))) for i, n in enumerate(lens)]
     with new_stream() as stream:  # current: the inputs are made on it
@@ -144,6 +163,47 @@ def test_prefill_attention_in_runs_replays_the_eager_bits_with_the_grid_patched(
             np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
 
 
+def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
+    # grouped, runs counted from a symbolic context: one graph, captured at the largest
+    # context and 64 query rows, patched to chunks of three sequences whose contexts give
+    # 1 run (100 tokens), 2 (300) and many (3,000): two replays give the eager launch's bits
+    # and the reference's values; grid.y follows (kv_heads x runs)
+    lens = {0: 3000, 1: 300, 2: 100}
+    kv, kh, vh = paged_cache(rng, "float16", 2, 64, lens, num_blocks=512, max_blocks=300)
+    q, qh = randn(rng, (64, 8, 64), "float16")
+    out, eager = cupy.zeros(q.shape, np.float16), cupy.zeros(q.shape, np.float16)
+    ws = _workspace(64, 8, 2, 64, "context", rows=64)
+    cu, slots = cupy.zeros(2, np.int32), cupy.zeros(1, np.int32)
+    S = Symbols(q_len=Range(1, 64), ctx=Range(1, 4800))
+    S.set(q_len=64, ctx=4800)
+    cupy.cuda.Device().synchronize()
+    with capture(stream) as cap:
+        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
+                              out, S.q_len, rows=64, context=S.ctx, n=S.q_len, workspace=ws,
+                              stream=stream, symbols=S)
+    resident = ops.attention.prefill_resident("float16", 64, 64)
+    with cap.graph as g, g.instantiate() as ex:
+        for slot, n in ((0, 16), (2, 64), (1, 40), (0, 64), (2, 1)):
+            runs = ops.attention.prefill_splits(-(-n // 16), 2, 1, lens[slot], resident)
+            cu.set(np.array([0, n], np.int32))  # the last n of the slot's cached tokens
+            slots.set(np.array([slot], np.int32))
+            stream.synchronize()
+            ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
+                                  eager, n, rows=64, context=lens[slot], workspace=ws,
+                                  stream=stream)
+            ex.set(q_len=n, ctx=lens[slot])
+            assert ex.plan.nodes[0].grid[1] == 2 * runs
+            for _ in range(2):
+                ex.launch(stream)
+            stream.synchronize()
+            np.testing.assert_array_equal(cupy.asnumpy(out[:n].view(np.uint16)),
+                                          cupy.asnumpy(eager[:n].view(np.uint16)))
+            want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
+                                         np.array([0, n]), np.array([slot]), 64**-0.5)
+            np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
+    assert {1, 2} < {ops.attention.prefill_splits(1, 2, 1, c, resident) for c in lens.values()}
+
+
 def test_prefill_attention_rejects_bad_input(rng):
     kv, _, _ = paged_cache(rng, "float16", 2, 64, {0: 10}, num_blocks=512, max_blocks=300)
     q = cupy.zeros((10, 4, 64), np.float16)
@@ -161,6 +221,16 @@ def test_prefill_attention_rejects_bad_input(rng):
     with pytest.raises(ValueError, match="workspace must be float32 with at least 5280"):
         ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, splits=2,
                               workspace=cupy.zeros(100, np.float32))
+    with pytest.raises(ValueError, match="splits or context, not both"):
+        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, splits=2,
+                              context=10, workspace=cupy.zeros(5280, np.float32))
+    with pytest.raises(ValueError, match="context reaches 4801"):
+        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, context=4801,
+                              workspace=cupy.zeros(1 << 20, np.float32))
+    with pytest.raises(ValueError, match="66 heads in a tile of 64 rows"):
+        q66 = cupy.zeros((10, 132, 64), np.float16)
+        ops.prefill_attention(q66, *args, cu, slots, cupy.zeros_like(q66), 10, rows=64,
+                              splits=1)
     with pytest.raises(ValueError, match="multiple of kv_heads"):
         ops.prefill_attention(cupy.zeros((10, 3, 64), np.float16), *args, cu, slots,
                               cupy.zeros((10, 3, 64), np.float16), 10)
