@@ -102,16 +102,27 @@ struct SyncMma {
 };
 
 // out[t][head] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the token's splits, in
-// split order (as decode_attention.cu's combine): block token * q_heads + head, D threads.
-// Tokens past the chunk's last sequence, and those of a sequence whose slot is < 0, are
-// left alone; so is everything when splits == 1 (the one run wrote out itself).
+// split order (as decode_attention.cu's combine, and like it requesting every load it can at
+// once: a chain of dependent loads bounds it): block token * q_heads + head, D threads,
+// splits <= D. Tokens past the chunk's last sequence, and those of a sequence whose slot is
+// < 0, are left alone; so is everything when splits == 1 (the one run wrote out itself).
 template <typename T, int D>
 __device__ void combine(const float* partial, T* out, const int* cu_seqlens,
                         const int* seq_slots, int num_seqs, int q_heads, int splits) {
+  constexpr int kAhead = 16;  // splits whose values each thread requests at once
   rg::pdl_start();
-  if (splits == 1) return;
+  __shared__ float w[D];  // each split's weight 2^(m_s - M)
+  __shared__ float red[D / 32];
   const int token = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;
-  if (token >= cu_seqlens[num_seqs]) return;
+  if (splits == 1 || token >= cu_seqlens[num_seqs]) return;
+  const float* p = partial + (static_cast<long long>(token) * q_heads + head) * splits * (D + 2);
+  float acc[kAhead], sum[kAhead];  // in flight together with split d's max and the search
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    acc[j] = j < splits ? p[j * (D + 2) + d] : 0.f;
+    sum[j] = j < splits ? p[j * (D + 2) + D + 1] : 0.f;
+  }
+  const float mine = d < splits ? p[d * (D + 2) + D] : rg::neg_inf();
   int lo = 0, hi = num_seqs - 1;  // the sequence of `token`: the last with cu[seq] <= token
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -119,14 +130,33 @@ __device__ void combine(const float* partial, T* out, const int* cu_seqlens,
     else hi = mid - 1;
   }
   if (seq_slots[lo] < 0) return;
-  const float* p = partial + (static_cast<long long>(token) * q_heads + head) * splits * (D + 2);
-  float m = rg::neg_inf();
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, p[s * (D + 2) + D]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < splits; ++s) {  // an empty split (m_s = -inf) weighs 0
-    const float w = m == rg::neg_inf() ? 0.f : exp2f(p[s * (D + 2) + D] - m);
-    num = fmaf(w, p[s * (D + 2) + d], num);
-    den = fmaf(w, p[s * (D + 2) + D + 1], den);
+  float m = mine;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((d & 31) == 0) red[d >> 5] = m;
+  __syncthreads();
+  m = red[0];
+#pragma unroll
+  for (int i = 1; i < D / 32; ++i) m = fmaxf(m, red[i]);
+  w[d] = d < splits && m != rg::neg_inf() ? exp2f(mine - m) : 0.f;  // an empty split: 0
+  __syncthreads();
+  float num = 0.f, den = 0.f;  // in split order: deterministic
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    num = fmaf(w[j], acc[j], num);
+    den = fmaf(w[j], sum[j], den);
+  }
+  for (int s0 = kAhead; s0 < splits; s0 += kAhead) {
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      acc[j] = s0 + j < splits ? p[(s0 + j) * (D + 2) + d] : 0.f;
+      sum[j] = s0 + j < splits ? p[(s0 + j) * (D + 2) + D + 1] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      num = fmaf(w[s0 + j], acc[j], num);
+      den = fmaf(w[s0 + j], sum[j], den);
+    }
   }
   out[(static_cast<long long>(token) * q_heads + head) * D + d] =
       rg::from_float<T>(den > 0.f ? num / den : 0.f);

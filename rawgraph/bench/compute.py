@@ -21,6 +21,7 @@ import numpy as np
 from rawgraph import ops
 from rawgraph.bench import peer
 from rawgraph.bench.shapes import SHAPES
+from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.timing import device_us
 from rawgraph.memory.paged import PagedKVCache
 
@@ -158,12 +159,11 @@ def prefill_chunk_attention(row: Row, s: Any, gbps: float, runs: tuple[int, ...]
                     q, out = _rand((chunk, 32, d)), cupy.empty((chunk, 32, d), F16)
                     cu, slots = cupy.array([0, chunk], np.int32), cupy.zeros(1, np.int32)
                 rows = ops.attention.grouped_rows(chunk, 4)
-                resident = ops.attention.prefill_resident("float16", d, rows)
-                ws = cupy.empty(max(ops.attention.run_workspace_floats(chunk, 32, d, rows,
-                                                                       resident),
+                sms = multiprocessors()
+                ws = cupy.empty(max(ops.attention.run_workspace_floats(chunk, 32, d, rows, sms),
                                     ops.workspace_floats(chunk, 32, d, max(runs, default=1))),
                                 np.float32)
-                rule = ops.attention.prefill_splits(-(-chunk // (rows // 4)), 8, 1, n, resident)
+                rule = ops.attention.prefill_splits(-(-chunk // (rows // 4)), 8, 1, n, sms)
                 flops = 4 * chunk * (n - chunk // 2) * d * 32
 
                 def timed(kw: dict, kv=kv, q=q, out=out, cu=cu, slots=slots, c=chunk) -> float:

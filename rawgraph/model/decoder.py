@@ -22,6 +22,7 @@ import cupy
 import numpy as np
 
 from rawgraph import ops
+from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.launch import programmatic
 from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.dtypes import storage_dtype
@@ -237,9 +238,7 @@ class Model:
             for b, s in enumerate(self.splits, 1)), np.float32)
         # prefill attention's key runs: a workspace for the chunk size that needs the most
         self.prefill_workspace = cupy.empty(max([0] + [
-            ops.attention.run_workspace_floats(c, cfg.heads, cfg.head_dim, r,
-                                               ops.attention.prefill_resident(
-                                                   cfg.dtype, cfg.head_dim, r))
+            ops.attention.run_workspace_floats(c, cfg.heads, cfg.head_dim, r, multiprocessors())
             for c in range(1, max_chunk + 1) if (r := self.runs(c))]), np.float32)
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)

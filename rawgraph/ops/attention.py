@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rawgraph.cuda.device import compute_capability
+from rawgraph.cuda.device import compute_capability, multiprocessors
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
@@ -158,40 +158,39 @@ def workspace_floats(rows: int, q_heads: int, head_dim: int, splits: int) -> int
     return rows * q_heads * splits * (head_dim + 2)
 
 
-MAX_PREFILL_SPLITS = 64  # key runs per query tile (grid.y = kv_heads x splits)
+MAX_PREFILL_SPLITS = 64  # key runs per query tile (the combine: at most one per thread, D)
 PREFILL_RUN_TILES = 2  # key tiles a run should have at least (each run pays its query tile)
 RUN_KEYS = PREFILL_RUN_TILES * PREFILL_KEYS
 
 
-def prefill_splits(q_tiles: Any, kv_heads: int, num_seqs: Any, context: Any,
-                   resident: int) -> Any:
+def prefill_splits(q_tiles: Any, kv_heads: int, num_seqs: Any, context: Any, sms: int) -> Any:
     """Key runs per query tile of grouped prefill attention (ints, or an expression of
     symbols that a graph patches per chunk): while the blocks without runs (query tiles x kv
-    heads x sequences) are short of one wave of the GPU's `resident` block slots, enough runs
-    that they fill two, but no more than leaves each run RUN_KEYS keys of the `context` (the
-    longest sequence's tokens, this chunk's included) and no more than MAX_PREFILL_SPLITS;
-    else 1. A whole prompt has query tiles enough; a short chunk far into a long prompt (16
-    tokens at 8,192: one tile x 8 kv heads on 132 SMs) does not, and early in a prompt there
-    is too little context to cut."""
-    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or \
-            resident < 1:
-        raise ValueError(f"kv_heads = {kv_heads!r}, resident = {resident}: both positive")
+    heads x sequences) are fewer than the GPU's `sms`, enough runs for two blocks an SM, but
+    no more than leaves each run RUN_KEYS keys of the `context` (the longest sequence's
+    tokens, this chunk's included) and no more than MAX_PREFILL_SPLITS; else 1. A whole
+    prompt has query tiles enough; a short chunk far into a long prompt (16 tokens at 8,192:
+    one tile x 8 kv heads on 132 SMs) does not, and early in a prompt there is too little
+    context to cut. Two blocks an SM, not two waves of resident blocks: each run writes its
+    rows' partial results for the combine, and forced counts on the H200 were fastest there
+    (benchmarks/NOTES.md, "Prefill")."""
+    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or sms < 1:
+        raise ValueError(f"kv_heads = {kv_heads!r}, sms = {sms}: both must be positive")
     for name, v in (("q_tiles", q_tiles), ("num_seqs", num_seqs), ("context", context)):
         if isinstance(v, int) and v < 1:
             raise ValueError(f"{name} = {v}: must be positive")
     units = q_tiles * kv_heads * num_seqs
-    short = smin(1, resident // (units + 1))  # 1 while units < resident, else 0
-    want = smin(cdiv(2 * resident, units), smin(context // RUN_KEYS, MAX_PREFILL_SPLITS))
+    short = smin(1, sms // (units + 1))  # 1 while units < sms, else 0
+    want = smin(cdiv(2 * sms, units), smin(context // RUN_KEYS, MAX_PREFILL_SPLITS))
     return smax(1, short * want)
 
 
-def run_workspace_floats(tokens: int, q_heads: int, head_dim: int, rows: int,
-                         resident: int) -> int:
-    """float32 elements that grouped prefill attention's runs (counted by `prefill_splits`)
-    can fill for up to `tokens` query rows in tiles of `rows`: tokens x splits stays below
-    2 x resident x rows / q_heads + tokens (the blocks without runs are at least
+def run_workspace_floats(tokens: int, q_heads: int, head_dim: int, rows: int, sms: int) -> int:
+    """float32 elements that grouped prefill attention's runs (counted by `prefill_splits`
+    for `sms` SMs) can fill for up to `tokens` query rows in tiles of `rows`: tokens x splits
+    stays below 2 x sms x rows / q_heads + tokens (the blocks without runs are at least
     tokens x q_heads / rows), and at most tokens x MAX_PREFILL_SPLITS."""
-    pairs = min(tokens * MAX_PREFILL_SPLITS, 2 * resident * rows // q_heads + tokens)
+    pairs = min(tokens * MAX_PREFILL_SPLITS, 2 * sms * rows // q_heads + tokens)
     return pairs * q_heads * (head_dim + 2)
 
 
@@ -272,19 +271,6 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
 
 
 
-@functools.cache
-def _prefill_resident(dtype: str, head_dim: int, rows: int, wgmma: bool) -> int:
-    kernel = (PREFILL90_SPLIT if wgmma else PREFILL_SPLIT)[dtype, head_dim, rows]
-    return kernel.resident_blocks(2 * rows, prefill_smem(rows, head_dim))
-
-
-def prefill_resident(dtype: str, head_dim: int, rows: int) -> int:
-    """Blocks of grouped prefill attention (query tiles of `rows`) the GPU runs at once."""
-    if head_dim not in HEAD_DIMS or rows not in PREFILL_ROWS:
-        raise ValueError(f"head_dim {head_dim}, rows {rows}: one of {HEAD_DIMS}, {PREFILL_ROWS}")
-    return _prefill_resident(dtype, head_dim, rows, prefill_wgmma())
-
-
 def grouped_rows(max_q_len: int, group: int) -> int:
     """Query rows per tile of grouped prefill attention (`group` heads of each token)."""
     return prefill_rows(max_q_len * group)
@@ -311,7 +297,7 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     (an int), or with `context` (int or symbol: the longest sequence's length, this chunk's
     tokens included) as many as `prefill_splits` counts, which a graph patches per chunk.
     The runs need `workspace`, float32: workspace_floats(tokens, q_heads, D, splits), or
-    with `context` run_workspace_floats(tokens, q_heads, D, rows, prefill_resident(...)).
+    with `context` run_workspace_floats(tokens, q_heads, D, rows, multiprocessors()).
     `n` (int or symbol; default tokens): query rows in use, the combine's grid. On compute
     capability 9.0 the kernels are wgmma's (`prefill_wgmma()`), elsewhere mma.sync's: same
     arguments, same results within the tests' tolerances.
@@ -359,9 +345,9 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
         if not 1 <= shapes.top(context, "context", symbols) <= capacity:
             raise ValueError(f"context reaches {shapes.top(context, 'context', symbols)}; the "
                              f"block tables hold at most {capacity} tokens per sequence")
-        resident = prefill_resident(dt, d, rows)
-        splits = prefill_splits(cdiv(max_q_len, tile), kv_heads, num_seqs, context, resident)
-        need = run_workspace_floats(tokens, q_heads, d, rows, resident)
+        sms = multiprocessors()
+        splits = prefill_splits(cdiv(max_q_len, tile), kv_heads, num_seqs, context, sms)
+        need = run_workspace_floats(tokens, q_heads, d, rows, sms)
     elif type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
         raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
     else:

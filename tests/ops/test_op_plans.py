@@ -223,16 +223,17 @@ def test_array_checks_dtype_shape_and_contiguity():
 
 
 def test_prefill_splits_fill_the_gpu_only_where_query_tiles_do_not():
-    # one 16-token tile x 8 kv heads = 8 blocks for 660 slots: two waves' worth of runs, cut
+    # one 16-token tile x 8 kv heads = 8 blocks for 132 SMs: runs for two blocks an SM, cut
     # at RUN_KEYS keys and MAX_PREFILL_SPLITS
     assert RUN_KEYS == 128
-    assert prefill_splits(1, 8, 1, 8192, 660) == MAX_PREFILL_SPLITS
-    assert prefill_splits(1, 8, 1, 1024, 660) == 8  # 8 runs of 128 keys
-    assert prefill_splits(8, 8, 1, 8192, 660) == 21  # 64 blocks: cdiv(1320, 64)
-    assert prefill_splits(1, 8, 1, 200, 660) == 1  # not two runs of 128 keys
-    assert prefill_splits(100, 8, 1, 8192, 660) == 1  # 800 blocks: a wave without runs
-    assert prefill_splits(82, 8, 1, 8192, 660) == 3  # 656 blocks, just short: cdiv(1320, 656)
-    for bad in ((0, 8, 1, 8192, 660), (1, 0, 1, 8192, 660), (1, 8, 1, 0, 660)):
+    assert prefill_splits(1, 8, 1, 8192, 132) == 33  # cdiv(264, 8)
+    assert prefill_splits(1, 8, 1, 1024, 132) == 8  # 8 runs of 128 keys
+    assert prefill_splits(8, 8, 1, 8192, 132) == 5  # 64 blocks: cdiv(264, 64)
+    assert prefill_splits(16, 8, 1, 8192, 132) == 3  # 128 blocks, just short of 132
+    assert prefill_splits(17, 8, 1, 8192, 132) == 1  # 136 blocks: an SM each without runs
+    assert prefill_splits(1, 8, 1, 200, 132) == 1  # not two runs of 128 keys
+    assert prefill_splits(1, 1, 1, 1 << 20, 1000) == MAX_PREFILL_SPLITS
+    for bad in ((0, 8, 1, 8192, 132), (1, 0, 1, 8192, 132), (1, 8, 1, 0, 132)):
         with pytest.raises(ValueError, match="positive"):
             prefill_splits(*bad)
 
@@ -240,25 +241,25 @@ def test_prefill_splits_fill_the_gpu_only_where_query_tiles_do_not():
 def test_prefill_splits_as_symbols_patch_to_what_ints_give():
     # a chunk graph's runs follow its symbols: the expression's value is the int rule's
     S = Symbols(tiles=Range(1, 64), seqs=Range(1, 8), ctx=Range(1, 1 << 17))
-    expr = prefill_splits(S.tiles, 8, S.seqs, S.ctx, 660)
+    expr = prefill_splits(S.tiles, 8, S.seqs, S.ctx, 132)
     for tiles in (1, 2, 7, 64):
         for seqs in (1, 3, 8):
             for ctx in (1, 127, 128, 1000, 4096, 8192, 1 << 17):
-                want = prefill_splits(tiles, 8, seqs, ctx, 660)
+                want = prefill_splits(tiles, 8, seqs, ctx, 132)
                 assert expr.eval({"tiles": tiles, "seqs": seqs, "ctx": ctx}) == want
 
 
-@pytest.mark.parametrize(("q_heads", "kv_heads", "rows", "resident"),
-                         [(32, 8, 64, 660), (32, 8, 128, 264), (12, 2, 64, 500), (8, 8, 64, 900)])
-def test_run_workspace_holds_every_chunk_the_rule_can_cut(q_heads, kv_heads, rows, resident):
+@pytest.mark.parametrize(("q_heads", "kv_heads", "rows", "sms"),
+                         [(32, 8, 64, 132), (32, 8, 128, 132), (12, 2, 64, 78), (8, 8, 64, 1000)])
+def test_run_workspace_holds_every_chunk_the_rule_can_cut(q_heads, kv_heads, rows, sms):
     # every (longest piece, sequences) a chunk of up to `tokens` rows can have, at the
     # context that cuts most: the rows written (n x runs, n <= longest x seqs) fit
     group, d = q_heads // kv_heads, 64
     tile = rows // group
     for tokens in (1, 16, 100, 256):
-        room = run_workspace_floats(tokens, q_heads, d, rows, resident) // (q_heads * (d + 2))
+        room = run_workspace_floats(tokens, q_heads, d, rows, sms) // (q_heads * (d + 2))
         for longest in range(1, tokens + 1):
             for seqs in range(1, 9):
                 n = min(tokens, longest * seqs)
-                runs = prefill_splits(-(-longest // tile), kv_heads, seqs, 1 << 20, resident)
+                runs = prefill_splits(-(-longest // tile), kv_heads, seqs, 1 << 20, sms)
                 assert n * runs <= room, (tokens, longest, seqs)

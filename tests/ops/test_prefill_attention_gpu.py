@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rawgraph import Range, Symbols, capture, ops
+from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.stream import new_stream
 from rawgraph.ops import reference as ref
 from tests.helpers import DTYPES, POISON, host, paged_cache, poisoned, randn
@@ -35,9 +36,7 @@ def _workspace(tokens, q_heads, kv_heads, d, splits, rows=None):
     runs, or ("context") for as many as the context's rule counts."""
     if splits == "context":
         rows = rows or ops.attention.grouped_rows(tokens, q_heads // kv_heads)
-        n = ops.attention.run_workspace_floats(tokens, q_heads, d, rows,
-                                               ops.attention.prefill_resident("float16", d,
-                                                                              rows))
+        n = ops.attention.run_workspace_floats(tokens, q_heads, d, rows, multiprocessors())
     else:
         n = ops.workspace_floats(tokens, q_heads, d, splits or 1)
     return cupy.full(n, np.nan, np.float32)
@@ -181,10 +180,10 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
         ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
                               out, S.q_len, rows=64, context=S.ctx, n=S.q_len, workspace=ws,
                               stream=stream, symbols=S)
-    resident = ops.attention.prefill_resident("float16", 64, 64)
+    sms = multiprocessors()
     with cap.graph as g, g.instantiate() as ex:
         for slot, n in ((0, 16), (2, 64), (1, 40), (0, 64), (2, 1)):
-            runs = ops.attention.prefill_splits(-(-n // 16), 2, 1, lens[slot], resident)
+            runs = ops.attention.prefill_splits(-(-n // 16), 2, 1, lens[slot], sms)
             cu.set(np.array([0, n], np.int32))  # the last n of the slot's cached tokens
             slots.set(np.array([slot], np.int32))
             stream.synchronize()
@@ -201,7 +200,7 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
             want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
                                          np.array([0, n]), np.array([slot]), 64**-0.5)
             np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
-    assert {1, 2} < {ops.attention.prefill_splits(1, 2, 1, c, resident) for c in lens.values()}
+    assert {1, 2} < {ops.attention.prefill_splits(1, 2, 1, c, sms) for c in lens.values()}
 
 
 def test_prefill_attention_rejects_bad_input(rng):
