@@ -44,7 +44,8 @@
 //   extern "C" prefill_attention_combine_{f16,bf16}_d{64,128}(
 //       const float* partial, T* out, const int* cu_seqlens, const int* seq_slots,
 //       int num_seqs, int q_heads, int splits)
-//   grid (tokens * q_heads), block (D): out from the runs, in split order.
+//   grid (cdiv(tokens * q_heads, 8)), block (256): out from the runs, in split order, a warp
+//   per (token, head).
 #include "prefill_attention.cuh"
 
 namespace {
@@ -102,27 +103,37 @@ struct SyncMma {
 };
 
 // out[t][head] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the token's splits, in
-// split order (as decode_attention.cu's combine, and like it requesting every load it can at
-// once: a chain of dependent loads bounds it): block token * q_heads + head, D threads,
-// splits <= D. Tokens past the chunk's last sequence, and those of a sequence whose slot is
-// < 0, are left alone; so is everything when splits == 1 (the one run wrote out itself).
+// split order (as decode_attention.cu's combine): a warp per (token, head), lane l holding
+// columns 2 l + 64 i (float2 pairs), lane s split s's max and sum (splits <= 64: lanes s and
+// s + 32), kCombineWarps pairs a block. Like decode's it is a chain of dependent loads, so
+// each lane requests its columns of kAhead splits, its splits' (max, sum) and the sequence
+// search at once. Tokens past the chunk's last sequence, and those of a sequence whose slot
+// is < 0, are left alone; so is everything when splits == 1 (the one run wrote out itself).
+constexpr int kCombineWarps = 8;
+
 template <typename T, int D>
 __device__ void combine(const float* partial, T* out, const int* cu_seqlens,
                         const int* seq_slots, int num_seqs, int q_heads, int splits) {
-  constexpr int kAhead = 16;  // splits whose values each thread requests at once
+  constexpr int kAhead = 16, kPairs = D / 64;  // float2 columns per lane
   rg::pdl_start();
-  __shared__ float w[D];  // each split's weight 2^(m_s - M)
-  __shared__ float red[D / 32];
-  const int token = blockIdx.x / q_heads, head = blockIdx.x % q_heads, d = threadIdx.x;
+  const int lane = threadIdx.x & 31;
+  const long long pair = static_cast<long long>(blockIdx.x) * kCombineWarps + (threadIdx.x >> 5);
+  const int token = static_cast<int>(pair / q_heads);
   if (splits == 1 || token >= cu_seqlens[num_seqs]) return;
-  const float* p = partial + (static_cast<long long>(token) * q_heads + head) * splits * (D + 2);
-  float acc[kAhead], sum[kAhead];  // in flight together with split d's max and the search
+  const float* p = partial + pair * splits * (D + 2);
+  float2 acc[kAhead][kPairs];
 #pragma unroll
-  for (int j = 0; j < kAhead; ++j) {
-    acc[j] = j < splits ? p[j * (D + 2) + d] : 0.f;
-    sum[j] = j < splits ? p[j * (D + 2) + D + 1] : 0.f;
-  }
-  const float mine = d < splits ? p[d * (D + 2) + D] : rg::neg_inf();
+  for (int j = 0; j < kAhead; ++j)
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i)
+      acc[j][i] = j < splits ? *reinterpret_cast<const float2*>(p + j * (D + 2) + 2 * lane + 64 * i)
+                             : make_float2(0.f, 0.f);
+  float2 ml[2];  // (max, sum) of splits lane and lane + 32
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    ml[h] = lane + 32 * h < splits
+                ? *reinterpret_cast<const float2*>(p + (lane + 32 * h) * (D + 2) + D)
+                : make_float2(rg::neg_inf(), 0.f);
   int lo = 0, hi = num_seqs - 1;  // the sequence of `token`: the last with cu[seq] <= token
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -130,36 +141,44 @@ __device__ void combine(const float* partial, T* out, const int* cu_seqlens,
     else hi = mid - 1;
   }
   if (seq_slots[lo] < 0) return;
-  float m = mine;
+  float m = fmaxf(ml[0].x, ml[1].x);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((d & 31) == 0) red[d >> 5] = m;
-  __syncthreads();
-  m = red[0];
+  float w[2];  // the weights 2^(m_s - M) of splits lane and lane + 32 (an empty split: 0)
 #pragma unroll
-  for (int i = 1; i < D / 32; ++i) m = fmaxf(m, red[i]);
-  w[d] = d < splits && m != rg::neg_inf() ? exp2f(mine - m) : 0.f;  // an empty split: 0
-  __syncthreads();
-  float num = 0.f, den = 0.f;  // in split order: deterministic
+  for (int h = 0; h < 2; ++h) w[h] = m == rg::neg_inf() ? 0.f : exp2f(ml[h].x - m);
+  float num[kPairs][2] = {}, den = 0.f;  // in split order: deterministic
+  for (int s0 = 0; s0 < splits; s0 += kAhead) {
+    if (s0 > 0) {
 #pragma unroll
-  for (int j = 0; j < kAhead; ++j) {
-    num = fmaf(w[j], acc[j], num);
-    den = fmaf(w[j], sum[j], den);
-  }
-  for (int s0 = kAhead; s0 < splits; s0 += kAhead) {
+      for (int j = 0; j < kAhead; ++j)
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) {
-      acc[j] = s0 + j < splits ? p[(s0 + j) * (D + 2) + d] : 0.f;
-      sum[j] = s0 + j < splits ? p[(s0 + j) * (D + 2) + D + 1] : 0.f;
+        for (int i = 0; i < kPairs; ++i)
+          acc[j][i] = s0 + j < splits
+                          ? *reinterpret_cast<const float2*>(p + (s0 + j) * (D + 2) + 2 * lane +
+                                                             64 * i)
+                          : make_float2(0.f, 0.f);
     }
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      num = fmaf(w[s0 + j], acc[j], num);
-      den = fmaf(w[s0 + j], sum[j], den);
+      const int sp = s0 + j;  // split sp's weight and sum live in lane sp % 32
+      const float ws = __shfl_sync(0xffffffffu, sp < 32 ? w[0] : w[1], sp & 31);
+      const float ls = __shfl_sync(0xffffffffu, sp < 32 ? ml[0].y : ml[1].y, sp & 31);
+      if (sp < splits) {
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) {
+          num[i][0] = fmaf(ws, acc[j][i].x, num[i][0]);
+          num[i][1] = fmaf(ws, acc[j][i].y, num[i][1]);
+        }
+        den = fmaf(ws, ls, den);
+      }
     }
   }
-  out[(static_cast<long long>(token) * q_heads + head) * D + d] =
-      rg::from_float<T>(den > 0.f ? num / den : 0.f);
+  const float inv = den > 0.f ? 1.f / den : 0.f;
+  T* dst = out + pair * D + 2 * lane;
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i)
+    *reinterpret_cast<unsigned*>(dst + 64 * i) = rg::pack2<T>(num[i][0] * inv, num[i][1] * inv);
 }
 
 }  // namespace

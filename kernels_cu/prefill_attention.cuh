@@ -173,14 +173,9 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
     if (SPLIT && splits > 1) {  // as decode attention's splits
       float* dst = partial + (at * splits + blockIdx.y % splits) * (D + 2);
 #pragma unroll
-      for (int d = 0; d < D / 8; ++d) {
-        dst[d * 8 + c2] = o[d][2 * h];
-        dst[d * 8 + c2 + 1] = o[d][2 * h + 1];
-      }
-      if ((lane & 3) == 0) {
-        dst[D] = m[h];
-        dst[D + 1] = sum;
-      }
+      for (int d = 0; d < D / 8; ++d)  // 8-byte aligned: D + 2 and c2 are even
+        *reinterpret_cast<float2*>(dst + d * 8 + c2) = make_float2(o[d][2 * h], o[d][2 * h + 1]);
+      if ((lane & 3) == 0) *reinterpret_cast<float2*>(dst + D) = make_float2(m[h], sum);
       continue;
     }
     const float inv = 1.f / sum;

@@ -158,7 +158,8 @@ def workspace_floats(rows: int, q_heads: int, head_dim: int, splits: int) -> int
     return rows * q_heads * splits * (head_dim + 2)
 
 
-MAX_PREFILL_SPLITS = 64  # key runs per query tile (the combine: at most one per thread, D)
+MAX_PREFILL_SPLITS = 64  # key runs per query tile (the combine: at most two per lane)
+COMBINE_WARPS = 8  # (token, head) pairs per block of the prefill combine, a warp each
 PREFILL_RUN_TILES = 2  # key tiles a run should have at least (each run pays its query tile)
 RUN_KEYS = PREFILL_RUN_TILES * PREFILL_KEYS
 
@@ -363,9 +364,10 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     if splits == 1:
         return
     # symbolic: a grid of one (idle) block while one run suffices; the kernel exits then too
-    blocks = smax(1, smin(splits - 1, 1) * n * q_heads)
-    PREFILL_COMBINE[dt, d].launch(blocks, d, (ws, out, cu_seqlens, seq_slots, num_seqs,
-                                              q_heads, splits), stream, symbols=symbols)
+    blocks = smax(1, smin(splits - 1, 1) * cdiv(n * q_heads, COMBINE_WARPS))
+    PREFILL_COMBINE[dt, d].launch(blocks, 32 * COMBINE_WARPS, (ws, out, cu_seqlens, seq_slots,
+                                                               num_seqs, q_heads, splits),
+                                  stream, symbols=symbols)
 
 
 def _check_rows(rows: int) -> None:
