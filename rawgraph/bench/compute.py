@@ -163,7 +163,7 @@ def prefill_chunk_attention(row: Row, s: Any, gbps: float, runs: tuple[int, ...]
                 ws = cupy.empty(max(ops.attention.run_workspace_floats(chunk, 32, d, rows, sms),
                                     ops.workspace_floats(chunk, 32, d, max(runs, default=1))),
                                 np.float32)
-                rule = ops.attention.prefill_splits(-(-chunk // (rows // 4)), 8, 1, n, sms)
+                rule = ops.attention.prefill_splits(chunk, rows // 4, 8, 1, n, sms)
                 flops = 4 * chunk * (n - chunk // 2) * d * 32
 
                 def timed(kw: dict, kv=kv, q=q, out=out, cu=cu, slots=slots, c=chunk) -> float:

@@ -160,30 +160,35 @@ def workspace_floats(rows: int, q_heads: int, head_dim: int, splits: int) -> int
 
 MAX_PREFILL_SPLITS = 64  # key runs per query tile (the combine: at most two per lane)
 COMBINE_WARPS = 8  # (token, head) pairs per block of the prefill combine, a warp each
-PREFILL_RUN_TILES = 2  # key tiles a run should have at least (each run pays its query tile)
-RUN_KEYS = PREFILL_RUN_TILES * PREFILL_KEYS
+RUN_KEYS = 2 * PREFILL_KEYS  # keys a run has at least (each run pays its query tile)
 
 
-def prefill_splits(q_tiles: Any, kv_heads: int, num_seqs: Any, context: Any, sms: int) -> Any:
+def prefill_splits(q_len: Any, tile: int, kv_heads: int, num_seqs: Any, context: Any,
+                   sms: int) -> Any:
     """Key runs per query tile of grouped prefill attention (ints, or an expression of
-    symbols that a graph patches per chunk): while the blocks without runs (query tiles x kv
-    heads x sequences) are fewer than the GPU's `sms`, enough runs for two blocks an SM, but
-    no more than leaves each run RUN_KEYS keys of the `context` (the longest sequence's
-    tokens, this chunk's included) and no more than MAX_PREFILL_SPLITS; else 1. A whole
-    prompt has query tiles enough; a short chunk far into a long prompt (16 tokens at 8,192:
-    one tile x 8 kv heads on 132 SMs) does not, and early in a prompt there is too little
-    context to cut. Two blocks an SM, not two waves of resident blocks: each run writes its
-    rows' partial results for the combine, and forced counts on the H200 were fastest there
-    (benchmarks/NOTES.md, "Prefill")."""
-    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or sms < 1:
-        raise ValueError(f"kv_heads = {kv_heads!r}, sms = {sms}: both must be positive")
-    for name, v in (("q_tiles", q_tiles), ("num_seqs", num_seqs), ("context", context)):
+    symbols that a graph patches per chunk) for sequences of up to `q_len` query tokens in
+    tiles of `tile` tokens over up to `context` keys (the longest sequence's tokens, this
+    chunk's included), on `sms` SMs.
+
+    While the blocks without runs (query tiles x kv heads x sequences) are fewer than the
+    SMs: as many runs as make two blocks an SM at most (rounded down: a third block on some
+    SMs is a tail), but each run at least max(RUN_KEYS, 2 q_len) keys and at most
+    MAX_PREFILL_SPLITS runs; else 1. Each run writes its rows' partial results and the
+    combine reads them back, a cost that grows with the chunk's tokens, hence the longer
+    runs for longer chunks. A whole prompt has query tiles enough; a short chunk far into a
+    long prompt (16 tokens at 8,192: one tile x 8 kv heads on 132 SMs) does not. Forced
+    counts on the H200 were fastest at about these (benchmarks/NOTES.md, "Prefill")."""
+    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or \
+            sms < 1 or tile < 1:
+        raise ValueError(f"kv_heads = {kv_heads!r}, tile = {tile}, sms = {sms}: all must be "
+                         f"positive")
+    for name, v in (("q_len", q_len), ("num_seqs", num_seqs), ("context", context)):
         if isinstance(v, int) and v < 1:
             raise ValueError(f"{name} = {v}: must be positive")
-    units = q_tiles * kv_heads * num_seqs
+    units = cdiv(q_len, tile) * kv_heads * num_seqs
     short = smin(1, sms // (units + 1))  # 1 while units < sms, else 0
-    want = smin(cdiv(2 * sms, units), smin(context // RUN_KEYS, MAX_PREFILL_SPLITS))
-    return smax(1, short * want)
+    longest = smin(context // smax(RUN_KEYS, 2 * q_len), MAX_PREFILL_SPLITS)
+    return smax(1, short * smin((2 * sms) // units, longest))
 
 
 def run_workspace_floats(tokens: int, q_heads: int, head_dim: int, rows: int, sms: int) -> int:
@@ -347,7 +352,7 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
             raise ValueError(f"context reaches {shapes.top(context, 'context', symbols)}; the "
                              f"block tables hold at most {capacity} tokens per sequence")
         sms = multiprocessors()
-        splits = prefill_splits(cdiv(max_q_len, tile), kv_heads, num_seqs, context, sms)
+        splits = prefill_splits(max_q_len, tile, kv_heads, num_seqs, context, sms)
         need = run_workspace_floats(tokens, q_heads, d, rows, sms)
     elif type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
         raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")

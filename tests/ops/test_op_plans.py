@@ -223,30 +223,34 @@ def test_array_checks_dtype_shape_and_contiguity():
 
 
 def test_prefill_splits_fill_the_gpu_only_where_query_tiles_do_not():
-    # one 16-token tile x 8 kv heads = 8 blocks for 132 SMs: runs for two blocks an SM, cut
-    # at RUN_KEYS keys and MAX_PREFILL_SPLITS
+    # (q_len, tokens a tile, kv heads, sequences, context, SMs): runs for at most two blocks
+    # an SM while the tiles are fewer than the SMs, each run at least max(128, 2 q_len) keys
     assert RUN_KEYS == 128
-    assert prefill_splits(1, 8, 1, 8192, 132) == 33  # cdiv(264, 8)
-    assert prefill_splits(1, 8, 1, 1024, 132) == 8  # 8 runs of 128 keys
-    assert prefill_splits(8, 8, 1, 8192, 132) == 5  # 64 blocks: cdiv(264, 64)
-    assert prefill_splits(16, 8, 1, 8192, 132) == 3  # 128 blocks, just short of 132
-    assert prefill_splits(17, 8, 1, 8192, 132) == 1  # 136 blocks: an SM each without runs
-    assert prefill_splits(1, 8, 1, 200, 132) == 1  # not two runs of 128 keys
-    assert prefill_splits(1, 1, 1, 1 << 20, 1000) == MAX_PREFILL_SPLITS
-    for bad in ((0, 8, 1, 8192, 132), (1, 0, 1, 8192, 132), (1, 8, 1, 0, 132)):
+    assert prefill_splits(16, 16, 8, 1, 8192, 132) == 33  # 8 blocks: 264 // 8
+    assert prefill_splits(16, 16, 8, 1, 1024, 132) == 8  # 8 runs of 128 keys
+    assert prefill_splits(64, 32, 8, 1, 8192, 132) == 16  # 16 blocks: 264 // 16
+    assert prefill_splits(256, 32, 8, 1, 8192, 132) == 4  # 64 blocks: 264 // 64, not 5
+    assert prefill_splits(256, 32, 8, 1, 1024, 132) == 2  # runs of 512 keys
+    assert prefill_splits(256, 32, 8, 1, 511, 132) == 1
+    assert prefill_splits(512, 32, 8, 1, 8192, 132) == 2  # 128 blocks
+    assert prefill_splits(544, 32, 8, 1, 8192, 132) == 1  # 136 blocks: an SM each already
+    assert prefill_splits(16, 16, 8, 1, 200, 132) == 1  # not two runs of 128 keys
+    assert prefill_splits(16, 16, 1, 1, 1 << 20, 1000) == MAX_PREFILL_SPLITS
+    for bad in ((0, 16, 8, 1, 8192, 132), (16, 16, 0, 1, 8192, 132), (16, 16, 8, 1, 0, 132),
+                (16, 0, 8, 1, 8192, 132)):
         with pytest.raises(ValueError, match="positive"):
             prefill_splits(*bad)
 
 
 def test_prefill_splits_as_symbols_patch_to_what_ints_give():
     # a chunk graph's runs follow its symbols: the expression's value is the int rule's
-    S = Symbols(tiles=Range(1, 64), seqs=Range(1, 8), ctx=Range(1, 1 << 17))
-    expr = prefill_splits(S.tiles, 8, S.seqs, S.ctx, 132)
-    for tiles in (1, 2, 7, 64):
+    S = Symbols(q=Range(1, 256), seqs=Range(1, 8), ctx=Range(1, 1 << 17))
+    expr = prefill_splits(S.q, 32, 8, S.seqs, S.ctx, 132)
+    for q in (1, 16, 33, 256):
         for seqs in (1, 3, 8):
             for ctx in (1, 127, 128, 1000, 4096, 8192, 1 << 17):
-                want = prefill_splits(tiles, 8, seqs, ctx, 132)
-                assert expr.eval({"tiles": tiles, "seqs": seqs, "ctx": ctx}) == want
+                want = prefill_splits(q, 32, 8, seqs, ctx, 132)
+                assert expr.eval({"q": q, "seqs": seqs, "ctx": ctx}) == want
 
 
 @pytest.mark.parametrize(("q_heads", "kv_heads", "rows", "sms"),
@@ -261,5 +265,5 @@ def test_run_workspace_holds_every_chunk_the_rule_can_cut(q_heads, kv_heads, row
         for longest in range(1, tokens + 1):
             for seqs in range(1, 9):
                 n = min(tokens, longest * seqs)
-                runs = prefill_splits(-(-longest // tile), kv_heads, seqs, 1 << 20, sms)
+                runs = prefill_splits(longest, tile, kv_heads, seqs, 1 << 20, sms)
                 assert n * runs <= room, (tokens, longest, seqs)

@@ -183,7 +183,7 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
     sms = multiprocessors()
     with cap.graph as g, g.instantiate() as ex:
         for slot, n in ((0, 16), (2, 64), (1, 40), (0, 64), (2, 1)):
-            runs = ops.attention.prefill_splits(-(-n // 16), 2, 1, lens[slot], sms)
+            runs = ops.attention.prefill_splits(n, 16, 2, 1, lens[slot], sms)
             cu.set(np.array([0, n], np.int32))  # the last n of the slot's cached tokens
             slots.set(np.array([slot], np.int32))
             stream.synchronize()
@@ -200,7 +200,7 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
             want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
                                          np.array([0, n]), np.array([slot]), 64**-0.5)
             np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
-    assert {1, 2} < {ops.attention.prefill_splits(1, 2, 1, c, sms) for c in lens.values()}
+    assert {1, 2} < {ops.attention.prefill_splits(16, 16, 2, 1, c, sms) for c in lens.values()}
 
 
 def test_prefill_attention_rejects_bad_input(rng):
