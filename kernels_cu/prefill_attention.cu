@@ -31,20 +31,23 @@
 //
 //   extern "C" prefill_attention_split_{f16,bf16}_d{64,128}_r{64,128}(the same...,
 //       float* partial,           // (tokens, q_heads, splits, D + 2) workspace
-//       int splits)
+//       int splits, int run_keys)
 //   For short chunks over long contexts, which have too few query tiles to fill the GPU:
-//   grid (cdiv(max_q_len, R / G), kv_heads * splits, num_seqs), G = q_heads / kv_heads <= R.
-//   A tile's rows are the G query heads of R / G tokens (one K/V tile serves the whole
-//   group: a 16-token chunk of 4 heads a group fills a 64-row tile instead of a quarter of
-//   one per head; rows past (R / G) G are padding), and its key tiles are cut into `splits` runs, block (.., kv_head * splits + s)
-//   taking run s; it leaves per row its unnormalised output, max (base 2) and sum, as decode
-//   attention's splits do (an empty run: max -inf). With splits == 1 the one run writes out
-//   and the combine does nothing, so `splits` may be patched per chunk (from 1) as the
-//   context grows.
+//   grid (cdiv(max_q_len, R / G), kv_heads * n, num_seqs), G = q_heads / kv_heads <= R. A
+//   tile's rows are the G query heads of R / G tokens (one K/V tile serves the whole group:
+//   a 16-token chunk of 4 heads a group fills a 64-row tile instead of a quarter of one per
+//   head; rows past (R / G) G are padding), and each sequence cuts its query tiles' key
+//   tiles into its own number of runs, len / run_keys (len: its keys, this chunk's
+//   included), at least 1 and at most `splits`: its results depend on its length alone,
+//   not on what else the chunk holds. Block (.., kv_head * n + s) takes run s (n must cover
+//   every sequence's runs; blocks past a sequence's exit), and leaves per row its
+//   unnormalised output, max (base 2) and sum, as decode attention's splits do (an empty
+//   run: max -inf); a sequence of one run writes out, and the combine leaves it alone. So n
+//   may be patched per chunk (from 1) as the longest context grows.
 //   extern "C" prefill_attention_combine_{f16,bf16}_d{64,128}(
 //       const float* partial, T* out, const int* cu_seqlens, const int* seq_slots,
-//       int num_seqs, int q_heads, int splits)
-//   grid (cdiv(tokens * q_heads, 8)), block (256): out from the runs, in split order, a warp
+//       const int* seq_lens, int num_seqs, int q_heads, int splits, int run_keys)
+//   grid (cdiv(tokens * q_heads, 8)), block (256): out from the runs, in run order, a warp
 //   per (token, head).
 #include "prefill_attention.cuh"
 
@@ -102,18 +105,20 @@ struct SyncMma {
   }
 };
 
-// out[t][head] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the token's splits, in
-// split order (as decode_attention.cu's combine): a warp per (token, head), lane l holding
-// columns 2 l + 64 i (float2 pairs), lane s split s's max and sum (splits <= 64: lanes s and
-// s + 32), kCombineWarps pairs a block. Like decode's it is a chain of dependent loads, so
-// each lane requests its columns of kAhead splits, its splits' (max, sum) and the sequence
-// search at once. Tokens past the chunk's last sequence, and those of a sequence whose slot
-// is < 0, are left alone; so is everything when splits == 1 (the one run wrote out itself).
+// out[t][head] = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s over the token's sequence's
+// runs (seq_runs), in run order (as decode_attention.cu's combine): a warp per (token,
+// head), lane l holding columns 2 l + 64 i (float2 pairs), lane s run s's max and sum (runs
+// <= 64: lanes s and s + 32), kCombineWarps pairs a block. Like decode's it is a chain of
+// dependent loads, so each lane requests its columns of kAhead runs, its runs' (max, sum)
+// and the sequence search at once (entries past the sequence's runs are read, never used).
+// Tokens past the chunk's last sequence, those of a sequence whose slot is < 0 and those of
+// a sequence of one run (which wrote out itself) are left alone.
 constexpr int kCombineWarps = 8;
 
 template <typename T, int D>
 __device__ void combine(const float* partial, T* out, const int* cu_seqlens,
-                        const int* seq_slots, int num_seqs, int q_heads, int splits) {
+                        const int* seq_slots, const int* seq_lens, int num_seqs, int q_heads,
+                        int splits, int run_keys) {
   constexpr int kAhead = 16, kPairs = D / 64;  // float2 columns per lane
   rg::pdl_start();
   const int lane = threadIdx.x & 31;
@@ -140,31 +145,38 @@ __device__ void combine(const float* partial, T* out, const int* cu_seqlens,
     if (cu_seqlens[mid] <= token) lo = mid;
     else hi = mid - 1;
   }
-  if (seq_slots[lo] < 0) return;
-  float m = fmaxf(ml[0].x, ml[1].x);
+  const int slot = seq_slots[lo];
+  if (slot < 0) return;
+  const int runs = seq_runs(seq_lens[slot], splits, run_keys);
+  if (runs == 1) return;
+  float m = rg::neg_inf();
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (lane + 32 * h < runs) m = fmaxf(m, ml[h].x);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float w[2];  // the weights 2^(m_s - M) of splits lane and lane + 32 (an empty split: 0)
+  float w[2];  // the weights 2^(m_s - M) of runs lane and lane + 32 (an empty run: 0)
 #pragma unroll
-  for (int h = 0; h < 2; ++h) w[h] = m == rg::neg_inf() ? 0.f : exp2f(ml[h].x - m);
-  float num[kPairs][2] = {}, den = 0.f;  // in split order: deterministic
-  for (int s0 = 0; s0 < splits; s0 += kAhead) {
+  for (int h = 0; h < 2; ++h)
+    w[h] = lane + 32 * h < runs && m != rg::neg_inf() ? exp2f(ml[h].x - m) : 0.f;
+  float num[kPairs][2] = {}, den = 0.f;  // in run order: deterministic
+  for (int s0 = 0; s0 < runs; s0 += kAhead) {
     if (s0 > 0) {
 #pragma unroll
       for (int j = 0; j < kAhead; ++j)
 #pragma unroll
         for (int i = 0; i < kPairs; ++i)
-          acc[j][i] = s0 + j < splits
+          acc[j][i] = s0 + j < runs
                           ? *reinterpret_cast<const float2*>(p + (s0 + j) * (D + 2) + 2 * lane +
                                                              64 * i)
                           : make_float2(0.f, 0.f);
     }
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      const int sp = s0 + j;  // split sp's weight and sum live in lane sp % 32
+      const int sp = s0 + j;  // run sp's weight and sum live in lane sp % 32
       const float ws = __shfl_sync(0xffffffffu, sp < 32 ? w[0] : w[1], sp & 31);
       const float ls = __shfl_sync(0xffffffffu, sp < 32 ? ml[0].y : ml[1].y, sp & 31);
-      if (sp < splits) {
+      if (sp < runs) {
 #pragma unroll
         for (int i = 0; i < kPairs; ++i) {
           num[i][0] = fmaf(ws, acc[j][i].x, num[i][0]);
@@ -191,7 +203,7 @@ prefill_attention_f16_d64_r64(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 64, 64, false, SyncMma<__half, 64, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, nullptr, 1);
+      scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_f16_d64_r128(
@@ -200,7 +212,7 @@ prefill_attention_f16_d64_r128(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 64, 128, false, SyncMma<__half, 64, 128>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, nullptr, 1);
+      scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_f16_d128_r64(
@@ -209,7 +221,7 @@ prefill_attention_f16_d128_r64(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 128, 64, false, SyncMma<__half, 128, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, nullptr, 1);
+      scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_f16_d128_r128(
@@ -218,7 +230,7 @@ prefill_attention_f16_d128_r128(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 128, 128, false, SyncMma<__half, 128, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_bf16_d64_r64(
@@ -228,7 +240,7 @@ prefill_attention_bf16_d64_r64(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 64, 64, false, SyncMma<__nv_bfloat16, 64, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_bf16_d64_r128(
@@ -238,7 +250,7 @@ prefill_attention_bf16_d64_r128(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 64, 128, false, SyncMma<__nv_bfloat16, 64, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_bf16_d128_r64(
@@ -248,7 +260,7 @@ prefill_attention_bf16_d128_r64(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 128, 64, false, SyncMma<__nv_bfloat16, 128, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_bf16_d128_r128(
@@ -258,109 +270,113 @@ prefill_attention_bf16_d128_r128(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 128, 128, false, SyncMma<__nv_bfloat16, 128, 128>>(q, k_cache,
       v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
-      block_size, max_blocks, scale, q_stride, nullptr, 1);
+      block_size, max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 64, 64, true, SyncMma<__half, 64, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 64, 128, true, SyncMma<__half, 64, 128>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_f16_d128_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 128, 64, true, SyncMma<__half, 128, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 128, 128, true, SyncMma<__half, 128, 128>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_bf16_d64_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 64, 64, true, SyncMma<__nv_bfloat16, 64, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_bf16_d64_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 64, 128, true, SyncMma<__nv_bfloat16, 64, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_bf16_d128_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 128, 64, true, SyncMma<__nv_bfloat16, 128, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_bf16_d128_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 128, 128, true, SyncMma<__nv_bfloat16, 128, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void
 prefill_attention_combine_f16_d64(
-    const float* partial, __half* out, const int* cu_seqlens, const int* seq_slots, int num_seqs,
-    int q_heads, int splits) {
-  combine<__half, 64>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
+    const float* partial, __half* out, const int* cu_seqlens, const int* seq_slots,
+    const int* seq_lens, int num_seqs, int q_heads, int splits, int run_keys) {
+  combine<__half, 64>(partial, out, cu_seqlens, seq_slots, seq_lens, num_seqs, q_heads, splits,
+      run_keys);
 }
 extern "C" __global__ void
 prefill_attention_combine_f16_d128(
-    const float* partial, __half* out, const int* cu_seqlens, const int* seq_slots, int num_seqs,
-    int q_heads, int splits) {
-  combine<__half, 128>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
+    const float* partial, __half* out, const int* cu_seqlens, const int* seq_slots,
+    const int* seq_lens, int num_seqs, int q_heads, int splits, int run_keys) {
+  combine<__half, 128>(partial, out, cu_seqlens, seq_slots, seq_lens, num_seqs, q_heads, splits,
+      run_keys);
 }
 extern "C" __global__ void
 prefill_attention_combine_bf16_d64(
     const float* partial, __nv_bfloat16* out, const int* cu_seqlens, const int* seq_slots,
-    int num_seqs, int q_heads, int splits) {
-  combine<__nv_bfloat16, 64>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
+    const int* seq_lens, int num_seqs, int q_heads, int splits, int run_keys) {
+  combine<__nv_bfloat16, 64>(partial, out, cu_seqlens, seq_slots, seq_lens, num_seqs, q_heads,
+      splits, run_keys);
 }
 extern "C" __global__ void
 prefill_attention_combine_bf16_d128(
     const float* partial, __nv_bfloat16* out, const int* cu_seqlens, const int* seq_slots,
-    int num_seqs, int q_heads, int splits) {
-  combine<__nv_bfloat16, 128>(partial, out, cu_seqlens, seq_slots, num_seqs, q_heads, splits);
+    const int* seq_lens, int num_seqs, int q_heads, int splits, int run_keys) {
+  combine<__nv_bfloat16, 128>(partial, out, cu_seqlens, seq_slots, seq_lens, num_seqs, q_heads,
+      splits, run_keys);
 }

@@ -28,20 +28,34 @@ template <int D, bool PANELS, int ROWS> __device__ __forceinline__ int swz(int r
 // divide BR, are padding; g = 1 but in SPLIT kernels, whose tiles hold a GQA group's heads
 // so one K/V tile serves them all) of sequence blockIdx.z (q_len query tokens from q_begin;
 // `past` keys cached before them); kv head `kv`; key tiles [t0, t1) of the kend keys its
-// rows see; the sequence's block table.
+// rows see (SPLIT: one run of them, `run_of`); the sequence's block table.
 struct Work {
   int q_begin, q_len, r0, past, kend, t0, t1, g, tr, h0, kv;
   const int* table;
 };
+
+// Key runs of a sequence of `len` keys (this chunk's included): its own count whatever else
+// the chunk holds (ops.attention.row_runs), len / run_keys, at least 1 and at most `splits`
+// (the partials' stride). The combine counts them the same way.
+__device__ __forceinline__ int seq_runs(int len, int splits, int run_keys) {
+  return max(1, min(splits, len / run_keys));
+}
+
+// The run a SPLIT block takes: blockIdx.y % (runs launched per kv head). Recomputed where
+// needed rather than kept in Work (registers: the d = 64 tiles of 128 rows sit at 128).
+__device__ __forceinline__ int run_of(int kv_heads) {
+  return static_cast<int>(blockIdx.y % (gridDim.y / kv_heads));
+}
 
 // The block's Work; false when it has none (a block-uniform answer).
 template <int BR, bool SPLIT>
 __device__ __forceinline__ bool find_work(Work& w, const int* block_tables, const int* seq_lens,
                                           const int* cu_seqlens, const int* seq_slots,
                                           int num_seqs, int q_heads, int kv_heads,
-                                          int max_blocks, int splits) {
+                                          int max_blocks, int splits, int run_keys) {
   const int seq = blockIdx.z, group = q_heads / kv_heads;
-  const int unit = SPLIT ? blockIdx.y / splits : blockIdx.y;  // SPLIT: a kv head; else a head
+  // SPLIT: a kv head (gridDim.y / kv_heads runs launched for each); else a head
+  const int unit = SPLIT ? blockIdx.y / (gridDim.y / kv_heads) : blockIdx.y;
   w.g = SPLIT ? group : 1;
   w.tr = BR / w.g;
   w.h0 = SPLIT ? unit * group : unit;
@@ -52,14 +66,17 @@ __device__ __forceinline__ bool find_work(Work& w, const int* block_tables, cons
   w.r0 = (gridDim.x - 1 - blockIdx.x) * w.tr;  // query tiles last-first: the longest first
   const int slot = seq_slots[seq];
   if (w.r0 >= w.q_len || slot < 0) return false;
-  w.past = seq_lens[slot] - w.q_len;
+  const int len = seq_lens[slot];
+  const int runs = SPLIT ? seq_runs(len, splits, run_keys) : 1;
+  if (SPLIT && run_of(kv_heads) >= runs) return false;  // past this sequence's runs
+  w.past = len - w.q_len;
   w.kend = w.past + min(w.r0 + w.tr, w.q_len);
   const int tiles = (w.kend + kBC - 1) / kBC;
   w.t0 = 0;
   w.t1 = tiles;
-  if constexpr (SPLIT) {  // run blockIdx.y % splits of the tiles
-    const int per = (tiles + splits - 1) / splits;
-    w.t0 = min(static_cast<int>(blockIdx.y % splits) * per, tiles);
+  if constexpr (SPLIT) {  // run run_of() of the tiles
+    const int per = (tiles + runs - 1) / runs;
+    w.t0 = min(run_of(kv_heads) * per, tiles);
     w.t1 = min(w.t0 + per, tiles);
   }
   w.table = block_tables + static_cast<long long>(slot) * max_blocks;
@@ -154,14 +171,17 @@ __device__ __forceinline__ void rescale(float (&o)[D / 8][4], const float (&alph
   }
 }
 
-// This thread's two rows (tile rows row0 and row0 + 8): normalised into out, or (SPLIT,
-// more than one run) as run `split`'s (unnormalised output, max in base 2, sum) in partial.
+// This thread's two rows (tile rows row0 and row0 + 8): normalised into out, or (SPLIT, a
+// sequence of more than one run) as its run's (unnormalised output, max in base 2, sum) in
+// partial.
 template <typename T, int D, bool SPLIT>
 __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const float (&m)[2],
                                            const float (&l)[2], T* out, float* partial,
-                                           const Work& w, int row0, int q_heads, int splits,
-                                           int lane) {
+                                           const Work& w, int row0, int q_heads, int kv_heads,
+                                           int splits, int run_keys, int lane) {
   const int c2 = (lane & 3) * 2;
+  // SPLIT: its sequence's runs (its length is past + q_len); one run writes out
+  const bool runs = SPLIT && seq_runs(w.past + w.q_len, splits, run_keys) > 1;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = l[h];
@@ -170,8 +190,8 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
     const int r = row0 + 8 * h, token = w.r0 + r / w.g;
     if (r >= w.tr * w.g || token >= w.q_len) continue;
     const long long at = (w.q_begin + token) * static_cast<long long>(q_heads) + w.h0 + r % w.g;
-    if (SPLIT && splits > 1) {  // as decode attention's splits
-      float* dst = partial + (at * splits + blockIdx.y % splits) * (D + 2);
+    if (runs) {  // as decode attention's splits
+      float* dst = partial + (at * splits + run_of(kv_heads)) * (D + 2);
 #pragma unroll
       for (int d = 0; d < D / 8; ++d)  // 8-byte aligned: D + 2 and c2 are even
         *reinterpret_cast<float2*>(dst + d * 8 + c2) = make_float2(o[d][2 * h], o[d][2 * h + 1]);
@@ -189,18 +209,20 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
 
 // BR query rows per block, 16 per warp, BR / 16 warps loading and computing alike; K/V tiles
 // gathered with cp.async, double-buffered. SPLIT: the tile's rows are a GQA group's heads of
-// BR / group tokens (Work), and the block takes run blockIdx.y % splits of its query tile's
-// key tiles and leaves (unnormalised output, max, sum) in `partial` for the combine, or
-// (splits == 1) writes out; else a head's BR tokens, written to out. Mma, the products (an object, for state it keeps across
-// tiles): kPanels (its tile layout, swz), landed() (after this thread's copies have landed,
-// before the block barrier), start(qs, warp, lane) (on the first tile), scores(s, qs, ks,
-// warp, lane) (s += Q K^T, s zeroed), pv(o, s, vs, warp, lane) (o += P V, s holding P).
+// BR / group tokens (Work), and the block takes run blockIdx.y % (gridDim.y / kv_heads) of
+// its query tile's key tiles (seq_runs of them; blocks past those exit) and leaves
+// (unnormalised output, max, sum) in `partial` for the combine, or (one run) writes out;
+// else a head's BR tokens, written to out. Mma, the products (an object, for state it keeps
+// across tiles): kPanels (its tile layout, swz), landed() (after this thread's copies have
+// landed, before the block barrier), start(qs, warp, lane) (on the first tile), scores(s,
+// qs, ks, warp, lane) (s += Q K^T, s zeroed), pv(o, s, vs, warp, lane) (o += P V, s holding
+// P).
 template <typename T, int D, int BR, bool SPLIT, class Mma>
 __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
                              const int* block_tables, const int* seq_lens, const int* cu_seqlens,
                              const int* seq_slots, T* out, int num_seqs, int q_heads,
                              int kv_heads, int block_size, int max_blocks, float scale,
-                             int q_stride, float* partial, int splits) {
+                             int q_stride, float* partial, int splits, int run_keys) {
   rg::pdl_start();
   constexpr int kTile = kBC * D * 2, kThreads = BR * 2;
   constexpr bool P = Mma::kPanels;
@@ -209,7 +231,7 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
   char* kvs = smem + BR * D * 2;  // [buffer][K, V] tiles
   Work w;
   if (!find_work<BR, SPLIT>(w, block_tables, seq_lens, cu_seqlens, seq_slots, num_seqs,
-                            q_heads, kv_heads, max_blocks, splits))
+                            q_heads, kv_heads, max_blocks, splits, run_keys))
     return;
   const int row_stride = kv_heads * D, col = w.kv * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -254,7 +276,8 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
   }
 
   if constexpr (SPLIT) rg::cp_async_wait<0>();  // an empty split's query tile
-  store_rows<T, D, SPLIT>(o, m, l, out, partial, w, row0, q_heads, splits, lane);
+  store_rows<T, D, SPLIT>(o, m, l, out, partial, w, row0, q_heads, kv_heads, splits, run_keys,
+                          lane);
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ prefill_attention_sm90_f16_d64_r64(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 64, 64, false, Wgmma90<__half, 64, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, nullptr, 1);
+      scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_f16_d64_r128(
@@ -93,7 +93,7 @@ prefill_attention_sm90_f16_d64_r128(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 64, 128, false, Wgmma90<__half, 64, 128>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, nullptr, 1);
+      scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_sm90_f16_d128_r64(
@@ -102,7 +102,7 @@ prefill_attention_sm90_f16_d128_r64(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 128, 64, false, Wgmma90<__half, 128, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, nullptr, 1);
+      scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_f16_d128_r128(
@@ -111,7 +111,7 @@ prefill_attention_sm90_f16_d128_r128(
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride) {
   prefill_loop<__half, 128, 128, false, Wgmma90<__half, 128, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_sm90_bf16_d64_r64(
@@ -121,7 +121,7 @@ prefill_attention_sm90_bf16_d64_r64(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 64, 64, false, Wgmma90<__nv_bfloat16, 64, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_bf16_d64_r128(
@@ -131,7 +131,7 @@ prefill_attention_sm90_bf16_d64_r128(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 64, 128, false, Wgmma90<__nv_bfloat16, 64, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_sm90_bf16_d128_r64(
@@ -141,7 +141,7 @@ prefill_attention_sm90_bf16_d128_r64(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 128, 64, false, Wgmma90<__nv_bfloat16, 128, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, nullptr, 1);
+      max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_sm90_bf16_d128_r128(
@@ -151,85 +151,85 @@ prefill_attention_sm90_bf16_d128_r128(
     float scale, int q_stride) {
   prefill_loop<__nv_bfloat16, 128, 128, false, Wgmma90<__nv_bfloat16, 128, 128>>(q, k_cache,
       v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
-      block_size, max_blocks, scale, q_stride, nullptr, 1);
+      block_size, max_blocks, scale, q_stride, nullptr, 1, 1);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 64, 64, true, Wgmma90<__half, 64, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_f16_d64_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 64, 128, true, Wgmma90<__half, 64, 128>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_f16_d128_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 128, 64, true, Wgmma90<__half, 128, 64>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
     int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
-    float* partial, int splits) {
+    float* partial, int splits, int run_keys) {
   prefill_loop<__half, 128, 128, true, Wgmma90<__half, 128, 128>>(q, k_cache, v_cache, block_tables,
       seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size, max_blocks,
-      scale, q_stride, partial, splits);
+      scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_bf16_d64_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 64, 64, true, Wgmma90<__nv_bfloat16, 64, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_bf16_d64_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 64, 128, true, Wgmma90<__nv_bfloat16, 64, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(128)
 prefill_attention_split_sm90_bf16_d128_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 128, 64, true, Wgmma90<__nv_bfloat16, 128, 64>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }
 extern "C" __global__ void __launch_bounds__(256)
 prefill_attention_split_sm90_bf16_d128_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
     __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
-    float scale, int q_stride, float* partial, int splits) {
+    float scale, int q_stride, float* partial, int splits, int run_keys) {
   prefill_loop<__nv_bfloat16, 128, 128, true, Wgmma90<__nv_bfloat16, 128, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
-      max_blocks, scale, q_stride, partial, splits);
+      max_blocks, scale, q_stride, partial, splits, run_keys);
 }

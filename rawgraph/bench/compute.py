@@ -148,7 +148,7 @@ CHUNK_CONTEXTS, CHUNKS = (1024, 8192), (16, 64, 256, 512)
 def prefill_chunk_attention(row: Row, s: Any, gbps: float, runs: tuple[int, ...] = ()) -> None:
     """A chunk of the engine's sizes at the end of a sequence of 1,024 or 8,192 tokens (32
     query / 8 kv heads): a block per (query tile, head) leaves most SMs idle; beside it the
-    grouped kernel (a GQA group's heads in one tile) in the key runs `prefill_splits` counts
+    grouped kernel (a GQA group's heads in one tile) in the key runs `prefill_runs` counts
     for that context, and with each count in `runs` forced. Each row's `KV us` is its K and
     V read once at `gbps` (the copy rate), what a short chunk cannot go below."""
     for d in (64, 128):
@@ -159,11 +159,10 @@ def prefill_chunk_attention(row: Row, s: Any, gbps: float, runs: tuple[int, ...]
                     q, out = _rand((chunk, 32, d)), cupy.empty((chunk, 32, d), F16)
                     cu, slots = cupy.array([0, chunk], np.int32), cupy.zeros(1, np.int32)
                 rows = ops.attention.grouped_rows(chunk, 4)
-                sms = multiprocessors()
-                ws = cupy.empty(max(ops.attention.run_workspace_floats(chunk, 32, d, rows, sms),
-                                    ops.workspace_floats(chunk, 32, d, max(runs, default=1))),
+                splits, keys = ops.attention.prefill_runs(chunk, rows // 4, 8, multiprocessors())
+                ws = cupy.empty(ops.workspace_floats(chunk, 32, d, max((*runs, splits))),
                                 np.float32)
-                rule = ops.attention.prefill_splits(chunk, rows // 4, 8, 1, n, sms)
+                rule = ops.attention.row_runs(n, splits, keys)
                 flops = 4 * chunk * (n - chunk // 2) * d * 32
 
                 def timed(kw: dict, kv=kv, q=q, out=out, cu=cu, slots=slots, c=chunk) -> float:

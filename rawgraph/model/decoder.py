@@ -237,8 +237,10 @@ class Model:
             ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
             for b, s in enumerate(self.splits, 1)), np.float32)
         # prefill attention's key runs: a workspace for the chunk size that needs the most
+        group, sms = cfg.heads // cfg.kv_heads, multiprocessors()
         self.prefill_workspace = cupy.empty(max([0] + [
-            ops.attention.run_workspace_floats(c, cfg.heads, cfg.head_dim, r, multiprocessors())
+            ops.workspace_floats(c, cfg.heads, cfg.head_dim,
+                                 ops.attention.prefill_runs(c, r // group, cfg.kv_heads, sms)[0])
             for c in range(1, max_chunk + 1) if (r := self.runs(c))]), np.float32)
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
@@ -532,8 +534,9 @@ class Model:
 
         def attend(kc: Any, vc: Any) -> None:
             q, out = q3[:chunk], a["attn"].reshape(q3.shape)[:chunk]
-            kw = ({"rows": rows, "context": max_len, "n": n, "workspace": self.prefill_workspace}
-                  if rows else {"rows": ops.attention.prefill_rows(chunk)})
+            kw = ({"rows": rows, "context": max_len, "chunk": chunk, "n": n,
+                   "workspace": self.prefill_workspace} if rows else
+                  {"rows": ops.attention.prefill_rows(chunk)})
             with programmatic(False):  # ends the chain once a layer, as decode's does
                 ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                       m["cu"], m["seqs"], out, max_q_len, num_seqs,

@@ -34,17 +34,19 @@ _PREFILL = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* bl
             "const int* seq_lens, const int* cu_seqlens, const int* seq_slots, {t}* out, "
             "int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks, "
             "float scale, int q_stride")
+_RUNS = ", float* partial, int splits, int run_keys"
 PREFILL_ROWS = (64, 128)  # query rows per block
 PREFILL = {(dt, d, r): Kernel("prefill_attention", f"prefill_attention_{s}_d{d}_r{r}",
                               _PREFILL.format(t=t))
            for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
 # the same with each query tile's key tiles cut into runs, and the runs' combine
 PREFILL_SPLIT = {(dt, d, r): Kernel("prefill_attention", f"prefill_attention_split_{s}_d{d}_r{r}",
-                                    _PREFILL.format(t=t) + ", float* partial, int splits")
+                                    _PREFILL.format(t=t) + _RUNS)
                  for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
 PREFILL_COMBINE = {(dt, d): Kernel("prefill_attention", f"prefill_attention_combine_{s}_d{d}",
                                    f"const float* partial, {t}* out, const int* cu_seqlens, "
-                                   "const int* seq_slots, int num_seqs, int q_heads, int splits")
+                                   "const int* seq_slots, const int* seq_lens, int num_seqs, "
+                                   "int q_heads, int splits, int run_keys")
                    for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS}
 # the same on Hopper's warpgroup MMA (prefill_attention_sm90.cu, sm_90a), the same contract
 PREFILL90 = {(dt, d, r): Kernel("prefill_attention_sm90", f"prefill_attention_sm90_{s}_d{d}_r{r}",
@@ -52,7 +54,7 @@ PREFILL90 = {(dt, d, r): Kernel("prefill_attention_sm90", f"prefill_attention_sm
              for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
 PREFILL90_SPLIT = {(dt, d, r): Kernel("prefill_attention_sm90",
                                       f"prefill_attention_split_sm90_{s}_d{d}_r{r}",
-                                      _PREFILL.format(t=t) + ", float* partial, int splits")
+                                      _PREFILL.format(t=t) + _RUNS)
                    for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS
                    for r in PREFILL_ROWS}
 PREFILL_KEYS = 64  # keys per tile
@@ -163,41 +165,32 @@ COMBINE_WARPS = 8  # (token, head) pairs per block of the prefill combine, a war
 RUN_KEYS = 2 * PREFILL_KEYS  # keys a run has at least (each run pays its query tile)
 
 
-def prefill_splits(q_len: Any, tile: int, kv_heads: int, num_seqs: Any, context: Any,
-                   sms: int) -> Any:
-    """Key runs per query tile of grouped prefill attention (ints, or an expression of
-    symbols that a graph patches per chunk) for sequences of up to `q_len` query tokens in
-    tiles of `tile` tokens over up to `context` keys (the longest sequence's tokens, this
-    chunk's included), on `sms` SMs.
+def prefill_runs(chunk: int, tile: int, kv_heads: int, sms: int) -> tuple[int, int]:
+    """(splits, run_keys) of grouped prefill attention for chunks of up to `chunk` tokens in
+    query tiles of `tile` tokens, on `sms` SMs: each sequence takes `row_runs(len, splits,
+    run_keys)` runs, by its own length alone, so its results do not depend on what else
+    the chunk holds.
 
-    While the blocks without runs (query tiles x kv heads x sequences) are fewer than the
-    SMs: as many runs as make two blocks an SM at most (rounded down: a third block on some
-    SMs is a tail), but each run at least max(RUN_KEYS, 2 q_len) keys and at most
-    MAX_PREFILL_SPLITS runs; else 1. Each run writes its rows' partial results and the
-    combine reads them back, a cost that grows with the chunk's tokens, hence the longer
-    runs for longer chunks. A whole prompt has query tiles enough; a short chunk far into a
-    long prompt (16 tokens at 8,192: one tile x 8 kv heads on 132 SMs) does not. Forced
-    counts on the H200 were fastest at about these (benchmarks/NOTES.md, "Prefill")."""
-    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or \
-            sms < 1 or tile < 1:
-        raise ValueError(f"kv_heads = {kv_heads!r}, tile = {tile}, sms = {sms}: all must be "
-                         f"positive")
-    for name, v in (("q_len", q_len), ("num_seqs", num_seqs), ("context", context)):
-        if isinstance(v, int) and v < 1:
-            raise ValueError(f"{name} = {v}: must be positive")
-    units = cdiv(q_len, tile) * kv_heads * num_seqs
-    short = smin(1, sms // (units + 1))  # 1 while units < sms, else 0
-    longest = smin(context // smax(RUN_KEYS, 2 * q_len), MAX_PREFILL_SPLITS)
-    return smax(1, short * smin((2 * sms) // units, longest))
+    splits: while one sequence's blocks without runs (query tiles x kv heads) are fewer than
+    the SMs, as many runs as make two blocks an SM at most (rounded down: a third block on
+    some SMs is a tail), at most MAX_PREFILL_SPLITS; else 1. run_keys: each run at least
+    max(RUN_KEYS, 2 x chunk) keys: each run writes its rows' partial results and the combine
+    reads them back, a cost that grows with the chunk's tokens. A whole prompt has query
+    tiles enough; a short chunk far into a long prompt (16 tokens at 8,192: one tile x 8 kv
+    heads on 132 SMs) does not. Forced counts on the H200 were fastest at about these
+    (benchmarks/NOTES.md, "Prefill")."""
+    if min(chunk, tile, kv_heads, sms) < 1:
+        raise ValueError(f"chunk = {chunk}, tile = {tile}, kv_heads = {kv_heads}, sms = {sms}: "
+                         f"all must be positive")
+    units = -(-chunk // tile) * kv_heads
+    splits = min(2 * sms // units, MAX_PREFILL_SPLITS) if units < sms else 1
+    return splits, max(RUN_KEYS, 2 * chunk)
 
 
-def run_workspace_floats(tokens: int, q_heads: int, head_dim: int, rows: int, sms: int) -> int:
-    """float32 elements that grouped prefill attention's runs (counted by `prefill_splits`
-    for `sms` SMs) can fill for up to `tokens` query rows in tiles of `rows`: tokens x splits
-    stays below 2 x sms x rows / q_heads + tokens (the blocks without runs are at least
-    tokens x q_heads / rows), and at most tokens x MAX_PREFILL_SPLITS."""
-    pairs = min(tokens * MAX_PREFILL_SPLITS, 2 * sms * rows // q_heads + tokens)
-    return pairs * q_heads * (head_dim + 2)
+def row_runs(length: Any, splits: int, run_keys: int) -> Any:
+    """Key runs of a sequence of `length` keys (int, or a symbol: then the count of runs to
+    launch for sequences of up to that length), as the kernels count them (seq_runs)."""
+    return smax(1, smin(splits, length // run_keys))
 
 
 def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
@@ -285,7 +278,8 @@ def grouped_rows(max_q_len: int, group: int) -> int:
 def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
                       cu_seqlens: Any, seq_slots: Any, out: Any, max_q_len: Any,
                       num_seqs: Any = None, *, scale: float | None = None,
-                      rows: int | None = None, splits: int | None = None, context: Any = None,
+                      rows: int | None = None, splits: int | None = None,
+                      run_keys: int = 1, context: Any = None, chunk: int | None = None,
                       n: Any = None, workspace: Any = None, stream: Any = None,
                       symbols: Symbols | None = None) -> None:
     """Causal attention of a chunk's queries over their sequences' cached keys and values.
@@ -299,12 +293,14 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
 
     Two kernels. By default a block per (query tile, head). For short chunks over long
     contexts, the grouped kernel: a tile holds a GQA group's heads of rows / group tokens,
-    and each tile's key tiles are cut into runs, a block each, combined after: `splits` runs
-    (an int), or with `context` (int or symbol: the longest sequence's length, this chunk's
-    tokens included) as many as `prefill_splits` counts, which a graph patches per chunk.
-    The runs need `workspace`, float32: workspace_floats(tokens, q_heads, D, splits), or
-    with `context` run_workspace_floats(tokens, q_heads, D, rows, multiprocessors()).
-    `n` (int or symbol; default tokens): query rows in use, the combine's grid. On compute
+    and each sequence's query tiles cut their key tiles into runs, a block each, combined
+    after. Each sequence's count follows its own length: `row_runs(len, splits, run_keys)`,
+    with `splits` and `run_keys` given (ints), or with `context` (int or symbol: the longest
+    sequence's length, this chunk's tokens included; it sets how many run blocks launch,
+    which a graph patches per chunk) those `prefill_runs` gives for chunks of `chunk` tokens
+    (default: max_q_len's largest value). The runs need `workspace`, float32:
+    workspace_floats(tokens, q_heads, D, splits). `n` (int or symbol; default tokens):
+    query rows in use, the combine's grid. On compute
     capability 9.0 the kernels are wgmma's (`prefill_wgmma()`), elsewhere mma.sync's: same
     arguments, same results within the tests' tolerances.
     """
@@ -338,41 +334,45 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
                                     stream, smem=prefill_smem(rows, d), symbols=symbols)
         return
     group = q_heads // kv_heads
-    rows = rows or grouped_rows(top, group)
+    chunk = chunk or top
+    if type(chunk) is not int or chunk < 1:
+        raise ValueError(f"chunk = {chunk!r}: a positive int")
+    rows = rows or grouped_rows(chunk, group)
     _check_rows(rows)
     if group > rows:
         raise ValueError(f"grouped prefill attention puts a GQA group's {group} heads in a "
                          f"tile of {rows} rows: too many")
     tile = rows // group  # tokens per query tile
+    capacity = block_tables.shape[1] * k_cache.shape[1]
     if context is not None:
         if splits is not None:
             raise ValueError("pass splits or context, not both")
-        capacity = block_tables.shape[1] * k_cache.shape[1]
         if not 1 <= shapes.top(context, "context", symbols) <= capacity:
             raise ValueError(f"context reaches {shapes.top(context, 'context', symbols)}; the "
                              f"block tables hold at most {capacity} tokens per sequence")
-        sms = multiprocessors()
-        splits = prefill_splits(max_q_len, tile, kv_heads, num_seqs, context, sms)
-        need = run_workspace_floats(tokens, q_heads, d, rows, sms)
+        splits, run_keys = prefill_runs(chunk, tile, kv_heads, multiprocessors())
     elif type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
         raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
-    else:
-        need = workspace_floats(tokens, q_heads, d, splits) if splits > 1 else 0
+    elif type(run_keys) is not int or run_keys < 1:
+        raise ValueError(f"run_keys = {run_keys!r}: a positive int")
+    need = workspace_floats(tokens, q_heads, d, splits) if splits > 1 else 0
     if need and (getattr(workspace, "dtype", None) != np.float32 or workspace.size < need):
         raise ValueError(f"workspace must be float32 with at least {need} elements "
-                         f"(workspace_floats / run_workspace_floats); got "
+                         f"(workspace_floats(tokens, q_heads, head_dim, splits)); got "
                          f"{getattr(workspace, 'size', '?')}")
     ws = workspace if need else None  # one run: never read or written
-    split[dt, d, rows].launch((cdiv(max_q_len, tile), kv_heads * splits, num_seqs),
-                              2 * rows, (*args, ws, splits), stream, smem=prefill_smem(rows, d),
-                              symbols=symbols)
+    # run blocks to launch: enough for the longest sequence's runs (the count is monotone)
+    launched = row_runs(capacity if context is None else context, splits, run_keys)
+    split[dt, d, rows].launch((cdiv(max_q_len, tile), kv_heads * launched, num_seqs),
+                              2 * rows, (*args, ws, splits, run_keys), stream,
+                              smem=prefill_smem(rows, d), symbols=symbols)
     if splits == 1:
         return
     # symbolic: a grid of one (idle) block while one run suffices; the kernel exits then too
-    blocks = smax(1, smin(splits - 1, 1) * cdiv(n * q_heads, COMBINE_WARPS))
-    PREFILL_COMBINE[dt, d].launch(blocks, 32 * COMBINE_WARPS, (ws, out, cu_seqlens, seq_slots,
-                                                               num_seqs, q_heads, splits),
-                                  stream, symbols=symbols)
+    blocks = smax(1, smin(launched - 1, 1) * cdiv(n * q_heads, COMBINE_WARPS))
+    PREFILL_COMBINE[dt, d].launch(blocks, 32 * COMBINE_WARPS,
+                                  (ws, out, cu_seqlens, seq_slots, seq_lens, num_seqs, q_heads,
+                                   splits, run_keys), stream, symbols=symbols)
 
 
 def _check_rows(rows: int) -> None:

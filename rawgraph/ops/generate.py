@@ -93,7 +93,7 @@ def _prefill_loops(unsplit: dict, split: dict, mma: str) -> list[str]:
     for table, run in ((unsplit, "false"), (split, "true")):
         for (dt, d, r), k in table.items():
             loop = f"prefill_loop<{_t(dt)}, {d}, {r}, {run}, {mma}<{_t(dt)}, {d}, {r}>>"
-            args = forward(k.declaration) + (", nullptr, 1" if run == "false" else "")
+            args = forward(k.declaration) + (", nullptr, 1, 1" if run == "false" else "")
             out.append(wrapper(k.name, k.declaration, f"{loop}({args});", _bounds(2 * r)))
     return out
 

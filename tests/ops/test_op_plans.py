@@ -15,9 +15,9 @@ from rawgraph.ops.attention import (
     SPLIT_WAVES,
     decode_splits,
     grid_splits,
-    prefill_splits,
+    prefill_runs,
+    row_runs,
     row_splits,
-    run_workspace_floats,
 )
 from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
 from rawgraph.ops.linear import (
@@ -222,48 +222,30 @@ def test_array_checks_dtype_shape_and_contiguity():
         shapes.row_array(np.zeros(3, np.uint64), "keys", np.uint64, 4)
 
 
-def test_prefill_splits_fill_the_gpu_only_where_query_tiles_do_not():
-    # (q_len, tokens a tile, kv heads, sequences, context, SMs): runs for at most two blocks
-    # an SM while the tiles are fewer than the SMs, each run at least max(128, 2 q_len) keys
+def test_prefill_runs_fill_the_gpu_only_where_query_tiles_do_not():
+    # (chunk, tokens a tile, kv heads, SMs) -> (most runs, keys a run has at least): at most
+    # two blocks an SM (rounded down) while one sequence's tiles are fewer than the SMs,
+    # runs of at least max(128, 2 x chunk) keys
     assert RUN_KEYS == 128
-    assert prefill_splits(16, 16, 8, 1, 8192, 132) == 33  # 8 blocks: 264 // 8
-    assert prefill_splits(16, 16, 8, 1, 1024, 132) == 8  # 8 runs of 128 keys
-    assert prefill_splits(64, 32, 8, 1, 8192, 132) == 16  # 16 blocks: 264 // 16
-    assert prefill_splits(256, 32, 8, 1, 8192, 132) == 4  # 64 blocks: 264 // 64, not 5
-    assert prefill_splits(256, 32, 8, 1, 1024, 132) == 2  # runs of 512 keys
-    assert prefill_splits(256, 32, 8, 1, 511, 132) == 1
-    assert prefill_splits(512, 32, 8, 1, 8192, 132) == 2  # 128 blocks
-    assert prefill_splits(544, 32, 8, 1, 8192, 132) == 1  # 136 blocks: an SM each already
-    assert prefill_splits(16, 16, 8, 1, 200, 132) == 1  # not two runs of 128 keys
-    assert prefill_splits(16, 16, 1, 1, 1 << 20, 1000) == MAX_PREFILL_SPLITS
-    for bad in ((0, 16, 8, 1, 8192, 132), (16, 16, 0, 1, 8192, 132), (16, 16, 8, 1, 0, 132),
-                (16, 0, 8, 1, 8192, 132)):
-        with pytest.raises(ValueError, match="positive"):
-            prefill_splits(*bad)
+    assert prefill_runs(16, 16, 8, 132) == (33, 128)  # 8 blocks: 264 // 8
+    assert prefill_runs(64, 32, 8, 132) == (16, 128)  # 16 blocks
+    assert prefill_runs(256, 32, 8, 132) == (4, 512)  # 64 blocks: 264 // 64, not 5
+    assert prefill_runs(512, 32, 8, 132) == (2, 1024)  # 128 blocks
+    assert prefill_runs(544, 32, 8, 132) == (1, 1088)  # 136 blocks: an SM each already
+    assert prefill_runs(16, 16, 1, 1000)[0] == MAX_PREFILL_SPLITS
+    with pytest.raises(ValueError, match="positive"):
+        prefill_runs(16, 0, 8, 132)
 
 
-def test_prefill_splits_as_symbols_patch_to_what_ints_give():
-    # a chunk graph's runs follow its symbols: the expression's value is the int rule's
-    S = Symbols(q=Range(1, 256), seqs=Range(1, 8), ctx=Range(1, 1 << 17))
-    expr = prefill_splits(S.q, 32, 8, S.seqs, S.ctx, 132)
-    for q in (1, 16, 33, 256):
-        for seqs in (1, 3, 8):
-            for ctx in (1, 127, 128, 1000, 4096, 8192, 1 << 17):
-                want = prefill_splits(q, 32, 8, seqs, ctx, 132)
-                assert expr.eval({"q": q, "seqs": seqs, "ctx": ctx}) == want
-
-
-@pytest.mark.parametrize(("q_heads", "kv_heads", "rows", "sms"),
-                         [(32, 8, 64, 132), (32, 8, 128, 132), (12, 2, 64, 78), (8, 8, 64, 1000)])
-def test_run_workspace_holds_every_chunk_the_rule_can_cut(q_heads, kv_heads, rows, sms):
-    # every (longest piece, sequences) a chunk of up to `tokens` rows can have, at the
-    # context that cuts most: the rows written (n x runs, n <= longest x seqs) fit
-    group, d = q_heads // kv_heads, 64
-    tile = rows // group
-    for tokens in (1, 16, 100, 256):
-        room = run_workspace_floats(tokens, q_heads, d, rows, sms) // (q_heads * (d + 2))
-        for longest in range(1, tokens + 1):
-            for seqs in range(1, 9):
-                n = min(tokens, longest * seqs)
-                runs = prefill_splits(longest, tile, kv_heads, seqs, 1 << 20, sms)
-                assert n * runs <= room, (tokens, longest, seqs)
+def test_a_rows_runs_follow_its_own_length():
+    assert [row_runs(n, 4, 512) for n in (1, 511, 512, 1024, 2047, 2048, 1 << 17)] == \
+        [1, 1, 1, 2, 3, 4, 4]
+    assert [row_runs(n, 33, 128) for n in (200, 1024, 4224, 8192)] == [1, 8, 33, 33]
+    # as a symbol (the run blocks a graph launches for rows up to that length): the int rule
+    S = Symbols(ctx=Range(1, 1 << 17))
+    expr = row_runs(S.ctx, 16, 128)
+    for ctx in (1, 127, 128, 1000, 4096, 8192, 1 << 17):
+        assert expr.eval({"ctx": ctx}) == row_runs(ctx, 16, 128)
+    # never fewer for a longer row: the longest row's count covers every row of a chunk
+    counts = [row_runs(n, 16, 128) for n in range(1, 5000)]
+    assert counts == sorted(counts)

@@ -31,15 +31,19 @@ def prefill_kernel(request, monkeypatch):
 ATOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
 
 
-def _workspace(tokens, q_heads, kv_heads, d, splits, rows=None):
-    """NaN-filled (every float read must have been written) runs' workspace: for `splits`
-    runs, or ("context") for as many as the context's rule counts."""
+def _runs(chunk, q_heads, kv_heads):
+    """(splits, run_keys) of grouped prefill attention for chunks of `chunk` tokens."""
+    group = q_heads // kv_heads
+    tile = ops.attention.grouped_rows(chunk, group) // group
+    return ops.attention.prefill_runs(chunk, tile, kv_heads, multiprocessors())
+
+
+def _workspace(tokens, q_heads, kv_heads, d, splits, chunk=None):
+    """NaN-filled runs' workspace (every float the combine uses must have been written):
+    for `splits` runs, or ("context") for those of chunks of `chunk` tokens."""
     if splits == "context":
-        rows = rows or ops.attention.grouped_rows(tokens, q_heads // kv_heads)
-        n = ops.attention.run_workspace_floats(tokens, q_heads, d, rows, multiprocessors())
-    else:
-        n = ops.workspace_floats(tokens, q_heads, d, splits or 1)
-    return cupy.full(n, np.nan, np.float32)
+        splits = _runs(chunk, q_heads, kv_heads)[0]
+    return cupy.full(ops.workspace_floats(tokens, q_heads, d, splits or 1), np.nan, np.float32)
 
 
 def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=None):
@@ -54,7 +58,7 @@ def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=N
     # every input on the device before the kernel's stream starts: the copies CuPy makes on
     # the current stream are not ordered with a non-blocking stream
     cu_d, slots_d = cupy.asarray(cu), cupy.asarray(slots)
-    ws = _workspace(q.shape[0], q_heads, kv_heads, d, splits)
+    ws = _workspace(q.shape[0], q_heads, kv_heads, d, splits, max(n for _, n in seqs))
     kw = {"context": max(lens[s] for s, _ in seqs if s >= 0)} if splits == "context" else \
         {"splits": splits}
     cupy.cuda.Device().synchronize()
@@ -163,15 +167,15 @@ def test_prefill_attention_in_runs_replays_the_eager_bits_with_the_grid_patched(
 
 
 def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
-    # grouped, runs counted from a symbolic context: one graph, captured at the largest
-    # context and 64 query rows, patched to chunks of three sequences whose contexts give
-    # 1 run (100 tokens), 2 (300) and many (3,000): two replays give the eager launch's bits
-    # and the reference's values; grid.y follows (kv_heads x runs)
+    # grouped, in runs for chunks of 64 tokens, the run blocks launched from a symbolic
+    # context: one graph, captured at the largest context, patched to sequences whose own
+    # lengths give 1 run (100 tokens), 2 (300) and many (3,000): two replays give the eager
+    # launch's bits and the reference's values; grid.y follows (kv_heads x runs)
     lens = {0: 3000, 1: 300, 2: 100}
     kv, kh, vh = paged_cache(rng, "float16", 2, 64, lens, num_blocks=512, max_blocks=300)
     q, qh = randn(rng, (64, 8, 64), "float16")
     out, eager = cupy.zeros(q.shape, np.float16), cupy.zeros(q.shape, np.float16)
-    ws = _workspace(64, 8, 2, 64, "context", rows=64)
+    ws = _workspace(64, 8, 2, 64, "context", 64)
     cu, slots = cupy.zeros(2, np.int32), cupy.zeros(1, np.int32)
     S = Symbols(q_len=Range(1, 64), ctx=Range(1, 4800))
     S.set(q_len=64, ctx=4800)
@@ -180,18 +184,19 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
         ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
                               out, S.q_len, rows=64, context=S.ctx, n=S.q_len, workspace=ws,
                               stream=stream, symbols=S)
-    sms = multiprocessors()
+    splits, keys = ops.attention.prefill_runs(64, 16, 2, multiprocessors())
+    assert [ops.attention.row_runs(n, splits, keys) for n in (100, 300)] == [1, 2]
+    assert ops.attention.row_runs(3000, splits, keys) > 2
     with cap.graph as g, g.instantiate() as ex:
         for slot, n in ((0, 16), (2, 64), (1, 40), (0, 64), (2, 1)):
-            runs = ops.attention.prefill_splits(n, 16, 2, 1, lens[slot], sms)
             cu.set(np.array([0, n], np.int32))  # the last n of the slot's cached tokens
             slots.set(np.array([slot], np.int32))
             stream.synchronize()
             ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                                  eager, n, rows=64, context=lens[slot], workspace=ws,
+                                  eager, n, rows=64, context=lens[slot], chunk=64, workspace=ws,
                                   stream=stream)
             ex.set(q_len=n, ctx=lens[slot])
-            assert ex.plan.nodes[0].grid[1] == 2 * runs
+            assert ex.plan.nodes[0].grid[1] == 2 * ops.attention.row_runs(lens[slot], splits, keys)
             for _ in range(2):
                 ex.launch(stream)
             stream.synchronize()
@@ -200,7 +205,33 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
             want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
                                          np.array([0, n]), np.array([slot]), 64**-0.5)
             np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
-    assert {1, 2} < {ops.attention.prefill_splits(16, 16, 2, 1, c, sms) for c in lens.values()}
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_a_sequences_runs_do_not_depend_on_the_rest_of_the_chunk(stream, rng, d):
+    # a 16-token piece over 1,000 cached tokens gives the same bits alone and in a chunk
+    # whose other piece has a longer context (more run blocks launched) or more tokens
+    lens = {0: 1000, 1: 4000, 2: 60}
+    kv, _, _ = paged_cache(rng, "float16", 2, d, lens, num_blocks=512, max_blocks=300)
+    q, _ = randn(rng, (64, 8, d), "float16")
+    ws = _workspace(64, 8, 2, d, "context", 64)
+    got = []
+    for seqs in ([(0, 16)], [(1, 32), (0, 16)], [(0, 16), (2, 48)]):
+        cu = np.concatenate([[0], np.cumsum([n for _, n in seqs])]).astype(np.int32)
+        at = cu[[s for s, _ in seqs].index(0)]
+        qq = cupy.zeros_like(q)
+        qq[at:at + 16] = q[:16]
+        out = cupy.zeros(q.shape, np.float16)
+        cu_d, slots_d = cupy.asarray(cu), cupy.asarray([s for s, _ in seqs], np.int32)
+        cupy.cuda.Device().synchronize()
+        ops.prefill_attention(qq, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu_d,
+                              slots_d, out, max(n for _, n in seqs), rows=64,
+                              context=max(lens[s] for s, _ in seqs), chunk=64, workspace=ws,
+                              stream=stream)
+        stream.synchronize()
+        got.append(cupy.asnumpy(out[at:at + 16].view(np.uint16)))
+    np.testing.assert_array_equal(got[0], got[1])
+    np.testing.assert_array_equal(got[0], got[2])
 
 
 def test_prefill_attention_rejects_bad_input(rng):
