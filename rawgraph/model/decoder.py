@@ -45,8 +45,9 @@ from rawgraph.symbols import Symbols
 from rawgraph.symbols import scope as symbols_scope
 
 # Chunks of up to this many tokens run prefill attention grouped, in key runs whose count
-# follows the context (`ops.prefill_attention(context=)`): their query tiles alone leave
-# most of the GPU idle (benchmarks/NOTES.md, "Prefill").
+# follows each sequence's length (`ops.prefill_attention(context=)`): their query tiles
+# alone leave most of the GPU idle; above it one run loses to a block per head
+# (benchmarks/NOTES.md, "Prefill").
 RUNS_UP_TO = 256
 
 # (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
@@ -201,8 +202,9 @@ class Model:
 
     def runs(self, chunk: int) -> int:
         """Query rows per tile when a chunk of `chunk` tokens runs prefill attention grouped
-        in key runs whose count follows the context; 0 when it runs a block per (query tile,
-        head): chunks above `runs_up_to`, and GQA groups larger than the tile."""
+        in key runs (as many for each sequence as its length gives); 0 when it runs a block
+        per (query tile, head): chunks above `runs_up_to`, and GQA groups larger than the
+        tile."""
         group = self.cfg.heads // self.cfg.kv_heads
         rows = ops.attention.grouped_rows(chunk, group)
         return rows if chunk <= self.runs_up_to and group <= rows else 0
@@ -409,9 +411,8 @@ class Model:
         """Host side of one prefill chunk: grow each sequence by its piece, copy metadata
         (and with `sync`, the cache tables). Returns (n, num_seqs, max_q_len, max_len) for
         `launch_prefill`: tokens, sequences, the longest piece, the longest context after
-        it. Without `sync`, call
-        `kv.sync` before launching: a prefill and a decode step prepared together share one
-        copy of the tables."""
+        it. Without `sync`, call `kv.sync` before launching: a prefill and a decode step
+        prepared together share one copy of the tables."""
         chunk = step.chunk(pieces, self.kv.tables, self.limits)
         self.grow(chunk.need)
         h = self.pre_meta.begin()
@@ -528,9 +529,7 @@ class Model:
         chunk = chunk or self.max_chunk
         if not 1 <= chunk <= self.max_chunk:
             raise ValueError(f"chunk {chunk} outside [1, {self.max_chunk}]")
-        q3 = a["q"]
-
-        rows = self.runs(chunk)
+        q3, rows = a["q"], self.runs(chunk)
 
         def attend(kc: Any, vc: Any) -> None:
             q, out = q3[:chunk], a["attn"].reshape(q3.shape)[:chunk]

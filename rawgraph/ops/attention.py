@@ -269,7 +269,6 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
                           smem=4 * splits, symbols=symbols)
 
 
-
 def grouped_rows(max_q_len: int, group: int) -> int:
     """Query rows per tile of grouped prefill attention (`group` heads of each token)."""
     return prefill_rows(max_q_len * group)
