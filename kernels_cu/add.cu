@@ -5,7 +5,7 @@
 //   moved as one 16-byte vector when all three pointers are 16-byte aligned and the 8 are
 //   in bounds; otherwise element by element (ragged tails, odd offsets).
 //   Patchable: n and grid.x together (grid.x >= cdiv(n, 8 * blockDim.x)); n <= buffer length.
-#include "common.cuh"
+#include <common.cuh>
 
 template <typename T>
 __device__ void add_impl(const T* a, const T* b, T* out,

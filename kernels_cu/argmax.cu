@@ -6,7 +6,7 @@
 //   grid (rows), block (1024): one pass over the row (argmax.cuh's block_argmax, which
 //   sample.cu's greedy rows share).
 //   Patchable: rows with grid.x (grid.x == rows <= rows of logits).
-#include "argmax.cuh"
+#include <argmax.cuh>
 
 template <typename T>
 __device__ void argmax_impl(const T* logits, int* out, int rows, int vocab) {

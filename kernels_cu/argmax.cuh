@@ -7,7 +7,7 @@
 //     pick, so partial results merge with atomicMax in any order (gemv.cu's row_max)
 // NaNs are skipped; a slice of NaNs alone gives index kNone.
 #pragma once
-#include "common.cuh"
+#include <common.cuh>
 
 namespace rg {
 

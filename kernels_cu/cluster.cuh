@@ -8,7 +8,7 @@
 //   - store_cluster_sums: a tile of fp32 sums that every block of the cluster holds a share
 //     of (split k), added in block order and stored (the skinny GEMMs' epilogue)
 #pragma once
-#include "common.cuh"
+#include <common.cuh>
 
 namespace rg {
 

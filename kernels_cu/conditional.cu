@@ -5,7 +5,7 @@
 //       int n,                         // patchable (a symbol in a graph)
 //       unsigned long long handle)     // the IF / WHILE node's conditional handle
 //   grid (1), block (32): condition = 1 if any flags[i] != 0 for i < n, else 0.
-#include "common.cuh"
+#include <common.cuh>
 
 extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 

@@ -51,7 +51,7 @@
 //   length follows from its length and max_splits alone, so results do not depend on
 //   n_splits (grid.y of both kernels, n_splits of the combine): it is patchable, from the
 //   longest context, to keep short contexts on few blocks as sequences grow.
-#include "mma.cuh"
+#include <mma.cuh>
 
 namespace {
 

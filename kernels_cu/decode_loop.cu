@@ -16,7 +16,7 @@
 //   grid (1), block (128): thread b owns row b (batch <= 128). The last step to see a live
 //   row sets the condition to 1 while steps remain; otherwise 0, and the loop ends.
 //   Nothing here depends on the host between launches: one graph launch runs the whole loop.
-#include "common.cuh"
+#include <common.cuh>
 
 extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 

@@ -7,7 +7,7 @@
 //   reading out of bounds).
 //   grid (n), block (128): 8 elements (16 bytes) per thread per step; dim % 8 == 0.
 //   Patchable: n with grid.x (grid.x == n <= rows of out); ids change in device memory.
-#include "common.cuh"
+#include <common.cuh>
 
 template <typename T>
 __device__ void embedding_impl(const int* ids, const T* __restrict__ table,

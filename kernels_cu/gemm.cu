@@ -17,7 +17,7 @@
 //   grid (cdiv(n, BN), cdiv(m, BM)), block (256), dynamic shared memory 4 * (BM + BN) * 64 B.
 //   Patchable: m with grid.y (grid.y == cdiv(m, BM), m <= rows of x and y) and the pointers;
 //   n and k are fixed by the weight.
-#include "mma.cuh"
+#include <mma.cuh>
 
 namespace {
 

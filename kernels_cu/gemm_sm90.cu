@@ -34,9 +34,9 @@
 //   comes from DRAM about cdiv(m, BM) / kGroup times, not cdiv(m, BM) times.
 //   Patchable: m with the grid (cdiv(m, BM) * cdiv(n, BN) * CS blocks, m <= rows of x); the
 //   descriptors fix x's and w's addresses, n and k.
-#include "cluster.cuh"
-#include "tma.cuh"
-#include "wgmma.cuh"
+#include <cluster.cuh>
+#include <tma.cuh>
+#include <wgmma.cuh>
 
 namespace {
 

@@ -74,10 +74,10 @@
 //   so it multiplies the finished sums: each lane sums the squares of the x it loads, the
 //   sums meet in the block's reduction, and no pass over x comes first. < 0: x as it is
 //   (the scale is exactly 1).
-#include "argmax.cuh"
-#include "cluster.cuh"
-#include "common.cuh"
-#include "mma.cuh"
+#include <argmax.cuh>
+#include <cluster.cuh>
+#include <common.cuh>
+#include <mma.cuh>
 
 namespace {
 

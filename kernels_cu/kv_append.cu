@@ -13,7 +13,7 @@
 //   grid (n), block (128): each thread moves 8 elements (16 bytes) at a time; row % 8 == 0.
 //   Patchable: n with grid.x (grid.x == n <= rows of k_new); everything per token is read
 //   from device memory, so block tables and positions change between replays without patches.
-#include "common.cuh"
+#include <common.cuh>
 
 template <typename T>
 __device__ void kv_append_impl(const T* k_new, const T* v_new,

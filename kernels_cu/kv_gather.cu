@@ -11,7 +11,7 @@
 //   rows at or past the length are not written.
 //   grid (max_tokens), block (128); row % 8 == 0. The length comes from device memory, so the
 //   graph needs no patch as the sequence grows; `seq` is patchable.
-#include "common.cuh"
+#include <common.cuh>
 
 template <typename T>
 __device__ void kv_gather_impl(const T* cache, const int* block_tables,

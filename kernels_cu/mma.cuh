@@ -8,7 +8,7 @@
 // Shared tiles store rows of 16-byte chunks with the chunk index XOR-swizzled by the row, so
 // the 8 row addresses of one ldmatrix phase land in 8 different bank groups.
 #pragma once
-#include "common.cuh"
+#include <common.cuh>
 
 namespace rg {
 

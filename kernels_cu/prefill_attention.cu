@@ -49,7 +49,7 @@
 //       const int* seq_lens, int num_seqs, int q_heads, int splits, int run_keys)
 //   grid (cdiv(tokens * q_heads, 8)), block (256): out from the runs, in run order, a warp
 //   per (token, head).
-#include "prefill_attention.cuh"
+#include <prefill_attention.cuh>
 
 namespace {
 

@@ -6,7 +6,7 @@
 // block's tile, and thread (g = lane / 4, c2 = lane % 4 * 2) rows g and g + 8, columns
 // 8 j + c2 and 8 j + c2 + 1 of each group of 8 (S: keys; O: head dims).
 #pragma once
-#include "mma.cuh"
+#include <mma.cuh>
 
 namespace {
 

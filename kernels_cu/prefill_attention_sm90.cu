@@ -15,8 +15,8 @@
 //   Dynamic shared memory: as prefill_attention.cu, (R + 4 * 64) * D * 2 bytes.
 //   (A producer warpgroup feeding a 3-slot mbarrier ring, with tile t's scores issued beside
 //   t - 1's P V, measured no faster: the cp.async gathers bound both; NOTES.md.)
-#include "prefill_attention.cuh"
-#include "wgmma.cuh"
+#include <prefill_attention.cuh>
+#include <wgmma.cuh>
 
 namespace {
 

@@ -28,7 +28,7 @@
 //   scale per row, which the decode GEMV applies to its sums (gemv.cu, norm_eps). The product
 //   of two storage values is exact in fp32: one rounding, to nearest even.
 //   grid (any), block (256): a grid-stride loop over 8-element pieces; dim % 8 == 0.
-#include "common.cuh"
+#include <common.cuh>
 
 // Up to 8 * blockDim * kKeep elements of a row (8192 at 256 threads) stay in registers
 // between the two passes; longer rows stream the rest twice.

@@ -12,7 +12,7 @@
 //   grid (n), block (256): thread (g, i) computes the angle of pair i once and rotates it in
 //   heads g, g + 256 / (d/2), ... (head_dim <= 512).
 //   Patchable: n with grid.x (grid.x == n <= rows of q and k); positions come from device memory.
-#include "common.cuh"
+#include <common.cuh>
 
 template <typename T>
 __device__ void rope_impl(T* q, T* k, const int* positions,

@@ -20,7 +20,7 @@
 //   heads g, g + 256 / (D/2), ... of q and k; then 16-byte pieces of v. D <= 512, D % 8 == 0.
 //   Patchable: n with grid.x (grid.x == n <= rows of q); positions, slots and tables come from
 //   device memory.
-#include "common.cuh"
+#include <common.cuh>
 
 template <typename T>
 __device__ void rope_append_impl(T* q, const T* k_new, const T* v_new, T* k_cache, T* v_cache,

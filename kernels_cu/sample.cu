@@ -38,7 +38,7 @@
 //   grid (rows), block (1024), dynamic shared memory 32 * 512 * 4 bytes. Patchable: rows
 //   with grid.x; everything per row is read from device memory, so requests with their own
 //   parameters share one graph node.
-#include "argmax.cuh"
+#include <argmax.cuh>
 
 namespace {
 

@@ -7,7 +7,7 @@
 //   out     (rows, inter):     out = T(float(T(silu(gate))) * float(up)), silu(g) = g / (1 + e^-g)
 //   grid (cdiv(inter, 8 * blockDim.x), rows), block (128); inter % 8 == 0, 16-byte aligned.
 //   Patchable: rows and grid.y together (grid.y == rows <= the buffers' row count).
-#include "common.cuh"
+#include <common.cuh>
 
 template <typename T>
 __device__ void silu_mul_impl(const T* gate_up, T* out, int rows,

@@ -23,8 +23,8 @@
 //   (distributed shared memory) in block order. Deterministic: no atomics anywhere.
 //   grid (cdiv(n, 64) * C), block (256), dynamic shared memory 5 * 16 KiB.
 //   Patchable: m (<= 64) and the pointers; n, k and the grid are fixed by the weight.
-#include "cluster.cuh"
-#include "mma.cuh"
+#include <cluster.cuh>
+#include <mma.cuh>
 
 namespace {
 

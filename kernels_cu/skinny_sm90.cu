@@ -30,9 +30,9 @@
 //   MX * 65 * 4 B: the ring, its barriers, the block's sums (ops.linear: skinny90_smem).
 //   Patchable: m (<= MX) and the residual and y pointers; the descriptors fix x's and w's
 //   addresses, n and k.
-#include "cluster.cuh"
-#include "tma.cuh"
-#include "wgmma.cuh"
+#include <cluster.cuh>
+#include <tma.cuh>
+#include <wgmma.cuh>
 
 namespace {
 

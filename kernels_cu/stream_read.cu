@@ -10,7 +10,7 @@
 //   grid: any (the bench launches 4 blocks of 256 per SM, the best of 40 shapes measured at
 //   32 and 48 MiB), block: a multiple of 32. Each thread keeps 8 loads of 16 bytes in
 //   flight, striding over the grid so that the whole GPU sweeps the buffer front to back.
-#include "common.cuh"
+#include <common.cuh>
 
 namespace {
 

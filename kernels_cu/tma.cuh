@@ -7,7 +7,7 @@
 //     full size still counts)
 // sm_90a (ARCH_SPECIFIC sources) only.
 #pragma once
-#include "mma.cuh"
+#include <mma.cuh>
 
 struct alignas(64) TensorMap {
   unsigned long long opaque[16];

@@ -16,7 +16,7 @@
 //     its own or acquired through a barrier) before its MMAs' reads (the async proxy)
 // sm_90a (ARCH_SPECIFIC sources) only.
 #pragma once
-#include "mma.cuh"
+#include <mma.cuh>
 
 namespace rg {
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,23 @@ def _cuda_include() -> list[str]:
 
 
 @functools.cache
+def headers_digest() -> str:
+    """A digest of every header (*.cuh) in KERNELS_DIR."""
+    h = hashlib.sha256()
+    for path in sorted(KERNELS_DIR.glob("*.cuh")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def module_source(op: str) -> str:
+    """The text compiled for kernels_cu/<op>.cu: the file, after a comment naming the
+    headers' digest. CuPy's on-disk compile cache keys on the source text and the options,
+    not on the headers the source includes; without the digest a header changed alone (a
+    new rawgraph, an edit) would get the binary built from the old one."""
+    return f"// kernels_cu headers {headers_digest()}\n" + source_path(op).read_text()
+
+
+@functools.cache
 def load_module(op: str) -> cupy.RawModule:
     """Compile kernels_cu/<op>.cu for this device (c++17, include path kernels_cu/), once;
     ARCH_SPECIFIC sources for their exact target (ValueError on any other device)."""
@@ -64,7 +82,7 @@ def load_module(op: str) -> cupy.RawModule:
                              f"device has {(major, minor)}")
         arch += "a"
     opts = ("-std=c++17", f"-I{KERNELS_DIR}", f"--gpu-architecture={arch}", *_cuda_include())
-    return cupy.RawModule(code=source_path(op).read_text(), options=opts)
+    return cupy.RawModule(code=module_source(op), options=opts)
 
 
 def kernel_for_handle(handle: int) -> Kernel | None:

@@ -72,3 +72,15 @@ def test_kernel_compiles_with_nvrtc_and_reads_only_weights_through_the_read_only
 def test_noncoherent_loads_counts_only_nc():
     ptx = "ld.global.nc.v4.u32 {a}, [p];\nld.global.v4.u32 {b}, [q];\nld.global.nc.f32 c, [r];"
     assert noncoherent_loads(ptx) == 2
+
+
+def test_kernels_include_their_headers_from_kernels_cu_not_the_working_directory(
+        tmp_path, monkeypatch):
+    # quoted includes are searched in the working directory first: a user's own mma.cuh or
+    # common.cuh there would have been compiled into rawgraph's kernels
+    for header in KERNELS_DIR.glob("*.cuh"):
+        (tmp_path / header.name).write_text('#error "a decoy in the working directory"\n')
+    monkeypatch.chdir(tmp_path)
+    for name in ("prefill_attention.cu", "gemv.cu", "gemm_sm90.cu"):
+        ok, log = nvrtc_compile(KERNELS_DIR / name)
+        assert ok, f"{name}: {log}"

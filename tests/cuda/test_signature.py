@@ -115,3 +115,25 @@ def test_descriptor_values_are_checked(value, match):
     sig = Signature.parse("const __grid_constant__ TensorMap xmap")
     with pytest.raises(TypeError, match=match):
         sig.convert([value], "k")
+
+
+def test_the_compiled_text_changes_with_any_header(tmp_path, monkeypatch):
+    # CuPy's compile cache keys on the source text and options, not on included headers:
+    # the text carries the headers' digest, so a header changed alone is compiled again
+    from rawgraph.cuda import kernel
+
+    for path in KERNELS_DIR.iterdir():
+        if path.suffix in (".cu", ".cuh"):
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(kernel, "KERNELS_DIR", tmp_path)
+    kernel.headers_digest.cache_clear()
+    try:
+        before = kernel.module_source("prefill_attention")
+        assert before.split("\n", 1)[1] == (tmp_path / "prefill_attention.cu").read_text()
+        with open(tmp_path / "mma.cuh", "a") as f:
+            f.write("// an edit\n")
+        kernel.headers_digest.cache_clear()
+        after = kernel.module_source("prefill_attention")
+        assert after != before and after.split("\n", 1)[1] == before.split("\n", 1)[1]
+    finally:
+        kernel.headers_digest.cache_clear()
