@@ -180,6 +180,8 @@ class Model:
         if not 1 <= max_chunk_seqs <= min(max_batch, DECODE_ROWS) or max_chunk < 1:
             raise ValueError(f"max_chunk = {max_chunk}, max_chunk_seqs = {max_chunk_seqs}: need "
                              f"max_chunk >= 1 and 1 <= max_chunk_seqs <= max_batch")
+        if isinstance(runs_up_to, bool) or not isinstance(runs_up_to, int) or runs_up_to < 0:
+            raise ValueError(f"runs_up_to = {runs_up_to!r}: a chunk size, an int >= 0")
         if cfg.head_dim not in ops.attention.HEAD_DIMS:
             raise ValueError(f"head_dim {cfg.head_dim} unsupported by attention "
                              f"(one of {ops.attention.HEAD_DIMS})")

@@ -343,6 +343,8 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
                          f"tile of {rows} rows: too many")
     tile = rows // group  # tokens per query tile
     capacity = block_tables.shape[1] * k_cache.shape[1]
+    if run_keys != 1 and splits is None:
+        raise ValueError("run_keys goes with splits (with context, prefill_runs sets both)")
     if context is not None:
         if splits is not None:
             raise ValueError("pass splits or context, not both")

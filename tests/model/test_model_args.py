@@ -1,0 +1,12 @@
+"""Model's arguments are refused before anything touches the GPU."""
+
+import pytest
+
+from rawgraph.model.config import preset
+from rawgraph.model.decoder import Model
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "256", True])
+def test_runs_up_to_must_be_a_chunk_size(bad):
+    with pytest.raises(ValueError, match="runs_up_to"):
+        Model(preset("tiny"), None, runs_up_to=bad)
