@@ -85,7 +85,8 @@ class Engine:
     decoding, each step is launched before the previous step's tokens are read (they feed
     it on the device), so the host's work per step hides behind the GPU's; a request that
     stops at a stop id has one step computed past it, which is discarded. Tokens are the
-    same either way. One thread drives an engine. `runner`: one to use instead of building
+    same either way. `mixed`: an iteration's prefill chunk and decode step run as one
+    (Runner). One thread drives an engine. `runner`: one to use instead of building
     a `Runner` for `model` (`engine.reference`: the NumPy decoder on the host).
     """
 
@@ -93,13 +94,13 @@ class Engine:
                  buckets: Sequence[int] | None = None, chunks: Sequence[int] | None = None,
                  streams: int = 2, progress: bool = True, max_graphs: int = 64,
                  max_graph_bytes: int = 1 << 30, pdl: bool = True, overlap: bool = True,
-                 runner: Any = None):
+                 mixed: bool = False, runner: Any = None):
         if capture not in ("upfront", "lazy"):
             raise ValueError(f"capture = {capture!r}: 'upfront' or 'lazy'")
         self.model = model
         self.runner = runner if runner is not None else Runner(
             model, graphs=graphs, buckets=buckets, chunks=chunks, streams=streams,
-            max_graphs=max_graphs, max_graph_bytes=max_graph_bytes, pdl=pdl)
+            max_graphs=max_graphs, max_graph_bytes=max_graph_bytes, pdl=pdl, mixed=mixed)
         kv = model.kv
         self.scheduler = Scheduler(max_seqs=model.max_batch,
                                    chunk_tokens=self.runner.chunks[-1],

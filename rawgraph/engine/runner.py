@@ -61,6 +61,7 @@ class Pending:
     """A launched iteration whose tokens have not been read yet (`Runner.collect`)."""
 
     pieces: list[PrefillPiece]
+    pre_stream: Any             # where the prefill's first tokens are read
     rows: int                   # decode rows
     parity: Any                 # (rows,) each row's position % 2: its half of the token pair
     done: Any                   # event recorded after the decode step
@@ -109,20 +110,23 @@ class Runner(Launched):
     `pdl` (default on) launches decode and prefill kernels with programmatic dependent
     launch: each kernel starts while the previous one drains (the GEMV fetches its first
     weights then), which hides most of the gap between kernels. Results are bit-identical
-    either way.
+    either way. `mixed`: an iteration with both a prefill chunk and a decode step runs them
+    as one (`Model.launch_mixed`, a graph per bucket and chunk size: the weights read once)
+    instead of two graphs side by side.
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, buckets: Sequence[int] | None = None,
                  chunks: Sequence[int] | None = None, streams: int = 2, max_graphs: int = 64,
-                 max_graph_bytes: int = 1 << 30, pdl: bool = True):
+                 max_graph_bytes: int = 1 << 30, pdl: bool = True, mixed: bool = False):
         if streams not in (1, 2):
             raise ValueError(f"streams = {streams}: one stream, or two (prefill beside decode)")
-        self.model, self.graphs, self.pdl = model, graphs, pdl
+        self.model, self.graphs, self.pdl, self.mixed = model, graphs, pdl, mixed
         self.buckets = _sizes(BUCKETS, model.max_batch, buckets)
         self.chunks = _sizes(PREFILL_CHUNKS, model.max_chunk, chunks)
         self.decode_stream = new_stream()
         self.prefill_stream = new_stream() if streams == 2 else self.decode_stream
         self._tables_copied = cupy.cuda.Event(block=False, disable_timing=True)
+        self._prefill_done = cupy.cuda.Event(block=False, disable_timing=True)
         self.pool = GraphPool(self._build, self.decode_stream, max_graphs=max_graphs,
                               max_bytes=max_graph_bytes)
         self._warned: set[str] = set()
@@ -136,10 +140,20 @@ class Runner(Launched):
 
     # -- graphs -------------------------------------------------------------------------------
 
-    def _build(self, key: tuple[str, int]) -> Graph:
+    def _build(self, key: tuple[str, Any]) -> Graph:
         kind, size = key
         m, s = self.model, self.decode_stream
-        if kind == "decode":
+        if kind == "mixed":
+            b, c = size
+            m.mixed_buffers()  # allocated before the capture
+            sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1), n=Range(1, c),
+                          seqs=Range(1, m.max_chunk_seqs), max_q_len=Range(1, c))
+            sym.set(max_len=m.max_context, advance=1, n=c, seqs=1, max_q_len=c)
+            with capture(s, name=f"mixed B={b} C={c}") as cap:
+                m.launch_mixed(b, sym.max_len, sym.n, sym.seqs, sym.max_q_len, s, symbols=sym,
+                               chunk=c, pdl=self.pdl, advance=sym.advance,
+                               host_next=self._token_pairs[:b])
+        elif kind == "decode":
             sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1))
             sym.set(max_len=m.max_context, advance=1)
             with capture(s, name=f"decode B={size}") as cap:
@@ -154,9 +168,13 @@ class Runner(Launched):
                                  chunk=size, pdl=self.pdl)
         return cap.graph
 
-    def keys(self) -> list[tuple[str, int]]:
-        """Every graph this runner uses: decode buckets, then prefill chunk sizes."""
-        return [("decode", b) for b in self.buckets] + [("prefill", c) for c in self.chunks]
+    def keys(self) -> list[tuple[str, Any]]:
+        """Every graph this runner uses: decode buckets, prefill chunk sizes, then (`mixed`)
+        each bucket with each chunk size."""
+        mixed = [("mixed", (b, c)) for b in self.buckets for c in self.chunks] \
+            if self.mixed else []
+        return [("decode", b) for b in self.buckets] + [("prefill", c) for c in self.chunks] \
+            + mixed
 
     def capture_all(self, progress: bool = True) -> dict[str, Any]:
         """Capture and instantiate every graph now; a progress bar on stderr, a summary back."""
@@ -166,7 +184,8 @@ class Runner(Launched):
             self.pool.acquire(key)
             if progress:
                 bar = "#" * (20 * (i + 1) // len(keys))
-                print(f"\rcapturing graphs [{bar:<20}] {i + 1}/{len(keys)} {key[0]} {key[1]:<5}",
+                print(f"\rcapturing graphs [{bar:<20}] {i + 1}/{len(keys)} {key[0]} "
+                      f"{key[1]!s:<9}",
                       end="", file=sys.stderr, flush=True)
         ms = (time.perf_counter() - t0) * 1e3
         nodes = sum(len(e.graph.nodes) for e in self.pool.entries.values())
@@ -226,8 +245,11 @@ class Runner(Launched):
         st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
         b = self.bucket(len(slots)) if slots else None
         c = self.chunk(st.prefill_tokens) if pieces else None
-        dec_ex = pre_ex = None
-        if self.graphs:  # graphs first (a lazy capture runs before this step's copies)
+        mixed = self.mixed and b is not None and c is not None
+        dec_ex = pre_ex = mix_ex = None
+        if self.graphs and mixed:
+            mix_ex = self.pool.acquire(("mixed", (b, c)))
+        elif self.graphs:  # graphs first (a lazy capture runs before this step's copies)
             dec_ex = self.pool.acquire(("decode", b)) if b is not None else None
             if c is not None:
                 pre_ex = self.pool.acquire(("prefill", c), keep=(("decode", b),))
@@ -240,6 +262,9 @@ class Runner(Launched):
             while len(self._unread) > (1 if follow else 0):
                 self._settle(self._unread[0])
         t0 = time.perf_counter()
+        if mixed:
+            assert b is not None and c is not None and tokens is not None
+            return self._launch_mixed(pieces, slots, tokens, sampling, b, c, mix_ex, st, t0)
         if pieces:
             n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
@@ -278,9 +303,40 @@ class Runner(Launched):
         # each row's half of its token pair: the parity of its position (the lengths the step's
         # record took; nothing since has grown them)
         parity = (self._last_step.lens - 1) & 1 if slots else None
-        p = Pending(list(pieces), len(slots), parity, done, st, t0)
+        p = Pending(list(pieces), ps, len(slots), parity, done, st, t0)
         if slots:
             self._unread.append(p)
+        return p
+
+    def _launch_mixed(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+                      tokens: Sequence[int], sampling: Sequence[SamplingParams] | None,
+                      b: int, c: int, ex: Any, st: IterStats, t0: float) -> Pending:
+        """`launch`'s mixed iteration: the chunk and the step in one graph (or eagerly, the
+        same launches) on the decode stream."""
+        m, ds = self.model, self.decode_stream
+        n, seqs, max_q_len = m.prepare_prefill(pieces, ds, sync=False)
+        max_len = m.prepare_decode(slots, tokens, ds, sampling)  # its tables carry the chunk's
+        m.prepare_mixed(b, c, n, ds)
+        if self.prefill_stream is not ds:  # after any chunk still on the prefill stream
+            self._prefill_done.record(cupy_stream(self.prefill_stream))
+            cupy_stream(ds).wait_event(self._prefill_done)
+        self._last_step = last_step(slots, m.kv.tables, m.kv.syncs)
+        done = self._done[self._turn]
+        if ex is not None:
+            tp = time.perf_counter()
+            st.patched += ex.set(max_len=max_len, advance=1, n=n, seqs=seqs,
+                                 max_q_len=max_q_len)
+            st.patch_us += (time.perf_counter() - tp) * 1e6
+            ex.launch(ds)
+        else:
+            m.launch_mixed(b, max_len, n, seqs, max_q_len, ds, chunk=c, pdl=self.pdl,
+                           advance=1, host_next=self._token_pairs[:b])
+        done.record(cupy_stream(ds))
+        self._turn ^= 1
+        st.host_us = (time.perf_counter() - t0) * 1e6
+        parity = (self._last_step.lens - 1) & 1
+        p = Pending(list(pieces), ds, len(slots), parity, done, st, t0)
+        self._unread.append(p)
         return p
 
     def _settle(self, p: Pending) -> None:
@@ -294,7 +350,7 @@ class Runner(Launched):
         final; next token per decode row; stats)."""
         m = self.model
         first = final_tokens(m.pre["next"][:len(p.pieces)].get(
-            stream=cupy_stream(self.prefill_stream)).tolist(), p.pieces) if p.pieces else []
+            stream=cupy_stream(p.pre_stream)).tolist(), p.pieces) if p.pieces else []
         if p.rows and p.tokens is None:
             self._settle(p)
         nxt = p.tokens or []

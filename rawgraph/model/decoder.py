@@ -234,6 +234,9 @@ class Model:
                                  "last": (np.int32, s), "last_pos": (np.int32, s),
                                  "final": (np.int32, s)})
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
+        # a mixed iteration's rows (decode rows, then a chunk's tokens): made on first use
+        self.mix: dict[str, cupy.ndarray] | None = None
+        self.mix_meta: Staging | None = None
         # decode attention's splits per batch size (default_splits), and their workspace
         self.splits = [default_splits(b, cfg.kv_heads, cfg.dtype, cfg.head_dim)
                        for b in range(1, max_batch + 1)]
@@ -441,6 +444,30 @@ class Model:
         max_len = int(self.kv.tables.lens[[p.slot for p in pieces]].max())
         return chunk.tokens, chunk.seqs, chunk.max_q_len, max_len
 
+    def mixed_buffers(self) -> dict[str, cupy.ndarray]:
+        """The activations of a mixed iteration (`launch_mixed`): max_batch decode rows, then
+        max_chunk chunk tokens; made on the first call (call it outside a capture)."""
+        if self.mix is None:
+            rows = self.max_batch + self.max_chunk
+            self.mix = self._buffers(rows, 1)  # its heads use dec's and pre's buffers
+            self.mix_meta = Staging({"ids": (np.int32, rows), "pos": (np.int32, rows),
+                                     "slots": (np.int32, rows)})
+        return self.mix
+
+    def prepare_mixed(self, batch: int, chunk: int, n: int, stream: Any) -> None:
+        """Host side of a mixed iteration, after `prepare_prefill` and `prepare_decode` of
+        its parts: the rows' ids, positions and cache slots in one array, the decode bucket's
+        `batch` rows (padding included) then the chunk's `n` tokens (the rest of the
+        `chunk` rows: padding, no cache slot)."""
+        self.mixed_buffers()
+        assert self.mix_meta is not None
+        h, d, p = self.mix_meta.begin(), self.dec_meta.host, self.pre_meta.host
+        for name in ("ids", "pos", "slots"):
+            h[name][:batch] = d[name][:batch]
+            h[name][batch:batch + n] = p[name][:n]
+            h[name][batch + n:] = -1 if name == "slots" else 0
+        self.mix_meta.push(stream)
+
     # -- device side: the kernel sequences ----------------------------------------------------
 
     def _layer(self, i: int, a: dict, meta: dict, n: Any, m_max: int, attend: Any) -> None:
@@ -547,24 +574,78 @@ class Model:
             ops.embedding(m["ids"], self.w["embed"], a["r"], n)
             for i in range(cfg.layers):
                 self._layer(i, a, m, n, chunk, attend)
+        self._chunk_head(num_seqs, stream, symbols, a["r"])
+
+    def _chunk_head(self, num_seqs: Any, stream: Any, symbols: Symbols | None,
+                    x: Any) -> None:
+        """The LM head of a chunk whose token rows are x's, if a piece is final: captured, an
+        IF node whose condition a kernel sets from the chunk's metadata; eagerly, the host
+        decides."""
         with programmatic(False), _on(stream, symbols):
             if capture_status(stream) == "active":
                 handle = condition_handle(stream)
-                set_condition_any(m["final"], num_seqs, handle, stream)
+                set_condition_any(self.pre_meta.dev["final"], num_seqs, handle, stream)
                 if self._body_stream is None:
                     self._body_stream = new_stream()
                 with if_node(stream, handle, self._body_stream, name="LM head"):
-                    self._prefill_head(self._body_stream)
-            elif self.pre_meta.host["final"][:num_seqs].any():  # eager: the host decides
-                self._prefill_head(stream)
+                    self._prefill_head(self._body_stream, x)
+            elif self.pre_meta.host["final"][:num_seqs].any():
+                self._prefill_head(stream, x)
 
-    def _prefill_head(self, stream: Any) -> None:
+    def _prefill_head(self, stream: Any, x: Any) -> None:
         """The head of a prefill chunk over all max_chunk_seqs rows, each the last row of its
-        sequence in the chunk, gathered by the norm (fixed arguments: in a graph it is an IF
-        node's body, which cannot be patched; unused rows read row 0)."""
+        sequence in the chunk (x's rows), gathered by the norm (fixed arguments: in a graph
+        it is an IF node's body, which cannot be patched; unused rows read row 0)."""
         a, m, s = self.pre, self.pre_meta.dev, self.max_chunk_seqs
         with _on(stream, None):
-            self._head(a["r"], a, m, m["last_pos"], s, gather=m["last"])
+            self._head(x, a, m, m["last_pos"], s, gather=m["last"])
+
+    def launch_mixed(self, batch: int, max_len: Any, n: Any, num_seqs: Any, max_q_len: Any,
+                     stream: Any, symbols: Symbols | None = None, *, chunk: int,
+                     pdl: bool = False, advance: Any = 0, host_next: Any = None) -> None:
+        """A decode step of `batch` rows (a bucket) and a prefill chunk of `n` tokens as one
+        iteration: every layer's projections run over the decode rows and the chunk's tokens
+        together (the weights read once), attention by kind (decode attention over the
+        first `batch` rows, prefill attention over the chunk's); the decode rows' tokens
+        land as `launch_decode`'s do (dec["next"], `host_next`, the hand-off with
+        `advance`), the chunk's as `launch_prefill`'s (pre["next"], its head an IF node when
+        captured). Metadata: `prepare_prefill`, `prepare_decode` (in that order: the
+        decode's copy of the tables carries the chunk's), then `prepare_mixed`. Kernels are
+        chosen for batch + chunk rows; results round as such a batch does, not as the
+        separate step and chunk do."""
+        if not 1 <= batch <= self.max_batch or not 1 <= chunk <= self.max_chunk:
+            raise ValueError(f"batch {batch}, chunk {chunk}: need 1 <= batch <= "
+                             f"{self.max_batch} and 1 <= chunk <= {self.max_chunk}")
+        cfg, a = self.cfg, self.mixed_buffers()
+        assert self.mix_meta is not None
+        mm, dm, pm = self.mix_meta.dev, self.dec_meta.dev, self.pre_meta.dev
+        q3 = a["q"]
+        out3 = a["attn"].reshape(q3.shape)
+        rows = batch + n
+
+        def attend(kc: Any, vc: Any) -> None:
+            splits = self.prefill_splits(chunk)
+            q, out = q3[batch:batch + chunk], out3[batch:batch + chunk]
+            with programmatic(False):  # ends the chain once a layer, as decode's does
+                ops.decode_attention(q3[:batch], kc, vc, self.kv.block_tables,
+                                     self.kv.seq_lens, dm["slots"][:batch], out3[:batch],
+                                     self.workspace, max_len, scale=cfg.attention_scale,
+                                     splits=self.splits[batch - 1])
+                ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
+                                      pm["cu"], pm["seqs"], out, max_q_len, num_seqs,
+                                      scale=cfg.attention_scale,
+                                      rows=ops.attention.prefill_rows(chunk), splits=splits,
+                                      workspace=self.prefill_workspace)
+
+        with programmatic(pdl), _on(stream, symbols):
+            ops.embedding(mm["ids"], self.w["embed"], a["r"], rows)
+            for i in range(cfg.layers):
+                self._layer(i, a, mm, rows, batch + chunk, attend)
+            dec = {k: v[:batch] for k, v in self.dec.items()}
+            m = {k: v[:batch] for k, v in dm.items()}
+            handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
+            self._head(a["r"][:batch], dec, m, m["pos"], batch, handoff)
+        self._chunk_head(num_seqs, stream, symbols, a["r"][batch:])
 
     # -- eager conveniences -----------------------------------------------------------------
 

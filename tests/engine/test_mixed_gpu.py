@@ -1,0 +1,95 @@
+"""Mixed iterations (`Runner(mixed=True)`): a prefill chunk and a decode step as one pass over
+the weights. Their logits follow the NumPy reference, graphs replay the eager launches bit for
+bit (the same graph patched for another chunk), and an engine running them gives the
+reference's greedy tokens."""
+
+import numpy as np
+import pytest
+
+from rawgraph.dtypes import to_float32
+from rawgraph.engine import Engine
+from rawgraph.engine.runner import Runner
+from rawgraph.model.reference import KVState, float_weights, forward
+from rawgraph.model.step import PrefillPiece
+from tests.engine.test_engine_gpu import CFG, TENSORS, _model, _reference, _stream
+
+pytestmark = pytest.mark.gpu
+TOL = 0.02  # logits error relative to their scale (float16; as tests/model/test_model_gpu)
+
+
+def _err(got, want) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def _iterations(graphs):
+    """Two sequences decoding while two others prefill in mixed iterations of the same
+    (bucket 2, chunk 16) graph: one with a final and a non-final piece, one finishing the
+    second prompt. Returns [(decode rows' logits, the chunk's head logits)] and the
+    sequences' tokens."""
+    rng = np.random.default_rng(5)
+    prompts = [[int(t) for t in rng.integers(0, CFG.vocab, n)] for n in (6, 9, 7, 12)]
+    model = _model()
+    runner = Runner(model, graphs=graphs, buckets=[2, 4], chunks=[16, 32], mixed=True)
+    seqs = {s: list(p) for s, p in enumerate(prompts)}
+    first, _, _ = runner.run([PrefillPiece(s, prompts[s], 0) for s in (0, 1)], [], [])
+    for s, t in zip((0, 1), first):
+        seqs[s].append(t)
+    out = []
+    for pieces in ([PrefillPiece(2, prompts[2], 0),
+                    PrefillPiece(3, prompts[3][:5], 0, final=False)],
+                   [PrefillPiece(3, prompts[3][5:], 5)]):
+        first, nxt, _ = runner.run(pieces, [0, 1], [seqs[0][-1], seqs[1][-1]])
+        out.append((model.dec["logits"][:2].get(), model.pre["logits"][:len(pieces)].get()))
+        for s, t in zip((0, 1), nxt):
+            seqs[s].append(t)
+        for p, t in zip(pieces, first):
+            assert (t >= 0) == p.final
+            if p.final:
+                seqs[p.slot].append(t)
+    runner.close()
+    model.close()
+    return out, seqs, prompts
+
+
+def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit():
+    got, seqs, prompts = _iterations(graphs=True)
+    eager, eager_seqs, _ = _iterations(graphs=False)
+    assert seqs == eager_seqs
+    for (d, p), (de, pe) in zip(got, eager):
+        assert np.array_equal(d.view(np.uint16), de.view(np.uint16))
+        assert np.array_equal(p.view(np.uint16), pe.view(np.uint16))
+    w = float_weights(CFG, TENSORS)
+
+    def want(tokens):
+        return forward(CFG, w, np.asarray(tokens), KVState())[-1]
+
+    # iteration 1: rows 0 and 1 fed their first tokens; piece 0 ends prompt 2
+    (d1, p1), (d2, p2) = got
+    for r in (0, 1):
+        assert _err(to_float32(d1[r], CFG.dtype), want(seqs[r][:-2])) < TOL
+        assert _err(to_float32(d2[r], CFG.dtype), want(seqs[r][:-1])) < TOL
+    assert _err(to_float32(p1[0], CFG.dtype), want(prompts[2])) < TOL
+    assert _err(to_float32(p2[0], CFG.dtype), want(prompts[3])) < TOL  # after its two pieces
+
+
+def test_an_engine_of_mixed_iterations_matches_eager_and_the_reference():
+    outs = []
+    for graphs in (False, True):
+        model = _model()
+        engine = Engine(model, graphs=graphs, mixed=True, progress=False)
+        reqs = engine.run(_stream())
+        outs.append([r.output for r in reqs])
+        if graphs:
+            used = [k for k, e in engine.runner.pool.entries.items() if k[0] == "mixed"]
+            assert used, "no iteration was mixed"
+        engine.close()
+        model.close()
+    assert outs[0] == outs[1]
+    w = float_weights(CFG, TENSORS)
+    compared = 0
+    for r, out in zip(_stream(), outs[1]):
+        if r.sampling.temperature == 0:
+            want, sure = _reference(r.prompt, r.max_new_tokens, w)
+            assert out[:sure + 1] == want[:sure + 1] or out[:sure] == want[:sure], r.name
+            compared += sure
+    assert compared >= 20
