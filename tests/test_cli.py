@@ -45,6 +45,7 @@ def _error(capsys, argv):
     (["demo", "--requests", "many"], "'many' is not an integer"),
     (["demo", "--max-context", "100", "--chunk", "64"], "need up to 448 tokens"),
     (["serve", "--preset", "nosuch"], "--preset 'nosuch': choose one of tiny"),
+    (["serve", "--reference", "--mixed"], "--mixed: the reference decoder"),
     (["serve", "--model", "/nonexistent"], "--model /nonexistent: not a directory"),
     (["serve", "--preset", "llama-8b", "--reference"], "--reference runs the NumPy decoder"),
     (["serve", "--port", "70000"], "--port 70000: 1 to 65535"),

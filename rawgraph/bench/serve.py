@@ -75,6 +75,7 @@ class Load:
     seed: int = 0
     reference: bool = False           # the NumPy decoder on the CPU (tests of this harness)
     engine: str = "process"           # `rawgraph serve --engine` (process or thread)
+    mixed: bool = False               # `rawgraph serve --mixed` (and offline the same)
 
     @property
     def max_queue(self) -> int:
@@ -87,6 +88,7 @@ class Load:
                 str(self.max_context), "--max-queue", str(self.max_queue), "--grace", "60",
                 "--chunk", str(min(256, self.max_context)),
                 *(["--reference"] if self.reference else []),
+                *(["--mixed"] if self.mixed else []),
                 "--engine", self.engine]
 
 
@@ -307,7 +309,7 @@ def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, 
         model = Model(cfg, random_weights(cfg, 0) if load.preset == "tiny" else None,
                       max_batch=load.max_batch, max_context=load.max_context,
                       max_chunk=min(256, load.max_context), max_chunk_seqs=min(8, load.max_batch))
-        engine = Engine(model, progress=False)
+        engine = Engine(model, progress=False, mixed=load.mixed)
     reqs = [Request(p.prompt, p.max_tokens) for p in work]
     t0 = time.perf_counter()
     engine.run(reqs)

@@ -52,5 +52,5 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
         engine = reference_engine(cfg, tensors, **sizes)
     else:
         model = Model(cfg, tensors, seed=args.seed, files=files, **sizes)
-        engine = Engine(model, progress=False)
+        engine = Engine(model, progress=False, mixed=getattr(args, "mixed", False))
     return engine, info

@@ -21,6 +21,8 @@ def check(args: argparse.Namespace) -> None:
     if args.reference and args.model is None and args.preset != "tiny":
         raise ValueError("--reference runs the NumPy decoder on the CPU: --preset tiny or a "
                          "--model checkpoint small enough for it")
+    if args.reference and args.mixed:
+        raise ValueError("--mixed: the reference decoder (--reference) runs no graphs to mix")
     if not 1 <= args.max_batch <= DECODE_ROWS:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
@@ -57,6 +59,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     q.add_argument("--seed", type=at_least(0), default=0, help="seed of random weights")
     q.add_argument("--reference", action="store_true",
                    help="serve the NumPy reference decoder on the CPU (no GPU; tiny models)")
+    q.add_argument("--mixed", action="store_true",
+                   help="run an iteration's prefill chunk and decode step as one pass over "
+                        "the weights (one graph per batch bucket and chunk size)")
     q.add_argument("--engine", choices=("process", "thread"), default="process",
                    help="where the engine runs: a process of its own (the event loop and the "
                    "engine hold no lock in common; served 88-92%% of offline throughput against "
