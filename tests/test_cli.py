@@ -51,6 +51,7 @@ def _error(capsys, argv):
     (["serve", "--port", "70000"], "--port 70000: 1 to 65535"),
     (["serve", "--max-queue", "0"], "--max-queue: 0 must be at least 1"),
     (["serve", "--max-context", "64"], "--chunk 256 exceeds --max-context 64"),
+    (["serve", "--decode-chunk", "300"], "--decode-chunk 300 exceeds --chunk 256"),
     (["serve", "--request-timeout", "0"], "--request-timeout 0.0: seconds, more than 0"),
     (["serve", "--grace", "-1"], "--grace -1.0: seconds, 0 or more"),
     (["bench", "nosuch"], "invalid choice: 'nosuch'"),

@@ -76,6 +76,7 @@ class Load:
     reference: bool = False           # the NumPy decoder on the CPU (tests of this harness)
     engine: str = "process"           # `rawgraph serve --engine` (process or thread)
     mixed: bool = False               # `rawgraph serve --mixed` (and offline the same)
+    decode_chunk: int | None = None   # `rawgraph serve --decode-chunk` (and offline the same)
 
     @property
     def max_queue(self) -> int:
@@ -89,6 +90,7 @@ class Load:
                 "--chunk", str(min(256, self.max_context)),
                 *(["--reference"] if self.reference else []),
                 *(["--mixed"] if self.mixed else []),
+                *(["--decode-chunk", str(self.decode_chunk)] if self.decode_chunk else []),
                 "--engine", self.engine]
 
 
@@ -304,12 +306,14 @@ def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, 
     if load.reference:
         engine = reference_engine(cfg, random_weights(cfg, 0), max_batch=load.max_batch,
                                   max_context=load.max_context,
-                                  max_chunk=min(256, load.max_context))
+                                  max_chunk=min(256, load.max_context),
+                                  decode_chunk=load.decode_chunk)
     else:
         model = Model(cfg, random_weights(cfg, 0) if load.preset == "tiny" else None,
                       max_batch=load.max_batch, max_context=load.max_context,
                       max_chunk=min(256, load.max_context), max_chunk_seqs=min(8, load.max_batch))
-        engine = Engine(model, progress=False, mixed=load.mixed)
+        engine = Engine(model, progress=False, mixed=load.mixed,
+                        decode_chunk=load.decode_chunk)
     reqs = [Request(p.prompt, p.max_tokens) for p in work]
     t0 = time.perf_counter()
     engine.run(reqs)
@@ -355,7 +359,8 @@ def measure(load: Load) -> dict[str, Any]:
     burst = [r for r in results if r["bad"] == "burst"]
     itl_p99 = _pct(itl, 99) * 1e3
     return {
-        "preset": load.preset, "engine": load.engine,
+        "preset": load.preset, "engine": load.engine, "mixed": load.mixed,
+        "decode chunk": load.decode_chunk or min(256, load.max_context),
         "requests": load.requests, "batch": load.max_batch,
         "served tok/s": served_tokens / facts["wall_s"], "offline tok/s": offline_tps,
         "served / offline": served_tokens / facts["wall_s"] / offline_tps,

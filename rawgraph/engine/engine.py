@@ -20,7 +20,7 @@ from rawgraph.cuda.stream import cupy_stream
 from rawgraph.engine.request import Request, token_ids
 from rawgraph.engine.runner import IterStats, Pending, Runner
 from rawgraph.engine.scheduler import Plan, Scheduler
-from rawgraph.model.decoder import Model
+from rawgraph.model.decoder import Model, chunk_sizes
 from rawgraph.ops.sampling import SamplingParams
 
 RECENT = 4096  # iterations kept for medians and timelines
@@ -86,7 +86,11 @@ class Engine:
     it on the device), so the host's work per step hides behind the GPU's; a request that
     stops at a stop id has one step computed past it, which is discarded. Tokens are the
     same either way. `mixed`: an iteration's prefill chunk and decode step run as one
-    (Runner). One thread drives an engine. `runner`: one to use instead of building
+    (Runner). `decode_chunk`: the most prompt tokens an iteration that also steps decoding
+    sequences prefills (default: the largest chunk; a graph of that size is added to the
+    chunks): the decoding users' next token waits for them, so a smaller one shortens the
+    inter-token latency's tail and lengthens the time to first token. One thread drives
+    an engine. `runner`: one to use instead of building
     a `Runner` for `model` (`engine.reference`: the NumPy decoder on the host).
     """
 
@@ -94,9 +98,15 @@ class Engine:
                  buckets: Sequence[int] | None = None, chunks: Sequence[int] | None = None,
                  streams: int = 2, progress: bool = True, max_graphs: int = 64,
                  max_graph_bytes: int = 1 << 30, pdl: bool = True, overlap: bool = True,
-                 mixed: bool = False, runner: Any = None):
+                 mixed: bool = False, decode_chunk: int | None = None, runner: Any = None):
         if capture not in ("upfront", "lazy"):
             raise ValueError(f"capture = {capture!r}: 'upfront' or 'lazy'")
+        if decode_chunk is not None and (type(decode_chunk) is not int
+                                         or not 1 <= decode_chunk <= model.max_chunk):
+            raise ValueError(f"decode_chunk = {decode_chunk!r}: an int in [1, max_chunk = "
+                             f"{model.max_chunk}]")
+        if decode_chunk is not None and chunks is None and runner is None:
+            chunks = sorted({*chunk_sizes(model.max_chunk), decode_chunk})
         self.model = model
         self.runner = runner if runner is not None else Runner(
             model, graphs=graphs, buckets=buckets, chunks=chunks, streams=streams,
@@ -106,7 +116,8 @@ class Engine:
                                    chunk_tokens=self.runner.chunks[-1],
                                    chunk_seqs=model.max_chunk_seqs,
                                    num_blocks=kv.tables.alloc.num_blocks,
-                                   block_size=kv.block_size, max_context=model.max_context)
+                                   block_size=kv.block_size, max_context=model.max_context,
+                                   decode_chunk=decode_chunk)
         self.stats = EngineStats()
         self.steps = 0
         self.overlap = overlap

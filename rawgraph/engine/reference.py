@@ -166,9 +166,10 @@ class ReferenceRunner(Launched):
 
 def reference_engine(cfg: LlamaConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
                      max_context: int = 1024, max_chunk: int = 256, max_chunk_seqs: int = 8,
-                     overlap: bool = True) -> Engine:
-    """An `Engine` over the reference decoder on the host (no GPU)."""
+                     overlap: bool = True, decode_chunk: int | None = None) -> Engine:
+    """An `Engine` over the reference decoder on the host (no GPU); `decode_chunk` as
+    `Engine`'s."""
     model = ReferenceModel(cfg, tensors, max_batch=max_batch, max_context=max_context,
                            max_chunk=max_chunk, max_chunk_seqs=max_chunk_seqs)
     return Engine(model, graphs=False, progress=False, overlap=overlap,
-                  runner=ReferenceRunner(model))
+                  decode_chunk=decode_chunk, runner=ReferenceRunner(model))

@@ -147,10 +147,13 @@ class Runner(Launched):
             b, c = size
             m.mixed_buffers()  # allocated before the capture
             sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1), n=Range(1, c),
-                          seqs=Range(1, m.max_chunk_seqs), max_q_len=Range(1, c))
-            sym.set(max_len=m.max_context, advance=1, n=c, seqs=1, max_q_len=c)
+                          seqs=Range(1, m.max_chunk_seqs), max_q_len=Range(1, c),
+                          pre_len=Range(1, m.max_context))
+            sym.set(max_len=m.max_context, advance=1, n=c, seqs=1, max_q_len=c,
+                    pre_len=m.max_context)
             with capture(s, name=f"mixed B={b} C={c}") as cap:
-                m.launch_mixed(b, sym.max_len, sym.n, sym.seqs, sym.max_q_len, s, symbols=sym,
+                m.launch_mixed(b, sym.max_len, sym.n, sym.seqs, sym.max_q_len, sym.pre_len, s,
+                               symbols=sym,
                                chunk=c, pdl=self.pdl, advance=sym.advance,
                                host_next=self._token_pairs[:b])
         elif kind == "decode":
@@ -314,7 +317,7 @@ class Runner(Launched):
         """`launch`'s mixed iteration: the chunk and the step in one graph (or eagerly, the
         same launches) on the decode stream."""
         m, ds = self.model, self.decode_stream
-        n, seqs, max_q_len = m.prepare_prefill(pieces, ds, sync=False)
+        n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ds, sync=False)
         max_len = m.prepare_decode(slots, tokens, ds, sampling)  # its tables carry the chunk's
         m.prepare_mixed(b, c, n, ds)
         if self.prefill_stream is not ds:  # after any chunk still on the prefill stream
@@ -325,11 +328,11 @@ class Runner(Launched):
         if ex is not None:
             tp = time.perf_counter()
             st.patched += ex.set(max_len=max_len, advance=1, n=n, seqs=seqs,
-                                 max_q_len=max_q_len)
+                                 max_q_len=max_q_len, pre_len=pre_len)
             st.patch_us += (time.perf_counter() - tp) * 1e6
             ex.launch(ds)
         else:
-            m.launch_mixed(b, max_len, n, seqs, max_q_len, ds, chunk=c, pdl=self.pdl,
+            m.launch_mixed(b, max_len, n, seqs, max_q_len, pre_len, ds, chunk=c, pdl=self.pdl,
                            advance=1, host_next=self._token_pairs[:b])
         done.record(cupy_stream(ds))
         self._turn ^= 1

@@ -24,11 +24,14 @@ class Plan:
 
 class Scheduler:
     """FIFO admission into `max_seqs` cache slots; prefill chunks of up to `chunk_tokens`
-    tokens from up to `chunk_seqs` sequences; every decoding sequence steps each iteration."""
+    tokens from up to `chunk_seqs` sequences, and of up to `decode_chunk` tokens in an
+    iteration that also steps decoding sequences (their next token waits for the chunk);
+    every decoding sequence steps each iteration."""
 
     def __init__(self, *, max_seqs: int, chunk_tokens: int, chunk_seqs: int, num_blocks: int,
-                 block_size: int, max_context: int):
+                 block_size: int, max_context: int, decode_chunk: int | None = None):
         self.max_seqs, self.chunk_tokens, self.chunk_seqs = max_seqs, chunk_tokens, chunk_seqs
+        self.decode_chunk = min(decode_chunk or chunk_tokens, chunk_tokens)
         self.num_blocks, self.block_size, self.max_context = num_blocks, block_size, max_context
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -95,7 +98,8 @@ class Scheduler:
 
     def plan(self) -> Plan:
         """This iteration's prefill pieces (in arrival order) and decode rows."""
-        pieces, budget = [], self.chunk_tokens
+        decode = [r for r in self.running if r.decoding]
+        pieces, budget = [], self.decode_chunk if decode else self.chunk_tokens
         for r in self.running:
             if r.decoding or r.finish or budget == 0 or len(pieces) == self.chunk_seqs:
                 continue
@@ -104,7 +108,7 @@ class Scheduler:
                                  r.sampling, final=r.prefilled + take == len(r.prompt))
             pieces.append((r, piece))
             budget -= take
-        return Plan(pieces, [r for r in self.running if r.decoding])
+        return Plan(pieces, decode)
 
     def finish(self, r: Request, why: str) -> None:
         """Retire a running request: its slot and reserved blocks come back (once)."""

@@ -558,23 +558,32 @@ class Model:
         chunk = chunk or self.max_chunk
         if not 1 <= chunk <= self.max_chunk:
             raise ValueError(f"chunk {chunk} outside [1, {self.max_chunk}]")
-        q3, rows = a["q"], self.runs(chunk)
+        q3, out3 = a["q"], a["attn"].reshape(a["q"].shape)
 
         def attend(kc: Any, vc: Any) -> None:
-            q, out = q3[:chunk], a["attn"].reshape(q3.shape)[:chunk]
-            kw = ({"rows": rows, "context": max_len, "chunk": chunk, "n": n,
-                   "workspace": self.prefill_workspace} if rows else
-                  {"rows": ops.attention.prefill_rows(chunk)})
             with programmatic(False):  # ends the chain once a layer, as decode's does
-                ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
-                                      m["cu"], m["seqs"], out, max_q_len, num_seqs,
-                                      scale=cfg.attention_scale, **kw)
+                self._chunk_attention(q3[:chunk], out3[:chunk], kc, vc, n, num_seqs,
+                                      max_q_len, max_len, chunk)
 
         with programmatic(pdl), _on(stream, symbols):
             ops.embedding(m["ids"], self.w["embed"], a["r"], n)
             for i in range(cfg.layers):
                 self._layer(i, a, m, n, chunk, attend)
         self._chunk_head(num_seqs, stream, symbols, a["r"])
+
+    def _chunk_attention(self, q: Any, out: Any, kc: Any, vc: Any, n: Any, num_seqs: Any,
+                         max_q_len: Any, max_len: Any, chunk: int) -> None:
+        """Prefill attention of a chunk's tokens (q, out: (chunk, heads, head_dim), row r
+        the chunk's token r; the metadata in pre_meta): GQA-grouped tiles in key runs that
+        follow each sequence's length up to `runs_up_to` tokens, a block per (query tile,
+        head) above."""
+        m, rows = self.pre_meta.dev, self.runs(chunk)
+        kw = ({"rows": rows, "context": max_len, "chunk": chunk, "n": n,
+               "workspace": self.prefill_workspace} if rows else
+              {"rows": ops.attention.prefill_rows(chunk)})
+        ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
+                              m["seqs"], out, max_q_len, num_seqs,
+                              scale=self.cfg.attention_scale, **kw)
 
     def _chunk_head(self, num_seqs: Any, stream: Any, symbols: Symbols | None,
                     x: Any) -> None:
@@ -601,41 +610,37 @@ class Model:
             self._head(x, a, m, m["last_pos"], s, gather=m["last"])
 
     def launch_mixed(self, batch: int, max_len: Any, n: Any, num_seqs: Any, max_q_len: Any,
-                     stream: Any, symbols: Symbols | None = None, *, chunk: int,
+                     pre_len: Any, stream: Any, symbols: Symbols | None = None, *, chunk: int,
                      pdl: bool = False, advance: Any = 0, host_next: Any = None) -> None:
-        """A decode step of `batch` rows (a bucket) and a prefill chunk of `n` tokens as one
-        iteration: every layer's projections run over the decode rows and the chunk's tokens
-        together (the weights read once), attention by kind (decode attention over the
-        first `batch` rows, prefill attention over the chunk's); the decode rows' tokens
-        land as `launch_decode`'s do (dec["next"], `host_next`, the hand-off with
-        `advance`), the chunk's as `launch_prefill`'s (pre["next"], its head an IF node when
-        captured). Metadata: `prepare_prefill`, `prepare_decode` (in that order: the
-        decode's copy of the tables carries the chunk's), then `prepare_mixed`. Kernels are
-        chosen for batch + chunk rows; results round as such a batch does, not as the
-        separate step and chunk do."""
+        """A decode step of `batch` rows (a bucket; its longest context `max_len`) and a
+        prefill chunk of `n` tokens (`num_seqs`, `max_q_len` and its longest context
+        `pre_len`, as `prepare_prefill` returns them) as one iteration. Every layer's
+        projections run over the decode rows and the chunk's tokens together (the weights
+        read once); attention by kind (decode attention over the first `batch` rows, the
+        chunk's attention over the rest). The decode rows' tokens land as `launch_decode`'s
+        do (dec["next"], `host_next`, the hand-off with `advance`), the chunk's as
+        `launch_prefill`'s (pre["next"], its head an IF node when captured). Metadata:
+        `prepare_prefill`, `prepare_decode` (in that order: the decode's copy of the tables
+        carries the chunk's), then `prepare_mixed`. Kernels are chosen for batch + chunk
+        rows; results round as such a batch does, not as the separate step and chunk do."""
         if not 1 <= batch <= self.max_batch or not 1 <= chunk <= self.max_chunk:
             raise ValueError(f"batch {batch}, chunk {chunk}: need 1 <= batch <= "
                              f"{self.max_batch} and 1 <= chunk <= {self.max_chunk}")
         cfg, a = self.cfg, self.mixed_buffers()
         assert self.mix_meta is not None
-        mm, dm, pm = self.mix_meta.dev, self.dec_meta.dev, self.pre_meta.dev
+        mm, dm = self.mix_meta.dev, self.dec_meta.dev
         q3 = a["q"]
         out3 = a["attn"].reshape(q3.shape)
         rows = batch + n
 
         def attend(kc: Any, vc: Any) -> None:
-            splits = self.prefill_splits(chunk)
-            q, out = q3[batch:batch + chunk], out3[batch:batch + chunk]
             with programmatic(False):  # ends the chain once a layer, as decode's does
                 ops.decode_attention(q3[:batch], kc, vc, self.kv.block_tables,
                                      self.kv.seq_lens, dm["slots"][:batch], out3[:batch],
                                      self.workspace, max_len, scale=cfg.attention_scale,
                                      splits=self.splits[batch - 1])
-                ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
-                                      pm["cu"], pm["seqs"], out, max_q_len, num_seqs,
-                                      scale=cfg.attention_scale,
-                                      rows=ops.attention.prefill_rows(chunk), splits=splits,
-                                      workspace=self.prefill_workspace)
+                self._chunk_attention(q3[batch:batch + chunk], out3[batch:batch + chunk], kc,
+                                      vc, n, num_seqs, max_q_len, pre_len, chunk)
 
         with programmatic(pdl), _on(stream, symbols):
             ops.embedding(mm["ids"], self.w["embed"], a["r"], rows)

@@ -49,8 +49,9 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
     sizes = {"max_batch": args.max_batch, "max_context": args.max_context,
              "max_chunk": args.chunk, "max_chunk_seqs": min(8, args.max_batch)}
     if args.reference:
-        engine = reference_engine(cfg, tensors, **sizes)
+        engine = reference_engine(cfg, tensors, decode_chunk=args.decode_chunk, **sizes)
     else:
         model = Model(cfg, tensors, seed=args.seed, files=files, **sizes)
-        engine = Engine(model, progress=False, mixed=getattr(args, "mixed", False))
+        engine = Engine(model, progress=False, mixed=args.mixed,
+                        decode_chunk=args.decode_chunk)
     return engine, info

@@ -27,6 +27,8 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
         raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
+    if args.decode_chunk is not None and args.decode_chunk > args.chunk:
+        raise ValueError(f"--decode-chunk {args.decode_chunk} exceeds --chunk {args.chunk}")
     if not 0 < args.port < 65536:
         raise ValueError(f"--port {args.port}: 1 to 65535")
     if args.request_timeout is not None and not args.request_timeout > 0:
@@ -50,6 +52,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     q.add_argument("--max-context", type=positive, default=2048,
                    help="tokens per sequence, prompt and output")
     q.add_argument("--chunk", type=positive, default=256, help="largest prefill chunk")
+    q.add_argument("--decode-chunk", type=positive, default=None,
+                   help="largest prefill chunk in an iteration that also decodes (default: "
+                   "--chunk): smaller shortens the inter-token latency's tail and lengthens "
+                   "the time to first token")
     q.add_argument("--max-queue", type=positive, default=256,
                    help="requests waiting for admission before new ones get 429")
     q.add_argument("--request-timeout", type=float, default=None,

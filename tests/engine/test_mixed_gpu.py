@@ -72,16 +72,21 @@ def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit():
     assert _err(to_float32(p2[0], CFG.dtype), want(prompts[3])) < TOL  # after its two pieces
 
 
-def test_an_engine_of_mixed_iterations_matches_eager_and_the_reference():
+@pytest.mark.parametrize("decode_chunk", [None, 24])
+def test_an_engine_of_mixed_iterations_matches_eager_and_the_reference(decode_chunk):
     outs = []
     for graphs in (False, True):
         model = _model()
-        engine = Engine(model, graphs=graphs, mixed=True, progress=False)
+        engine = Engine(model, graphs=graphs, mixed=True, progress=False,
+                        decode_chunk=decode_chunk)
         reqs = engine.run(_stream())
         outs.append([r.output for r in reqs])
         if graphs:
             used = [k for k, e in engine.runner.pool.entries.items() if k[0] == "mixed"]
             assert used, "no iteration was mixed"
+            if decode_chunk:  # pieces beside decoding rows kept to it
+                assert max(i.prefill_tokens for i in engine.stats.iters
+                           if i.decode_rows) == decode_chunk
         engine.close()
         model.close()
     assert outs[0] == outs[1]

@@ -20,11 +20,20 @@ def _engine(**kw):
     return reference_engine(CFG, W, max_batch=3, max_context=128, max_chunk=32, **kw)
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_greedy_tokens_are_the_references(overlap):
+@pytest.mark.parametrize(("overlap", "decode_chunk"), [(True, None), (False, None), (True, 5)])
+def test_greedy_tokens_are_the_references(overlap, decode_chunk):
     fw = float_weights(CFG, W)
     want = [greedy(CFG, fw, p, 10) for p in PROMPTS]
-    assert _engine(overlap=overlap).generate(PROMPTS, max_new_tokens=10) == want
+    engine = _engine(overlap=overlap, decode_chunk=decode_chunk)
+    assert engine.generate(PROMPTS, max_new_tokens=10) == want
+    if decode_chunk:  # the long prompt went in pieces of 5 while the others decoded
+        assert max(i.prefill_tokens for i in engine.stats.iters if i.decode_rows) == 5
+
+
+@pytest.mark.parametrize("bad", [0, 33, 4.0, "8"])
+def test_a_decode_chunk_outside_the_chunks_is_refused(bad):
+    with pytest.raises(ValueError, match=f"decode_chunk = {bad!r}: an int in \\[1, max_chunk = 32"):
+        _engine(decode_chunk=bad)
 
 
 def test_seeded_draws_repeat_and_differ_by_seed():

@@ -49,6 +49,19 @@ def test_plan_fills_chunks_in_arrival_order_and_steps_every_decoder():
     assert p.decode == [a, b] and [r for r, _ in p.prefill] == [c]
 
 
+def test_a_chunk_beside_decoding_sequences_keeps_to_decode_chunk():
+    s = _sched(decode_chunk=4)
+    a, b = Request([1] * 20, 4), Request([2] * 30, 4)
+    for r in (a, b):
+        s.add(r)
+    s.admit(0)
+    assert [len(x.tokens) for _, x in s.plan().prefill] == [16]  # nobody decodes: the chunk
+    a.prefilled, a.output = 20, [7]
+    p = s.plan()
+    assert p.decode == [a] and [(len(x.tokens), x.start) for _, x in p.prefill] == [(4, 0)]
+    assert _sched(decode_chunk=99).decode_chunk == 16  # never above the chunk
+
+
 def test_requests_that_can_never_run_are_refused():
     s = _sched()
     with pytest.raises(ValueError, match="exceeds max_context = 128"):
