@@ -1,16 +1,17 @@
 """`rawgraph bench serve`: the server under load and faults, against the same work offline.
 
-For each preset (random weights, the engine in its own process; llama-1b a second time with
-`--engine thread`): `rawgraph serve` starts as a subprocess; clients in `CLIENT_PROCS`
-processes send `requests` streaming, greedy requests with Poisson arrivals (prompts and outputs
-of random lengths), and in the same run: a fifth of the clients disconnect mid-stream,
-malformed requests arrive (bad JSON, unknown fields, a huge max_tokens, prompts past the
-context) that must get a 4xx. `--max-queue` is the number of requests, so none of them is
-turned away; once they are done, a burst of tiny requests 64 past it overflows the queue (429
-expected), then one more request must succeed (recovery). The server is then stopped by SIGTERM
-(exit 0 expected) and the same work runs again offline through `Engine.run`: every request the
-server took, those whose clients left cut to the tokens they had received (the server prefilled
-their prompts and decoded those tokens too).
+For each preset (random weights, the engine in its own process; again with mixed iterations
+and a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 128`; llama-1b a
+third time with `--engine thread`): `rawgraph serve` starts as a subprocess; clients in
+`CLIENT_PROCS` processes send `requests` streaming, greedy requests with Poisson arrivals
+(prompts and outputs of random lengths), and in the same run: a fifth of the clients
+disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge max_tokens,
+prompts past the context) that must get a 4xx. `--max-queue` is the number of requests, so
+none of them is turned away; once they are done, a burst of tiny requests 64 past it overflows
+the queue (429 expected), then one more request must succeed (recovery). The server is then
+stopped by SIGTERM (exit 0 expected) and the same work runs again offline through
+`Engine.run`: every request the server took, those whose clients left cut to the tokens they
+had received (the server prefilled their prompts and decoded those tokens too).
 
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the decode step at that batch (`max_batch` rows at the
@@ -390,10 +391,18 @@ def measure(load: Load) -> dict[str, Any]:
     }
 
 
+LATENCY_CHUNK = 128  # the latency rows' --decode-chunk
+
+
 def run(only: str = "") -> list[dict[str, Any]]:
     """llama-1b and llama-8b (or the presets whose names contain `only`), the engine in its
-    own process; llama-1b (the shortest steps) also with the engine on the server's thread."""
-    loads = [Load(preset=n) for n in ("llama-1b", "llama-8b") if only in n]
+    own process as `rawgraph serve` starts it, then tuned for inter-token latency (`--mixed
+    --decode-chunk LATENCY_CHUNK`: at most that many prompt tokens ride along with the
+    decoding rows, in one pass over the weights); llama-1b (the shortest steps) also with
+    the engine on the server's thread."""
+    names = [n for n in ("llama-1b", "llama-8b") if only in n]
+    loads = [Load(preset=n) for n in names]
+    loads += [Load(preset=n, mixed=True, decode_chunk=LATENCY_CHUNK) for n in names]
     loads += [Load(preset=n, engine="thread") for n in ("llama-1b",) if only in n]
     return [measure(load) for load in loads]
 
@@ -401,7 +410,8 @@ def run(only: str = "") -> list[dict[str, Any]]:
 def summary(rows: list[dict[str, Any]]) -> str:
     """One line per preset on the goals: served >= 90% of offline; ITL p99 <= 2 steps."""
     return "\n".join(
-        f"{r['preset']} (engine on a {r['engine']}): served {r['served / offline']:.0%} of "
+        f"{r['preset']} (engine on a {r['engine']}{', mixed' if r['mixed'] else ''}, "
+        f"decode chunk {r['decode chunk']}): served {r['served / offline']:.0%} of "
         f"offline (goal 90%); ITL p99 {r['ITL p99 / step']:.2f}x the decode step (goal <= 2); "
         f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"
         for r in rows)
