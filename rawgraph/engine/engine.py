@@ -89,9 +89,9 @@ class Engine:
     (Runner). `decode_chunk`: the most prompt tokens an iteration that also steps decoding
     sequences prefills (default: the largest chunk; a graph of that size is added to the
     chunks): the decoding users' next token waits for them, so a smaller one shortens the
-    inter-token latency's tail and lengthens the time to first token. One thread drives
-    an engine. `runner`: one to use instead of building
-    a `Runner` for `model` (`engine.reference`: the NumPy decoder on the host).
+    inter-token latency's tail and lengthens the time to first token. One thread drives an
+    engine. `runner`: one to use instead of building a `Runner` for `model`
+    (`engine.reference`: the NumPy decoder on the host).
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, capture: str = "upfront",

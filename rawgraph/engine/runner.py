@@ -153,8 +153,7 @@ class Runner(Launched):
                     pre_len=m.max_context)
             with capture(s, name=f"mixed B={b} C={c}") as cap:
                 m.launch_mixed(b, sym.max_len, sym.n, sym.seqs, sym.max_q_len, sym.pre_len, s,
-                               symbols=sym,
-                               chunk=c, pdl=self.pdl, advance=sym.advance,
+                               symbols=sym, chunk=c, pdl=self.pdl, advance=sym.advance,
                                host_next=self._token_pairs[:b])
         elif kind == "decode":
             sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1))
@@ -174,10 +173,11 @@ class Runner(Launched):
     def keys(self) -> list[tuple[str, Any]]:
         """Every graph this runner uses: decode buckets, prefill chunk sizes, then (`mixed`)
         each bucket with each chunk size."""
-        mixed = [("mixed", (b, c)) for b in self.buckets for c in self.chunks] \
-            if self.mixed else []
-        return [("decode", b) for b in self.buckets] + [("prefill", c) for c in self.chunks] \
-            + mixed
+        keys: list[tuple[str, Any]] = [("decode", b) for b in self.buckets]
+        keys += [("prefill", c) for c in self.chunks]
+        if self.mixed:
+            keys += [("mixed", (b, c)) for b in self.buckets for c in self.chunks]
+        return keys
 
     def capture_all(self, progress: bool = True) -> dict[str, Any]:
         """Capture and instantiate every graph now; a progress bar on stderr, a summary back."""
