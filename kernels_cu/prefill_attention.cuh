@@ -1,12 +1,15 @@
 // prefill_attention.cuh: the prefill attention kernel both families run (prefill_attention.cu
 // on mma.sync, prefill_attention_sm90.cu on wgmma): prefill_loop, and its parts (the key
 // tile, the shared-memory layout, the block's work, the Q and K/V gathers, the online softmax
-// of one key tile, the stores). A family supplies only its tensor-core products (`Mma`).
+// of one key tile, the stores). A family supplies its tensor-core products (`Mma`), and may
+// bring K/V tiles another way (`Kv`: GatherKv here, TmaKv in prefill_attention_sm90.cu).
 // Both keep mma.sync's accumulator layout: warp w owns query rows 16 w .. 16 w + 15 of the
 // block's tile, and thread (g = lane / 4, c2 = lane % 4 * 2) rows g and g + 8, columns
 // 8 j + c2 and 8 j + c2 + 1 of each group of 8 (S: keys; O: head dims).
 #pragma once
 #include <mma.cuh>
+
+struct TensorMap;  // tma.cuh: kernels that bring K/V tiles by TMA take one for K and for V
 
 namespace {
 
@@ -119,6 +122,31 @@ __device__ __forceinline__ void load_kv(char* ks, char* vs, const T* k_cache, co
   }
 }
 
+// How K/V tiles reach shared memory (prefill_loop's `Kv`): gathered by every thread with
+// cp.async through the block table, into the buffer after the one being read; ready() waits
+// for the tile (and, on the first, the Q tile) and makes it visible to the whole block.
+struct GatherKv {
+  __device__ __forceinline__ GatherKv(char*, int) {}
+
+  // tile t's keys of w's kv head into the K and V tiles at buf
+  template <typename T, int D, bool P, int THREADS>
+  __device__ __forceinline__ void fetch(char* buf, const T* k_cache, const T* v_cache,
+                                        const TensorMap*, const TensorMap*, const Work& w, int t,
+                                        int block_size, int max_blocks, int row_stride, int col,
+                                        int tid) {
+    load_kv<T, D, P, THREADS>(buf, buf + kBC * D * 2, k_cache, v_cache, w.table, t * kBC,
+                              w.kend, block_size, max_blocks, row_stride, col, tid);
+  }
+
+  template <class Mma, int D, bool P, int THREADS>
+  __device__ __forceinline__ void ready(char*, const Work&, int, int) {
+    rg::cp_async_commit();
+    rg::cp_async_wait<1>();
+    Mma::landed();
+    __syncthreads();
+  }
+};
+
 // The online softmax over one key tile: s (scores of this thread's two rows, at positions
 // qpos) scaled to base 2, keys past a row masked (`edge`: some may be), row max m and sum l
 // updated, s left holding P and alpha the factor the rows' output so far must take
@@ -216,13 +244,16 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
 // across tiles): kPanels (its tile layout, swz), landed() (after this thread's copies have
 // landed, before the block barrier), start(qs, warp, lane) (on the first tile), scores(s,
 // qs, ks, warp, lane) (s += Q K^T, s zeroed), pv(o, s, vs, warp, lane) (o += P V, s holding
-// P).
-template <typename T, int D, int BR, bool SPLIT, class Mma>
+// P). Kv: how K/V tiles arrive (GatherKv; prefill_attention_sm90.cu's TmaKv, which takes
+// k_map and v_map).
+template <typename T, int D, int BR, bool SPLIT, class Mma, class Kv = GatherKv>
 __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
                              const int* block_tables, const int* seq_lens, const int* cu_seqlens,
                              const int* seq_slots, T* out, int num_seqs, int q_heads,
                              int kv_heads, int block_size, int max_blocks, float scale,
-                             int q_stride, float* partial, int splits, int run_keys) {
+                             int q_stride, float* partial, int splits, int run_keys,
+                             const TensorMap* k_map = nullptr,
+                             const TensorMap* v_map = nullptr) {
   rg::pdl_start();
   constexpr int kTile = kBC * D * 2, kThreads = BR * 2;
   constexpr bool P = Mma::kPanels;
@@ -236,12 +267,12 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
   const int row_stride = kv_heads * D, col = w.kv * D;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
+  Kv kv(kvs + 4 * kTile, tid);
   load_q<T, D, P, BR, kThreads>(qs, q, w, q_stride, tid);
-  if (w.t0 < w.t1) {  // an empty run (SPLIT) loads no keys
-    char* first = kvs + (w.t0 & 1) * 2 * kTile;
-    load_kv<T, D, P, kThreads>(first, first + kTile, k_cache, v_cache, w.table, w.t0 * kBC,
-                               w.kend, block_size, max_blocks, row_stride, col, tid);
-  }
+  if (w.t0 < w.t1)  // an empty run (SPLIT) loads no keys
+    kv.template fetch<T, D, P, kThreads>(kvs + (w.t0 & 1) * 2 * kTile, k_cache, v_cache, k_map,
+                                         v_map, w, w.t0, block_size, max_blocks, row_stride,
+                                         col, tid);
   rg::cp_async_commit();
 
   Mma mma;
@@ -252,17 +283,13 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
   const int row0 = warp * 16 + (lane >> 2);  // this thread's rows: row0, row0 + 8
   const int qpos[2] = {w.past + w.r0 + row0 / w.g, w.past + w.r0 + (row0 + 8) / w.g};
   for (int t = w.t0; t < w.t1; ++t) {
-    if (t + 1 < w.t1) {
-      char* nb = kvs + ((t + 1) & 1) * 2 * kTile;
-      load_kv<T, D, P, kThreads>(nb, nb + kTile, k_cache, v_cache, w.table, (t + 1) * kBC,
-                                 w.kend, block_size, max_blocks, row_stride, col, tid);
-    }
-    rg::cp_async_commit();
-    rg::cp_async_wait<1>();
-    Mma::landed();
-    __syncthreads();
+    if (t + 1 < w.t1)
+      kv.template fetch<T, D, P, kThreads>(kvs + ((t + 1) & 1) * 2 * kTile, k_cache, v_cache,
+                                           k_map, v_map, w, t + 1, block_size, max_blocks,
+                                           row_stride, col, tid);
+    char* ks = kvs + (t & 1) * 2 * kTile;
+    kv.template ready<Mma, D, P, kThreads>(ks + kTile, w, t, tid);
     if (t == w.t0) mma.start(qs, warp, lane);
-    const char* ks = kvs + (t & 1) * 2 * kTile;
 
     float s[kBC / 8][4] = {};  // S = Q K^T: 16 rows x 64 keys per warp
     mma.scores(s, qs, ks, warp, lane);

@@ -4,6 +4,8 @@
 //
 //   extern "C" prefill_attention_sm90_{f16,bf16}_d{64,128}_r{64,128}(as prefill_attention_...)
 //   extern "C" prefill_attention_split_sm90_{f16,bf16}_d{64,128}_r{64,128}(as ..._split_...)
+//   extern "C" prefill_attention{,_split}_tma_sm90_...(the same, then
+//       const __grid_constant__ TensorMap k_map, v_map)  // K/V tiles by TMA (TmaKv)
 //   block (2 R): R / 64 warpgroups of 64 query rows, all loading and computing (as
 //   prefill_attention.cu). Per key tile of 64: S = Q K^T as D / 16 wgmma.m64n64k16 reading Q
 //   and K from shared memory (K-major), the online softmax in registers (mma.sync's layout),
@@ -12,13 +14,84 @@
 //   through the block table with cp.async, double-buffered (prefill_loop, shared with
 //   prefill_attention.cu); each thread fences its copies into the async proxy before the
 //   block barrier that precedes the MMAs.
-//   Dynamic shared memory: as prefill_attention.cu, (R + 4 * 64) * D * 2 bytes.
+//   Dynamic shared memory: as prefill_attention.cu, (R + 4 * 64) * D * 2 bytes (the _tma
+//   kernels 16 more: their two mbarriers).
 //   (A producer warpgroup feeding a 3-slot mbarrier ring, with tile t's scores issued beside
 //   t - 1's P V, measured no faster: the cp.async gathers bound both; NOTES.md.)
 #include <prefill_attention.cuh>
+#include <tma.cuh>
 #include <wgmma.cuh>
 
 namespace {
+
+// K/V tiles brought by TMA (prefill_loop's Kv for the _tma kernels): thread 0 issues one box
+// of gcd(block_size, 64) cache rows per paged block the tile touches (x 2 panels at D = 128)
+// for K and for V, all completing on the buffer's mbarrier; no thread computes a gather
+// address. k_map and v_map view a layer's cache as (num_blocks x block_size, kv_heads x D)
+// rows of 128-byte-swizzled 64-column boxes (ops.attention.kv_maps). Boxes stop at the
+// paged block holding the tile's last key the block's rows see (kend); the V rows past kend
+// (the rest of that paged block: other tokens or never written, and the tile's unloaded
+// rows) are zeroed before P V, since their P is 0 but 0 x NaN is not. K rows there need
+// nothing: their scores are masked.
+struct TmaKv {
+  unsigned long long* full;  // an mbarrier per buffer, past the tiles (prefill_smem)
+
+  // made after find_work and before any thread waits: prefill_loop's first ready() has the
+  // block barrier that shows the inits to every thread
+  __device__ __forceinline__ TmaKv(char* at, int tid)
+      : full(reinterpret_cast<unsigned long long*>(at)) {
+    if (tid == 0) {
+      rg::mbar_init(full, 1);
+      rg::mbar_init(full + 1, 1);
+      rg::mbar_fence_init();
+    }
+  }
+
+  static __device__ __forceinline__ int box_rows(int block_size) {
+    return block_size % 64 == 0 ? 64 : block_size % 32 == 0 ? 32 : block_size % 16 == 0 ? 16 : 8;
+  }
+
+  template <typename T, int D, bool P, int THREADS>
+  __device__ __forceinline__ void fetch(char* buf, const T*, const T*, const TensorMap* k_map,
+                                        const TensorMap* v_map, const Work& w, int t,
+                                        int block_size, int max_blocks, int, int col, int tid) {
+    if (tid != 0) return;
+    const int box = box_rows(block_size), key0 = t * kBC;
+    const int boxes = (min(kBC, w.kend - key0) + box - 1) / box;
+    unsigned long long* bar = full + (t & 1);
+    rg::mbar_expect_tx(bar, boxes * box * D * 2 * 2);  // K and V: box rows of D elements
+    for (int j = 0; j < boxes; ++j) {
+      const int key = key0 + j * box, tb = key / block_size;
+      const int blk = tb < max_blocks ? w.table[tb] : -1;  // a bad table reads row 0, no hang
+      const int row = max(blk, 0) * block_size + key % block_size;
+#pragma unroll
+      for (int p = 0; p < D / 64; ++p) {  // a 64-column panel a box
+        const int at = p * kBC * 128 + j * box * 128;
+        rg::tma_load_2d(buf + at, k_map, col + p * 64, row, bar);
+        rg::tma_load_2d(buf + kBC * D * 2 + at, v_map, col + p * 64, row, bar);
+      }
+    }
+  }
+
+  template <class Mma, int D, bool P, int THREADS>
+  __device__ __forceinline__ void ready(char* vs, const Work& w, int t, int tid) {
+    if (t == w.t0) {  // the Q tile (cp.async) and the barriers' inits, seen by all
+      rg::cp_async_wait<0>();
+      Mma::landed();
+      __syncthreads();
+    }
+    rg::mbar_wait(full + (t & 1), ((t - w.t0) >> 1) & 1);
+    const int valid = w.kend - t * kBC;
+    if (valid < kBC) {  // block-uniform: the last tile of the keys these rows see
+      constexpr int RC = D / 8;
+      for (int i = tid; i < (kBC - valid) * RC; i += THREADS)
+        *reinterpret_cast<uint4*>(vs + swz<D, P, kBC>(valid + i / RC, i % RC)) =
+            make_uint4(0, 0, 0, 0);
+      rg::fence_proxy_async();  // generic stores, read by wgmma (the async proxy)
+      __syncthreads();
+    }
+  }
+};
 
 // wgmma's products (prefill_loop's Mma): warpgroup warp / 4 owns 64 query rows.
 // scores: D / 16 wgmma.m64n64k16 with Q and K both K-major (D contiguous); k step kk is 32
@@ -232,4 +305,176 @@ prefill_attention_split_sm90_bf16_d128_r128(
   prefill_loop<__nv_bfloat16, 128, 128, true, Wgmma90<__nv_bfloat16, 128, 128>>(q, k_cache, v_cache,
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
       max_blocks, scale, q_stride, partial, splits, run_keys);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_tma_sm90_f16_d64_r64(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 64, 64, false, Wgmma90<__half, 64, 64>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_tma_sm90_f16_d64_r128(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 64, 128, false, Wgmma90<__half, 64, 128>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_tma_sm90_f16_d128_r64(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 128, 64, false, Wgmma90<__half, 128, 64>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_tma_sm90_f16_d128_r128(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 128, 128, false, Wgmma90<__half, 128, 128>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_tma_sm90_bf16_d64_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 64, 64, false, Wgmma90<__nv_bfloat16, 64, 64>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_tma_sm90_bf16_d64_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 64, 128, false, Wgmma90<__nv_bfloat16, 64, 128>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_tma_sm90_bf16_d128_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 128, 64, false, Wgmma90<__nv_bfloat16, 128, 64>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_tma_sm90_bf16_d128_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 128, 128, false, Wgmma90<__nv_bfloat16, 128, 128>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_tma_sm90_f16_d64_r64(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits, int run_keys, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 64, 64, true, Wgmma90<__half, 64, 64>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_tma_sm90_f16_d64_r128(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits, int run_keys, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 64, 128, true, Wgmma90<__half, 64, 128>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_tma_sm90_f16_d128_r64(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits, int run_keys, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 128, 64, true, Wgmma90<__half, 128, 64>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_tma_sm90_f16_d128_r128(
+    const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
+    const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
+    int q_heads, int kv_heads, int block_size, int max_blocks, float scale, int q_stride,
+    float* partial, int splits, int run_keys, const __grid_constant__ TensorMap k_map,
+    const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__half, 128, 128, true, Wgmma90<__half, 128, 128>, TmaKv>(q, k_cache, v_cache,
+      block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
+      max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_tma_sm90_bf16_d64_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits, int run_keys,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 64, 64, true, Wgmma90<__nv_bfloat16, 64, 64>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_tma_sm90_bf16_d64_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits, int run_keys,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 64, 128, true, Wgmma90<__nv_bfloat16, 64, 128>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(128)
+prefill_attention_split_tma_sm90_bf16_d128_r64(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits, int run_keys,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 128, 64, true, Wgmma90<__nv_bfloat16, 128, 64>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
+}
+extern "C" __global__ void __launch_bounds__(256)
+prefill_attention_split_tma_sm90_bf16_d128_r128(
+    const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+    const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
+    __nv_bfloat16* out, int num_seqs, int q_heads, int kv_heads, int block_size, int max_blocks,
+    float scale, int q_stride, float* partial, int splits, int run_keys,
+    const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map) {
+  prefill_loop<__nv_bfloat16, 128, 128, true, Wgmma90<__nv_bfloat16, 128, 128>, TmaKv>(q, k_cache,
+      v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
+      block_size, max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
 }

@@ -111,13 +111,16 @@ def _one_sequence(d: int, n: int, s: Any) -> PagedKVCache:
 
 
 @contextlib.contextmanager
-def _mma_sync_prefill() -> Iterator[None]:
-    """Prefill attention on its mma.sync kernels for the block (Hopper takes wgmma)."""
-    was, ops.attention.WGMMA_PREFILL = ops.attention.WGMMA_PREFILL, False
+def _prefill_family(wgmma: bool, tma: bool) -> Iterator[None]:
+    """Prefill attention on one family for the block: wgmma or mma.sync, K/V tiles by TMA or
+    gathered (Hopper takes wgmma and TMA)."""
+    a = ops.attention
+    was = a.WGMMA_PREFILL, a.TMA_PREFILL
+    a.WGMMA_PREFILL, a.TMA_PREFILL = wgmma, tma
     try:
         yield
     finally:
-        ops.attention.WGMMA_PREFILL = was
+        a.WGMMA_PREFILL, a.TMA_PREFILL = was
 
 
 def prefill_attention(row: Row, s: Any) -> None:
@@ -133,8 +136,10 @@ def prefill_attention(row: Row, s: Any) -> None:
                     ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
                                           cu, slots, out, n, rows=r, stream=s)
                 us, extra = _us(run, s, reps=5), {}
-                if ops.attention.prefill_wgmma():  # beside it, the mma.sync kernel
-                    with _mma_sync_prefill():
+                if ops.attention.prefill_wgmma():  # beside it, the gathers and mma.sync
+                    with _prefill_family(True, False):
+                        extra["gathered us"] = _us(run, s, reps=5)
+                    with _prefill_family(False, False):
                         extra["mma.sync us"] = _us(run, s, reps=5)
                 flops = 4 * n * n * d * 32 // 2
                 row(f"prefill attention d={d} r={rows}", f"causal S={n}", us, flops, None,

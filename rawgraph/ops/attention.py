@@ -6,13 +6,15 @@ optionally in key runs, combined after; on Hopper's warpgroup MMA where the devi
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
 
 from rawgraph.cuda.device import compute_capability, multiprocessors
 from rawgraph.cuda.kernel import Kernel
-from rawgraph.dtypes import KERNEL_TYPES
+from rawgraph.cuda.tensormap import tile_map
+from rawgraph.dtypes import KERNEL_TYPES, kind_of
 from rawgraph.ops import shapes
 from rawgraph.symbols import Symbols, cdiv, smax, smin
 
@@ -57,15 +59,47 @@ PREFILL90_SPLIT = {(dt, d, r): Kernel("prefill_attention_sm90",
                                       _PREFILL.format(t=t) + _RUNS)
                    for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS
                    for r in PREFILL_ROWS}
+# the same with K/V tiles brought by TMA (prefill_attention_sm90.cu's TmaKv), a layer's K and
+# V cache each through a descriptor (kv_maps)
+_MAPS = ", const __grid_constant__ TensorMap k_map, const __grid_constant__ TensorMap v_map"
+PREFILL90T = {(dt, d, r): Kernel("prefill_attention_sm90",
+                                 f"prefill_attention_tma_sm90_{s}_d{d}_r{r}",
+                                 _PREFILL.format(t=t) + _MAPS)
+              for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS for r in PREFILL_ROWS}
+PREFILL90T_SPLIT = {(dt, d, r): Kernel("prefill_attention_sm90",
+                                       f"prefill_attention_split_tma_sm90_{s}_d{d}_r{r}",
+                                       _PREFILL.format(t=t) + _RUNS + _MAPS)
+                    for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS
+                    for r in PREFILL_ROWS}
 PREFILL_KEYS = 64  # keys per tile
 # Prefill attention on wgmma where the device has it (compute capability 9.0); False: mma.sync
 # everywhere (tests run both)
 WGMMA_PREFILL = True
+# On wgmma, K/V tiles by TMA where the cache's paged blocks are whole 8-row swizzle atoms
+# (block_size % 8 == 0); False: gathered with cp.async (tests run both)
+TMA_PREFILL = True
 
 
 def prefill_wgmma() -> bool:
     """Whether prefill attention runs on wgmma here (WGMMA_PREFILL on compute capability 9.0)."""
     return WGMMA_PREFILL and compute_capability() == (9, 0)
+
+
+def prefill_tma(block_size: int) -> bool:
+    """Whether prefill attention over a cache of `block_size`-token blocks brings its K/V
+    tiles by TMA (TMA_PREFILL, on wgmma, with block_size a multiple of 8)."""
+    return TMA_PREFILL and prefill_wgmma() and block_size % 8 == 0
+
+
+def kv_maps(k_cache: Any, v_cache: Any) -> tuple[bytes, bytes]:
+    """TMA descriptors of one layer's K and V caches, (num_blocks, block_size, row) each,
+    for the _tma kernels: (num_blocks x block_size, row) rows read in boxes of
+    gcd(block_size, 64) rows by 64 columns (a paged block's rows never straddle two
+    boxes)."""
+    nb, bs, row = k_cache.shape
+    box, dt = math.gcd(bs, PREFILL_KEYS), kind_of(k_cache)
+    return (tile_map(k_cache.data.ptr, nb * bs, row, dt, box),
+            tile_map(v_cache.data.ptr, nb * bs, row, dt, box))
 
 
 def prefill_rows(max_q_len: int) -> int:
@@ -74,9 +108,10 @@ def prefill_rows(max_q_len: int) -> int:
     return 128 if max_q_len >= 256 else 64
 
 
-def prefill_smem(rows: int, head_dim: int) -> int:
-    """Dynamic shared memory of prefill attention: a Q tile and two K/V tile pairs."""
-    return (rows + 4 * PREFILL_KEYS) * head_dim * 2
+def prefill_smem(rows: int, head_dim: int, tma: bool = False) -> int:
+    """Dynamic shared memory of prefill attention: a Q tile and two K/V tile pairs (and with
+    `tma`, their two mbarriers)."""
+    return (rows + 4 * PREFILL_KEYS) * head_dim * 2 + (16 if tma else 0)
 
 
 DECODE_WARPS, DECODE_CHUNK = 4, 16  # warps per block, tokens per warp step
@@ -325,12 +360,20 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     s = scale if scale is not None else d**-0.5
     args = (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs,
             q_heads, kv_heads, k_cache.shape[1], block_tables.shape[1], float(s), q_stride)
-    unsplit, split = (PREFILL90, PREFILL90_SPLIT) if prefill_wgmma() else (PREFILL, PREFILL_SPLIT)
+    tma = prefill_tma(k_cache.shape[1])
+    if tma:
+        unsplit, split = PREFILL90T, PREFILL90T_SPLIT
+    elif prefill_wgmma():
+        unsplit, split = PREFILL90, PREFILL90_SPLIT
+    else:
+        unsplit, split = PREFILL, PREFILL_SPLIT
+    maps = kv_maps(k_cache, v_cache) if tma else ()
     if splits is None and context is None:
         rows = rows or prefill_rows(top)
         _check_rows(rows)
-        unsplit[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows, args,
-                                    stream, smem=prefill_smem(rows, d), symbols=symbols)
+        unsplit[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows,
+                                    (*args, *maps), stream, smem=prefill_smem(rows, d, tma),
+                                    symbols=symbols)
         return
     group = q_heads // kv_heads
     chunk = chunk or top
@@ -365,8 +408,8 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     # run blocks to launch: enough for the longest sequence's runs (the count is monotone)
     launched = row_runs(capacity if context is None else context, splits, run_keys)
     split[dt, d, rows].launch((cdiv(max_q_len, tile), kv_heads * launched, num_seqs),
-                              2 * rows, (*args, ws, splits, run_keys), stream,
-                              smem=prefill_smem(rows, d), symbols=symbols)
+                              2 * rows, (*args, ws, splits, run_keys, *maps), stream,
+                              smem=prefill_smem(rows, d, tma), symbols=symbols)
     if splits == 1:
         return
     # symbolic: a grid of one (idle) block while one run suffices; the kernel exits then too

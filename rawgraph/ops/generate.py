@@ -87,14 +87,19 @@ def _decode_attention() -> list[str]:
     return out
 
 
-def _prefill_loops(unsplit: dict, split: dict, mma: str) -> list[str]:
-    """prefill_loop's wrappers for one family of products (its `Mma`)."""
+def _prefill_loops(unsplit: dict, split: dict, mma: str, kv: str = "") -> list[str]:
+    """prefill_loop's wrappers for one family of products (its `Mma`) and of K/V loads (its
+    `Kv`: the default gathers; TmaKv's kernels end in the two maps)."""
     out = []
     for table, run in ((unsplit, "false"), (split, "true")):
         for (dt, d, r), k in table.items():
-            loop = f"prefill_loop<{_t(dt)}, {d}, {r}, {run}, {mma}<{_t(dt)}, {d}, {r}>>"
-            args = forward(k.declaration) + (", nullptr, 1, 1" if run == "false" else "")
-            out.append(wrapper(k.name, k.declaration, f"{loop}({args});", _bounds(2 * r)))
+            loop = (f"prefill_loop<{_t(dt)}, {d}, {r}, {run}, {mma}<{_t(dt)}, {d}, {r}>"
+                    f"{', ' + kv if kv else ''}>")
+            args = forward(k.declaration).split(", ")
+            maps = [args.pop(), args.pop()][::-1] if kv else []
+            args += (["nullptr", "1", "1"] if run == "false" else []) + maps
+            out.append(wrapper(k.name, k.declaration, f"{loop}({', '.join(args)});",
+                               _bounds(2 * r)))
     return out
 
 
@@ -106,7 +111,9 @@ def _prefill_attention() -> list[str]:  # unsplit: no workspace, one run
 
 
 def _prefill_attention90() -> list[str]:
-    return _prefill_loops(attention.PREFILL90, attention.PREFILL90_SPLIT, "Wgmma90")
+    return (_prefill_loops(attention.PREFILL90, attention.PREFILL90_SPLIT, "Wgmma90")
+            + _prefill_loops(attention.PREFILL90T, attention.PREFILL90T_SPLIT, "Wgmma90",
+                             "TmaKv"))
 
 
 GENERATED: dict[str, Callable[[], list[str]]] = {

@@ -18,7 +18,8 @@ TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (
           "decode_attention.cu": (attention.ATTEND, attention.COMBINE),
           "prefill_attention.cu": (attention.PREFILL, attention.PREFILL_SPLIT,
                                    attention.PREFILL_COMBINE),
-          "prefill_attention_sm90.cu": (attention.PREFILL90, attention.PREFILL90_SPLIT)}
+          "prefill_attention_sm90.cu": (attention.PREFILL90, attention.PREFILL90_SPLIT,
+                                        attention.PREFILL90T, attention.PREFILL90T_SPLIT)}
 
 
 @pytest.mark.parametrize("name", sorted(generate.GENERATED))

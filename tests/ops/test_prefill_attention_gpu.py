@@ -17,12 +17,14 @@ from tests.helpers import DTYPES, POISON, host, paged_cache, poisoned, randn
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True, params=["wgmma", "mma.sync"])
+@pytest.fixture(autouse=True, params=["wgmma+tma", "wgmma", "mma.sync"])
 def prefill_kernel(request, monkeypatch):
-    """Every test on both kernel families: Hopper's wgmma (prefill_attention_sm90.cu) and
-    mma.sync (prefill_attention.cu), which other GPUs take."""
-    wgmma = request.param == "wgmma"
+    """Every test on each kernel family: Hopper's wgmma (prefill_attention_sm90.cu) with K/V
+    tiles by TMA and gathered with cp.async, and mma.sync (prefill_attention.cu), which other
+    GPUs take."""
+    wgmma = request.param != "mma.sync"
     monkeypatch.setattr(ops.attention, "WGMMA_PREFILL", wgmma)
+    monkeypatch.setattr(ops.attention, "TMA_PREFILL", request.param == "wgmma+tma")
     if wgmma and not ops.attention.prefill_wgmma():
         pytest.skip("prefill_attention_sm90.cu needs compute capability 9.0")
 
@@ -46,11 +48,27 @@ def _workspace(tokens, q_heads, kv_heads, d, splits, chunk=None):
     return cupy.full(ops.workspace_floats(tokens, q_heads, d, splits or 1), np.nan, np.float32)
 
 
+def _poison_tails(kv, lens, dtype):
+    """NaN in every cache row no sequence holds: past each length in its last block, and in
+    the blocks of no table. Kernels must not let them reach a result (a masked key's P is 0,
+    but 0 x NaN is NaN): the gathers zero-fill those rows, the TMA loads zero V's."""
+    k, v, bs = kv.k[0].view(np.uint16), kv.v[0].view(np.uint16), kv.block_size
+    used = set()
+    for slot, n in lens.items():
+        blocks = kv.tables.table[slot][:-(-n // bs)]
+        used.update(int(b) for b in blocks)
+        if n % bs:
+            k[int(blocks[-1]), n % bs:] = v[int(blocks[-1]), n % bs:] = POISON[dtype]
+    free = cupy.asarray(sorted(set(range(k.shape[0])) - used), np.int64)
+    k[free] = v[free] = POISON[dtype]
+
+
 def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=None):
     """seqs: [(slot, q_len)]: the last q_len cached tokens of each slot are the queries;
     `splits`: None (a block per head), key runs per grouped query tile, or "context" (as
-    many as the longest sequence's context gives)."""
+    many as the longest sequence's context gives). Cache rows past the lengths hold NaN."""
     kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, num_blocks=512, max_blocks=300)
+    _poison_tails(kv, lens, dtype)
     cu = np.concatenate([[0], np.cumsum([n for _, n in seqs])]).astype(np.int32)
     q, qh = randn(rng, (int(cu[-1]), q_heads, d), dtype)
     out = poisoned(q.shape, dtype)
