@@ -24,15 +24,53 @@
 
 namespace {
 
-// K/V tiles brought by TMA (prefill_loop's Kv for the _tma kernels): thread 0 issues one box
-// of gcd(block_size, 64) cache rows per paged block the tile touches (x 2 panels at D = 128)
-// for K and for V, all completing on the buffer's mbarrier; no thread computes a gather
-// address. k_map and v_map view a layer's cache as (num_blocks x block_size, kv_heads x D)
-// rows of 128-byte-swizzled 64-column boxes (ops.attention.kv_maps). Boxes stop at the
-// paged block holding the tile's last key the block's rows see (kend); the V rows past kend
-// (the rest of that paged block: other tokens or never written, and the tile's unloaded
-// rows) are zeroed before P V, since their P is 0 but 0 x NaN is not. K rows there need
-// nothing: their scores are masked.
+// K/V tiles by TMA: tile t's keys of w's kv head into the K and V tiles at buf, issued by
+// one thread. k_map and v_map view a layer's cache as (num_blocks x block_size, kv_heads x
+// D) rows read in 128-byte-swizzled boxes of gcd(block_size, 64) rows by 64 columns
+// (ops.attention.kv_maps): a box per paged block the tile touches (x 2 panels at D = 128),
+// for K and for V, all completing on `bar`; no thread computes a gather address. Boxes stop
+// at the paged block holding the last key the block's rows see (kend): the tile's V rows
+// from there on must be zeroed (zero_tail) before P V, since their P is 0 but 0 x NaN is
+// not (the rest of that paged block holds other tokens or was never written). K rows there
+// need nothing: their scores are masked.
+__device__ __forceinline__ int box_rows(int block_size) {
+  return block_size % 64 == 0 ? 64 : block_size % 32 == 0 ? 32 : block_size % 16 == 0 ? 16 : 8;
+}
+
+template <int D>
+__device__ __forceinline__ void tma_tile(char* buf, const TensorMap* k_map,
+                                         const TensorMap* v_map, const Work& w, int t,
+                                         int block_size, int max_blocks, int col,
+                                         unsigned long long* bar) {
+  const int box = box_rows(block_size), key0 = t * kBC;
+  const int boxes = (min(kBC, w.kend - key0) + box - 1) / box;
+  rg::mbar_expect_tx(bar, boxes * box * D * 2 * 2);  // K and V: box rows of D elements
+  for (int j = 0; j < boxes; ++j) {
+    const int key = key0 + j * box, tb = key / block_size;
+    const int blk = tb < max_blocks ? w.table[tb] : -1;  // a bad table reads row 0, no hang
+    const int row = max(blk, 0) * block_size + key % block_size;
+#pragma unroll
+    for (int p = 0; p < D / 64; ++p) {  // a 64-column panel a box
+      const int at = p * kBC * 128 + j * box * 128;
+      rg::tma_load_2d(buf + at, k_map, col + p * 64, row, bar);
+      rg::tma_load_2d(buf + kBC * D * 2 + at, v_map, col + p * 64, row, bar);
+    }
+  }
+}
+
+// V rows [valid, kBC) of the tile at vs set to zero by THREADS threads from tid, then fenced
+// for the MMAs (the caller's barrier shows them to the other threads)
+template <int D, int THREADS>
+__device__ __forceinline__ void zero_tail(char* vs, int valid, int tid) {
+  constexpr int RC = D / 8;
+  for (int i = tid; i < (kBC - valid) * RC; i += THREADS)
+    *reinterpret_cast<uint4*>(vs + swz<D, true, kBC>(valid + i / RC, i % RC)) =
+        make_uint4(0, 0, 0, 0);
+  rg::fence_proxy_async();  // generic stores, read by wgmma (the async proxy)
+}
+
+// prefill_loop's Kv for the _tma kernels: tma_tile into the buffer after the one being
+// read, thread 0 issuing; an mbarrier per buffer.
 struct TmaKv {
   unsigned long long* full;  // an mbarrier per buffer, past the tiles (prefill_smem)
 
@@ -47,30 +85,12 @@ struct TmaKv {
     }
   }
 
-  static __device__ __forceinline__ int box_rows(int block_size) {
-    return block_size % 64 == 0 ? 64 : block_size % 32 == 0 ? 32 : block_size % 16 == 0 ? 16 : 8;
-  }
-
   template <typename T, int D, bool P, int THREADS>
   __device__ __forceinline__ void fetch(char* buf, const T*, const T*, const TensorMap* k_map,
                                         const TensorMap* v_map, const Work& w, int t,
                                         int block_size, int max_blocks, int, int col, int tid) {
-    if (tid != 0) return;
-    const int box = box_rows(block_size), key0 = t * kBC;
-    const int boxes = (min(kBC, w.kend - key0) + box - 1) / box;
-    unsigned long long* bar = full + (t & 1);
-    rg::mbar_expect_tx(bar, boxes * box * D * 2 * 2);  // K and V: box rows of D elements
-    for (int j = 0; j < boxes; ++j) {
-      const int key = key0 + j * box, tb = key / block_size;
-      const int blk = tb < max_blocks ? w.table[tb] : -1;  // a bad table reads row 0, no hang
-      const int row = max(blk, 0) * block_size + key % block_size;
-#pragma unroll
-      for (int p = 0; p < D / 64; ++p) {  // a 64-column panel a box
-        const int at = p * kBC * 128 + j * box * 128;
-        rg::tma_load_2d(buf + at, k_map, col + p * 64, row, bar);
-        rg::tma_load_2d(buf + kBC * D * 2 + at, v_map, col + p * 64, row, bar);
-      }
-    }
+    if (tid == 0)
+      tma_tile<D>(buf, k_map, v_map, w, t, block_size, max_blocks, col, full + (t & 1));
   }
 
   template <class Mma, int D, bool P, int THREADS>
@@ -83,23 +103,57 @@ struct TmaKv {
     rg::mbar_wait(full + (t & 1), ((t - w.t0) >> 1) & 1);
     const int valid = w.kend - t * kBC;
     if (valid < kBC) {  // block-uniform: the last tile of the keys these rows see
-      constexpr int RC = D / 8;
-      for (int i = tid; i < (kBC - valid) * RC; i += THREADS)
-        *reinterpret_cast<uint4*>(vs + swz<D, P, kBC>(valid + i / RC, i % RC)) =
-            make_uint4(0, 0, 0, 0);
-      rg::fence_proxy_async();  // generic stores, read by wgmma (the async proxy)
+      zero_tail<D, THREADS>(vs, valid, tid);
       __syncthreads();
     }
   }
 };
 
-// wgmma's products (prefill_loop's Mma): warpgroup warp / 4 owns 64 query rows.
-// scores: D / 16 wgmma.m64n64k16 with Q and K both K-major (D contiguous); k step kk is 32
-// bytes into panel kk / 4's rows. pv: 4 wgmma.m64nDk16 with P from registers (S packed to
-// T: mma.sync's A fragment is wgmma's, every fragment packed before the fence) and V MN-major
-// (D contiguous), 16 keys = 2048 bytes a step, its 64-column panels kBC * 128 bytes apart.
-// Each waits for its MMAs before returning: neither the accumulators nor P are touched while
-// they run.
+// The products on wgmma; warpgroup warp / 4 owns 64 query rows.
+// issue_scores: S (zeroed by the caller) += Q K^T as D / 16 wgmma.m64n64k16 with Q and K both
+// K-major (D contiguous); k step kk is 32 bytes into panel kk / 4's rows. One commit group.
+template <typename T, int D, int BR>
+__device__ __forceinline__ void issue_scores(float (&s)[kBC / 8][4], const char* qs,
+                                             const char* ks, int warp) {
+  float(&acc)[kBC / 2] = reinterpret_cast<float(&)[kBC / 2]>(s);
+  const char* q_rows = qs + (warp >> 2) * 64 * 128;
+  rg::fence_regs(acc);
+  rg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    rg::Wgmma<T, kBC>::run(acc, rg::desc128(q_rows + (kk >> 2) * BR * 128 + (kk & 3) * 32),
+                           rg::desc128(ks + (kk >> 2) * kBC * 128 + (kk & 3) * 32));
+  rg::wgmma_commit();
+}
+
+// P (softmax_tile's s) packed to T: per 16 keys, mma.sync's A fragment, which is wgmma's
+template <typename T>
+__device__ __forceinline__ void pack_p(unsigned (&a)[kBC / 16][4], const float (&s)[kBC / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBC / 16; ++kk) {
+    a[kk][0] = rg::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+    a[kk][1] = rg::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+    a[kk][2] = rg::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[kk][3] = rg::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// issue_pv: O += P V as 4 wgmma.m64nDk16 with P from registers (every fragment packed before
+// the fence) and V MN-major (D contiguous), 16 keys = 2048 bytes a step, its 64-column panels
+// kBC * 128 bytes apart. One commit group; neither o nor a is touched until it is done.
+template <typename T, int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const unsigned (&a)[kBC / 16][4],
+                                         const char* vs) {
+  float(&acc)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
+  rg::fence_regs(acc);
+  rg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBC / 16; ++kk)
+    rg::WgmmaRS<T, D>::run(acc, a[kk], rg::desc128_mn(vs + kk * 16 * 128, kBC * 128));
+  rg::wgmma_commit();
+}
+
+// prefill_loop's Mma: the products above, each waited for before returning.
 template <typename T, int D, int BR>
 struct Wgmma90 {
   static constexpr bool kPanels = true;
@@ -111,38 +165,18 @@ struct Wgmma90 {
 
   __device__ __forceinline__ void scores(float (&s)[kBC / 8][4], const char* qs, const char* ks,
                                          int warp, int) {
-    float(&acc)[kBC / 2] = reinterpret_cast<float(&)[kBC / 2]>(s);
-    const char* q_rows = qs + (warp >> 2) * 64 * 128;
-    rg::fence_regs(acc);
-    rg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      rg::Wgmma<T, kBC>::run(acc, rg::desc128(q_rows + (kk >> 2) * BR * 128 + (kk & 3) * 32),
-                             rg::desc128(ks + (kk >> 2) * kBC * 128 + (kk & 3) * 32));
-    rg::wgmma_commit();
+    issue_scores<T, D, BR>(s, qs, ks, warp);
     rg::wgmma_wait<0>();
-    rg::fence_regs(acc);
+    rg::fence_regs(reinterpret_cast<float(&)[kBC / 2]>(s));
   }
 
   __device__ __forceinline__ void pv(float (&o)[D / 8][4], const float (&s)[kBC / 8][4],
                                      const char* vs, int, int) {
-    float(&acc)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o);
     unsigned a[kBC / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBC / 16; ++kk) {
-      a[kk][0] = rg::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      a[kk][1] = rg::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      a[kk][2] = rg::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[kk][3] = rg::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-    rg::fence_regs(acc);
-    rg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBC / 16; ++kk)
-      rg::WgmmaRS<T, D>::run(acc, a[kk], rg::desc128_mn(vs + kk * 16 * 128, kBC * 128));
-    rg::wgmma_commit();
+    pack_p<T>(a, s);
+    issue_pv<T, D>(o, a, vs);
     rg::wgmma_wait<0>();
-    rg::fence_regs(acc);
+    rg::fence_regs(reinterpret_cast<float(&)[D / 2]>(o));
     rg::fence_regs(reinterpret_cast<unsigned(&)[kBC / 4]>(a));
   }
 };
