@@ -374,6 +374,7 @@ def measure(load: Load) -> dict[str, Any]:
         **{f"server {what} p{q} ms": 1e3 * quantile(facts["metrics"], name, q / 100, labels)
            for what, name, labels in (("decode", "iteration_seconds", 'kind="decode"'),
                                       ("mixed", "iteration_seconds", 'kind="mixed"'),
+                                      ("mixed host", "iteration_host_seconds", 'kind="mixed"'),
                                       ("period", "iteration_period_seconds", ""))
            for q in (50, 99)},
         "sent": len(results), "completed": len(done),

@@ -12,6 +12,7 @@ machine without a GPU, and tiny models served on the CPU.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,7 +121,9 @@ class ReferenceRunner(Launched):
                tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
                *, follow: bool = False) -> HostPending:
         """One iteration: a prefill chunk of `pieces` and a decode step of `slots` (`follow`:
-        fed the tokens the last decode step of the same slots produced)."""
+        fed the tokens the last decode step of the same slots produced). Its host time is
+        the whole computation (the reference has no device to hand it to)."""
+        t0 = time.perf_counter()
         m, t = self.model, self.model.kv.tables
         while len(self._unread) > (1 if follow else 0):
             self.collect(self._unread[0])
@@ -146,6 +149,7 @@ class ReferenceRunner(Launched):
         if slots:
             self._last_step = last_step(slots, t, 0)
         st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces),
+                       host_us=(time.perf_counter() - t0) * 1e6,
                        eager=["the reference decoder on the host"])
         pending = HostPending(list(pieces), len(slots), st, final_tokens(first, pieces), out)
         if slots:

@@ -16,6 +16,9 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 # seconds: engine iterations and the engine thread's period (a decode step is milliseconds)
 STEP_BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.006, 0.008,
                 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
+# seconds: an iteration's host work before the GPU runs it (prepare, patch, launch)
+HOST_BUCKETS = (0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002,
+                0.005, 0.01)
 # an iteration's kind: decode rows alone, a prefill chunk alone, or both
 KINDS = ("decode", "prefill", "mixed")
 PREFIX = "rawgraph_"
@@ -83,6 +86,7 @@ class Metrics:
         self.step_failures = 0
         self.ttft, self.itl = Histogram(), Histogram()
         self.iteration = {k: Histogram(STEP_BUCKETS) for k in KINDS}  # Engine.step's time
+        self.host = {k: Histogram(HOST_BUCKETS) for k in KINDS}  # its prepare, patch, launch
         self.period = Histogram(STEP_BUCKETS)  # from one engine step's start to the next
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
 
@@ -141,6 +145,10 @@ class Metrics:
                    "rows alone, a prefill chunk alone, or both.",
                    [x for k, h in self.iteration.items()
                     for x in h.lines("iteration_seconds", f'kind="{k}"')])
+            metric("iteration_host_seconds", "histogram", "Engine iterations' host work "
+                   "before the GPU runs them (metadata, patches, launches), by kind.",
+                   [x for k, h in self.host.items()
+                    for x in h.lines("iteration_host_seconds", f'kind="{k}"')])
             metric("iteration_period_seconds", "histogram", "From one iteration's start to "
                    "the next's while requests run (the iteration, admission and publishing "
                    "its tokens): what a streaming client sees between tokens.",

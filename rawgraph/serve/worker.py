@@ -245,6 +245,7 @@ class Worker:
                 kind = "mixed" if it.prefill_tokens and it.decode_rows else \
                     "prefill" if it.prefill_tokens else "decode"
                 m.iteration[kind].observe(it.wall_ms / 1e3)
+                m.host[kind].observe(it.host_us / 1e6)
         self._counted = st.iterations
         # after the metrics: a post across a process carries them (every iteration, events
         # or not, so the other side's view of the engine is never a step old)

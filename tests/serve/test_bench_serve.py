@@ -38,4 +38,6 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk):
     # period is at least an iteration
     assert 0 < row["server decode p50 ms"] <= row["server decode p99 ms"]
     assert 0 < row["server mixed p50 ms"] <= row["server mixed p99 ms"]
+    # the reference decoder's host work is its whole iteration (each from its own buckets)
+    assert 0 < row["server mixed host p50 ms"] < 2 * row["server mixed p99 ms"]
     assert row["server period p99 ms"] >= row["server decode p50 ms"]

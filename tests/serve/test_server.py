@@ -296,6 +296,7 @@ def test_metrics_are_prometheus_text(served):
     assert quantile(text, "iteration_seconds", 0.5, 'kind="prefill"') > 0
     assert quantile(text, "iteration_seconds", 0.5, 'kind="decode"') > 0
     assert 'rawgraph_iteration_seconds_count{kind="mixed"} ' in text
+    assert 0 < quantile(text, "iteration_host_seconds", 0.5, 'kind="decode"') < 1
     assert quantile(text, "iteration_period_seconds", 0.99) > 0
 
 
