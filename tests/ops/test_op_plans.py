@@ -249,3 +249,19 @@ def test_a_rows_runs_follow_its_own_length():
     # never fewer for a longer row: the longest row's count covers every row of a chunk
     counts = [row_runs(n, 16, 128) for n in range(1, 5000)]
     assert counts == sorted(counts)
+
+
+def test_prefill_attention_brings_k_v_by_tma_on_hopper_where_paged_blocks_are_whole_atoms(
+        monkeypatch):
+    attention = importlib.import_module("rawgraph.ops.attention")
+    monkeypatch.setattr(attention, "compute_capability", lambda: (9, 0))
+    assert [attention.prefill_tma(bs) for bs in (8, 16, 24, 64, 256)] == [True] * 5
+    assert not attention.prefill_tma(4) and not attention.prefill_tma(12)  # part of an atom
+    monkeypatch.setattr(attention, "TMA_PREFILL", False)
+    assert not attention.prefill_tma(16)
+    monkeypatch.setattr(attention, "TMA_PREFILL", True)
+    monkeypatch.setattr(attention, "compute_capability", lambda: (8, 9))  # mma.sync there
+    assert not attention.prefill_tma(16)
+    # the two mbarriers past the tiles: a Q tile and two K/V pairs of 64 keys
+    assert attention.prefill_smem(128, 128, tma=True) == (128 + 256) * 256 + 16
+    assert attention.prefill_smem(64, 64) == (64 + 256) * 128
