@@ -96,8 +96,9 @@ def _prefill_loops(unsplit: dict, split: dict, mma: str, kv: str = "") -> list[s
             loop = (f"prefill_loop<{_t(dt)}, {d}, {r}, {run}, {mma}<{_t(dt)}, {d}, {r}>"
                     f"{', ' + kv if kv else ''}>")
             args = forward(k.declaration).split(", ")
-            maps = [args.pop(), args.pop()][::-1] if kv else []
-            args += (["nullptr", "1", "1"] if run == "false" else []) + maps
+            maps = args[-2:] if kv else []  # the runs' arguments (or their defaults) first
+            args = args[:len(args) - len(maps)] + (["nullptr", "1", "1"] if run == "false"
+                                                   else []) + maps
             out.append(wrapper(k.name, k.declaration, f"{loop}({', '.join(args)});",
                                _bounds(2 * r)))
     return out
