@@ -53,9 +53,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="tokens per sequence, prompt and output")
     q.add_argument("--chunk", type=positive, default=256, help="largest prefill chunk")
     q.add_argument("--decode-chunk", type=positive, default=None,
-                   help="largest prefill chunk in an iteration that also decodes (default: "
-                   "--chunk): smaller shortens the inter-token latency's tail and lengthens "
-                   "the time to first token")
+                   help="largest prefill chunk in an iteration that also decodes, None "
+                   "meaning --chunk: smaller shortens the inter-token latency's tail and "
+                   "lengthens the time to first token")
     q.add_argument("--max-queue", type=positive, default=256,
                    help="requests waiting for admission before new ones get 429")
     q.add_argument("--request-timeout", type=float, default=None,
@@ -67,7 +67,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="serve the NumPy reference decoder on the CPU (no GPU; tiny models)")
     q.add_argument("--mixed", action="store_true",
                    help="run an iteration's prefill chunk and decode step as one pass over "
-                        "the weights (one graph per batch bucket and chunk size)")
+                        "the weights (one graph per batch bucket and chunk size; faster than "
+                        "two graphs side by side for chunks of up to ~128 tokens)")
     q.add_argument("--engine", choices=("process", "thread"), default="process",
                    help="where the engine runs: a process of its own (the event loop and the "
                    "engine hold no lock in common; served 88-92%% of offline throughput against "
