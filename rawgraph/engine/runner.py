@@ -79,6 +79,15 @@ def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> t
     return tuple(dict.fromkeys(sizes))
 
 
+def _replay(ex: Any, stream: Any, st: IterStats, **values: Any) -> None:
+    """Patch executable `ex` to `values` (nodes patched and time into `st`), launch it on
+    `stream`."""
+    tp = time.perf_counter()
+    st.patched += ex.set(**values)
+    st.patch_us += (time.perf_counter() - tp) * 1e6
+    ex.launch(stream)
+
+
 class Launched:
     """What a runner has launched and not read yet (each with `tokens`, None until read),
     whose turn it is of the two alternating decode events (the state an engine's rollback
@@ -284,10 +293,7 @@ class Runner(Launched):
         done = self._done[self._turn]
         if slots:  # decode first: it is what the waiting users feel
             if dec_ex is not None:
-                tp = time.perf_counter()
-                st.patched += dec_ex.set(max_len=max_len, advance=1)
-                st.patch_us += (time.perf_counter() - tp) * 1e6
-                dec_ex.launch(ds)
+                _replay(dec_ex, ds, st, max_len=max_len, advance=1)
             else:  # the bucket's rows (the graphs' launches), or above them the rows alone
                 rows = b or len(slots)
                 m.launch_decode(rows, max_len, ds, pdl=self.pdl, advance=1,
@@ -296,10 +302,7 @@ class Runner(Launched):
             self._turn ^= 1
         if pieces:
             if pre_ex is not None:
-                tp = time.perf_counter()
-                st.patched += pre_ex.set(n=n, seqs=seqs, max_q_len=max_q_len, max_len=pre_len)
-                st.patch_us += (time.perf_counter() - tp) * 1e6
-                pre_ex.launch(ps)
+                _replay(pre_ex, ps, st, n=n, seqs=seqs, max_q_len=max_q_len, max_len=pre_len)
             else:
                 m.launch_prefill(n, seqs, max_q_len, pre_len, ps, chunk=c, pdl=self.pdl)
         st.host_us = (time.perf_counter() - t0) * 1e6
@@ -326,11 +329,8 @@ class Runner(Launched):
         self._last_step = last_step(slots, m.kv.tables, m.kv.syncs)
         done = self._done[self._turn]
         if ex is not None:
-            tp = time.perf_counter()
-            st.patched += ex.set(max_len=max_len, advance=1, n=n, seqs=seqs,
-                                 max_q_len=max_q_len, pre_len=pre_len)
-            st.patch_us += (time.perf_counter() - tp) * 1e6
-            ex.launch(ds)
+            _replay(ex, ds, st, max_len=max_len, advance=1, n=n, seqs=seqs, max_q_len=max_q_len,
+                    pre_len=pre_len)
         else:
             m.launch_mixed(b, max_len, n, seqs, max_q_len, pre_len, ds, chunk=c, pdl=self.pdl,
                            advance=1, host_next=self._token_pairs[:b])
