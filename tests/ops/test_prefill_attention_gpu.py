@@ -151,6 +151,16 @@ def test_prefill_attention_grid_is_patched(stream, rng):
             np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
 
 
+def _replayed(out, eager, n, slot, qh, kh, vh, kv):
+    """A replay's first n rows (float16, d=64) are the eager launch's bits and, within the
+    tolerance, the reference's for the last n cached tokens of `slot`."""
+    np.testing.assert_array_equal(cupy.asnumpy(out[:n].view(np.uint16)),
+                                  cupy.asnumpy(eager[:n].view(np.uint16)))
+    want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
+                                 np.array([0, n]), np.array([slot]), 64**-0.5)
+    np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
+
+
 def test_prefill_attention_in_runs_replays_the_eager_bits_with_the_grid_patched(stream, rng):
     # 4 runs per query tile, captured for 256 query rows and patched to 44 and 100: each
     # replay gives the eager launch's bits (runs and combine), and the reference
@@ -177,11 +187,7 @@ def test_prefill_attention_in_runs_replays_the_eager_bits_with_the_grid_patched(
             for _ in range(2):
                 ex.launch(stream)
             stream.synchronize()
-            np.testing.assert_array_equal(cupy.asnumpy(out[:n].view(np.uint16)),
-                                          cupy.asnumpy(eager[:n].view(np.uint16)))
-            want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
-                                         np.array([0, n]), np.array([0]), 64**-0.5)
-            np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
+            _replayed(out, eager, n, 0, qh, kh, vh, kv)
 
 
 def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
@@ -218,11 +224,7 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
             for _ in range(2):
                 ex.launch(stream)
             stream.synchronize()
-            np.testing.assert_array_equal(cupy.asnumpy(out[:n].view(np.uint16)),
-                                          cupy.asnumpy(eager[:n].view(np.uint16)))
-            want = ref.prefill_attention(qh[:n], kh, vh, kv.tables.table, kv.tables.lens,
-                                         np.array([0, n]), np.array([slot]), 64**-0.5)
-            np.testing.assert_allclose(host(out[:n], "float16"), want, rtol=2e-3, atol=2e-3)
+            _replayed(out, eager, n, slot, qh, kh, vh, kv)
 
 
 @pytest.mark.parametrize("d", [64, 128])
