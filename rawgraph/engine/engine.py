@@ -21,6 +21,7 @@ from rawgraph.engine.request import Request, token_ids
 from rawgraph.engine.runner import IterStats, Pending, Runner
 from rawgraph.engine.scheduler import Plan, Scheduler
 from rawgraph.model.decoder import Model, chunk_sizes
+from rawgraph.model.step import PrefillPiece
 from rawgraph.ops.sampling import SamplingParams
 
 RECENT = 4096  # iterations kept for medians and timelines
@@ -70,8 +71,8 @@ class _Mark:
     requests: list[tuple[Request, int, int, str, int, int]]  # (r, len(output), prefilled, ...)
     lens: Any                 # the cache's host lengths
     active: set[int]          # cache slots in use
-    ahead: tuple[list[Request], Pending] | None
-    runner: tuple[list[Pending], int]  # Runner.state()
+    ahead: tuple[list[Request], list[tuple[Request, PrefillPiece]], Pending] | None
+    runner: tuple[list[Pending], int, int]  # Runner.state()
     books: tuple[list[int], int]  # the scheduler's free slots and reserved blocks
     admitted: list[Request] = field(default_factory=list)
 
@@ -80,18 +81,20 @@ class Engine:
     """Generates tokens for requests that arrive and finish between iterations.
 
     `graphs=False` runs the same launches eagerly (the comparison baseline); `capture`
-    ('upfront' or 'lazy') says when the graphs are made; `pdl`: decode kernels with
-    programmatic dependent launch (see Runner). `overlap`: while the same requests keep
-    decoding, each step is launched before the previous step's tokens are read (they feed
-    it on the device), so the host's work per step hides behind the GPU's; a request that
-    stops at a stop id has one step computed past it, which is discarded. Tokens are the
-    same either way. `mixed`: an iteration's prefill chunk and decode step run as one
-    (Runner). `decode_chunk`: the most prompt tokens an iteration that also steps decoding
-    sequences prefills (default: the largest chunk; a graph of that size is added to the
-    chunks): the decoding users' next token waits for them, so a smaller one shortens the
-    inter-token latency's tail and lengthens the time to first token. One thread drives an
-    engine. `runner`: one to use instead of building a `Runner` for `model`
-    (`engine.reference`: the NumPy decoder on the host).
+    ('upfront' or 'lazy') says when the graphs are made; `pdl`: decode kernels with programmatic
+    dependent launch (see Runner). `overlap`: while the same requests keep decoding, each step
+    (with a prefill chunk beside it, or in a mixed iteration, or not) is launched before the
+    previous step's tokens are read (they feed it on the device), so the host's work per step
+    hides behind the GPU's; a chunk's pieces count as in the cache from their launch, and a
+    prompt's first token is emitted when its last piece's iteration is read. A request that
+    stops at a stop id has one step computed past it, which is discarded. Tokens are the same
+    either way. `mixed`: an iteration's prefill chunk and decode step run as one (Runner).
+    `decode_chunk`: the most prompt tokens an iteration that also steps decoding sequences
+    prefills (default: the largest chunk; a graph of that size is added to the chunks): the
+    decoding users' next token waits for them, so a smaller one shortens the inter-token
+    latency's tail and lengthens the time to first token. One thread drives an engine. `runner`:
+    one to use instead of building a `Runner` for `model` (`engine.reference`: the NumPy decoder
+    on the host).
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, capture: str = "upfront",
@@ -121,7 +124,9 @@ class Engine:
         self.stats = EngineStats()
         self.steps = 0
         self.overlap = overlap
-        self._ahead: tuple[list[Request], Pending] | None = None  # launched, tokens unread
+        # launched, tokens unread: its decode rows, its prefill pieces, the launch
+        self._ahead: tuple[list[Request], list[tuple[Request, PrefillPiece]], Pending] | None \
+            = None
         self._chained = True  # False after a rollback: the device no longer holds the hand-off
         self._aborts: list[Request] = []
         if graphs and capture == "upfront":
@@ -205,13 +210,15 @@ class Engine:
         plan: Plan | None = sch.plan()
         st = None
         if self._ahead is not None:
-            rows, pending = self._ahead
+            rows, pieces, pending = self._ahead
             if self._chained and self._follows(plan, rows):
-                nxt = self.runner.launch([], [r.slot for r in rows], None, follow=True)
-                self._ahead, st, plan = (rows, nxt), nxt.st, None  # this iteration launched
+                nxt = self.runner.launch([p for _, p in plan.prefill], [r.slot for r in rows],
+                                         None, follow=True)
+                self._prefilled(plan.prefill)
+                self._ahead, st, plan = (rows, plan.prefill, nxt), nxt.st, None  # launched
             else:
                 self._ahead = None
-            emitted += self._read(rows, pending, done)
+            emitted += self._read(rows, pieces, pending, done)
             if plan is not None:  # the rows changed: plan again with the tokens read
                 plan = sch.plan()
         if plan is not None and (plan.prefill or plan.decode):
@@ -220,29 +227,36 @@ class Engine:
                                          [r.output[-1] for r in plan.decode])
             st = pending.st
             self._chained = True
-            if self.overlap and not plan.prefill:
-                self._ahead = (plan.decode, pending)
+            self._prefilled(plan.prefill)
+            if self.overlap and plan.decode:
+                self._ahead = (plan.decode, plan.prefill, pending)
             else:
-                first, nxt, _ = self.runner.collect(pending)
-                for (r, piece), tok in zip(plan.prefill, first):
-                    r.prefilled += len(piece.tokens)
-                    if r.prefilled == len(r.prompt):  # the prompt's last logits: a real token
-                        emitted += self._emit(r, tok, done)
-                for r, tok in zip(plan.decode, nxt):
-                    emitted += self._emit(r, tok, done)
+                emitted += self._read(plan.decode, plan.prefill, pending, done)
         return st, emitted
 
     def _follows(self, plan: Plan, rows: list[Request]) -> bool:
-        """Whether this iteration is a decode step of exactly `rows` (in order), each with
-        room for the token after the one still on its way."""
-        return (not plan.prefill and len(plan.decode) == len(rows)
-                and all(a is b for a, b in zip(plan.decode, rows))
+        """Whether this iteration's decode step is one of exactly `rows` (in order), each
+        with room for the token after the one still on its way (a prefill chunk may go
+        beside it)."""
+        return (len(plan.decode) == len(rows) and all(a is b for a, b in zip(plan.decode, rows))
                 and all(len(r.output) + 2 <= r.max_new_tokens for r in rows))
 
-    def _read(self, rows: list[Request], pending: Pending, done: list[Request]) -> int:
-        """Tokens of a launched decode step; rows that finished meanwhile drop theirs."""
-        _, nxt, _ = self.runner.collect(pending)
-        return sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt) if not r.finish)
+    @staticmethod
+    def _prefilled(pieces: list[tuple[Request, PrefillPiece]]) -> None:
+        """Launched pieces are in the cache for what is planned next (their prompts' first
+        tokens come when the iteration is read)."""
+        for r, piece in pieces:
+            r.prefilled += len(piece.tokens)
+
+    def _read(self, rows: list[Request], pieces: list[tuple[Request, PrefillPiece]],
+              pending: Pending, done: list[Request]) -> int:
+        """Tokens of a launched iteration: the first token of each prompt a piece ended (the
+        prompt's last logits), then the decode rows'; requests that finished meanwhile drop
+        theirs."""
+        first, nxt, _ = self.runner.collect(pending)
+        n = sum(self._emit(r, tok, done) for (r, piece), tok in zip(pieces, first)
+                if piece.final and not r.finish)
+        return n + sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt) if not r.finish)
 
     def _emit(self, r: Request, tok: int, done: list[Request]) -> int:
         r.output.append(tok)
@@ -307,9 +321,9 @@ class Engine:
         done: list[Request] = []
         if self._ahead is not None:
             t0 = time.perf_counter()
-            rows, pending = self._ahead
+            rows, pieces, pending = self._ahead
             self._ahead = None
-            self.stats.tokens += self._read(rows, pending, done)
+            self.stats.tokens += self._read(rows, pieces, pending, done)
             self.stats.wall_s += time.perf_counter() - t0
             self._retire()
         return done

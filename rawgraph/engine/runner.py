@@ -11,7 +11,10 @@ Prefill: one graph per chunk size; a chunk of n tokens runs in the smallest grap
 holds it, with n, the sequence count and the longest piece (`max_q_len`) patched in, so the
 last partial chunk of a prompt costs a patch, not a recapture or a pad to the full chunk.
 With two streams, a prefill chunk and a decode step of the same iteration run concurrently,
-ordered after one shared copy of the cache tables by an event.
+ordered after one shared copy of the cache tables by an event; that copy waits for the last
+chunk (which reads the tables). A chunk's first tokens are copied into mapped host memory
+after it, a half per iteration in turn, so an iteration may be launched before the last
+one's tokens are read, chunk or not.
 The eager path issues exactly the same launches (same buckets, same kernels): its tokens
 and logits are bit-identical to the graphs'.
 """
@@ -35,7 +38,7 @@ from rawgraph.graph.graph import Graph
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.decoder import PREFILL_CHUNKS, Model
-from rawgraph.model.step import LastStep, PrefillPiece, final_tokens, last_step
+from rawgraph.model.step import LastStep, PrefillPiece, check_follow, final_tokens, last_step
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Range, Symbols
 
@@ -61,13 +64,14 @@ class Pending:
     """A launched iteration whose tokens have not been read yet (`Runner.collect`)."""
 
     pieces: list[PrefillPiece]
-    pre_stream: Any             # where the prefill's first tokens are read
+    firsts: tuple[int, Any] | None  # the pieces' half of the first-token pairs, and its event
     rows: int                   # decode rows
     parity: Any                 # (rows,) each row's position % 2: its half of the token pair
     done: Any                   # event recorded after the decode step
     st: IterStats
     t0: float
     tokens: list[int] | None = None  # the decode tokens, once read
+    first: list[int] | None = None   # the pieces' next tokens (-1: not final), once read
 
 
 def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> tuple[int, ...]:
@@ -97,16 +101,19 @@ class Launched:
     def __init__(self) -> None:
         self._unread: list = []  # decode launches whose tokens were not read yet
         self._turn = 0
+        self._first_turn = 0  # whose turn it is of the two halves of a chunk's first tokens
         self._last_step: LastStep | None = None  # the last decode step, if it may be continued
 
-    def state(self) -> tuple[list, int]:
+    def state(self) -> tuple[list, int, int]:
         """What an engine's rollback restores: the launched iterations not read yet, and
-        whose turn it is (of the two alternating decode events)."""
-        return list(self._unread), self._turn
+        whose turn it is (of the two alternating decode events, and of the two halves of
+        the first tokens: a rolled-back chunk's half is the next chunk's, not an unread
+        one's)."""
+        return list(self._unread), self._turn, self._first_turn
 
-    def restore(self, state: tuple[list, int]) -> None:
+    def restore(self, state: tuple[list, int, int]) -> None:
         """Back to `state` (iterations read since stay read: their tokens are on the host)."""
-        unread, self._turn = state
+        unread, self._turn, self._first_turn = state
         self._unread = [p for p in unread if p.tokens is None]
         # the device's step inputs may be a rolled-back step's: the next decode step copies
         # them from the host
@@ -145,6 +152,12 @@ class Runner(Launched):
         self._tokens = MappedArray(2 * model.max_batch)
         self._token_pairs = self._tokens.dev.reshape(model.max_batch, 2)
         self._done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
+        # a chunk's first tokens likewise: the head's picks copied into mapped memory after
+        # the chunk, the iterations taking the two halves in turn, so a chunk's may be read
+        # while the next iteration (launched before they were) runs
+        self._firsts = MappedArray(2 * model.max_chunk_seqs)
+        self._first_halves = self._firsts.dev.reshape(2, model.max_chunk_seqs)
+        self._first_done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
         super().__init__()
 
     # -- graphs -------------------------------------------------------------------------------
@@ -243,14 +256,15 @@ class Runner(Launched):
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
         tokens. `follow`: a decode step of the same slots, in the same order, as the last
         decode launch, fed the tokens that step samples on the device (`tokens` None;
-        `Model.prepare_follow` checks that it continues that step): the host can prepare and
-        launch it before it has read them, so its work hides behind the GPU's. Tokens this
-        launch could overwrite are read first (waiting for them): only the last step's may
-        stay unread across a step that continues it."""
+        `Model.prepare_follow` checks that it continues that step), with a prefill chunk
+        beside it (or in a mixed iteration) or not: the host can prepare and launch it
+        before it has read them, so its work hides behind the GPU's. Tokens this launch
+        could overwrite are read first (waiting for them): only the last step's may stay
+        unread across a step that continues it."""
         if follow:
-            if pieces or tokens is not None or sampling is not None:
-                raise ValueError("follow: a decode step alone, its tokens from the device and "
-                                 "its sampling parameters the slots' own")
+            if tokens is not None or sampling is not None or not slots:
+                raise ValueError("follow: a decode step, its tokens from the device and its "
+                                 "sampling parameters the slots' own")
         elif tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
@@ -268,15 +282,18 @@ class Runner(Launched):
         if slots and b is None:
             self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
         if pieces and slots:
-            self._check_both(pieces, slots, tokens)
+            self._check_both(pieces, slots, tokens, follow)
         if slots:  # tokens this step's sampler could overwrite are read first: a continuing
             # step writes the other half of the last step's pairs, anything else may not
             while len(self._unread) > (1 if follow else 0):
                 self._settle(self._unread[0])
         t0 = time.perf_counter()
         if mixed:
-            assert b is not None and c is not None and tokens is not None
-            return self._launch_mixed(pieces, slots, tokens, sampling, b, c, mix_ex, st, t0)
+            assert b is not None and c is not None
+            return self._launch_mixed(pieces, slots, tokens, sampling, b, c, mix_ex, st, t0,
+                                      follow)
+        if ps is not ds:  # the tables' copy below waits for a chunk still reading them
+            cupy_stream(ds).wait_event(self._prefill_done)
         if pieces:
             n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
@@ -305,27 +322,44 @@ class Runner(Launched):
                 _replay(pre_ex, ps, st, n=n, seqs=seqs, max_q_len=max_q_len, max_len=pre_len)
             else:
                 m.launch_prefill(n, seqs, max_q_len, pre_len, ps, chunk=c, pdl=self.pdl)
+        firsts = self._copy_firsts(len(pieces), ps) if pieces else None
+        if pieces and ps is not ds:
+            self._prefill_done.record(cupy_stream(ps))
         st.host_us = (time.perf_counter() - t0) * 1e6
         # each row's half of its token pair: the parity of its position (the lengths the step's
         # record took; nothing since has grown them)
         parity = (self._last_step.lens - 1) & 1 if slots else None
-        p = Pending(list(pieces), ps, len(slots), parity, done, st, t0)
+        p = Pending(list(pieces), firsts, len(slots), parity, done, st, t0)
         if slots:
             self._unread.append(p)
         return p
 
+    def _copy_firsts(self, n: int, stream: Any) -> tuple[int, Any]:
+        """After a chunk on `stream`: its n pieces' next tokens into this turn's half of the
+        mapped first-token pairs; (the half, the event after the copy)."""
+        k, done = self._first_turn, self._first_done[self._first_turn]
+        self._first_turn ^= 1
+        with cupy_stream(stream):
+            self._first_halves[k, :n] = self.model.pre["next"][:n]
+        done.record(cupy_stream(stream))
+        return k, done
+
     def _launch_mixed(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-                      tokens: Sequence[int], sampling: Sequence[SamplingParams] | None,
-                      b: int, c: int, ex: Any, st: IterStats, t0: float) -> Pending:
+                      tokens: Sequence[int] | None,
+                      sampling: Sequence[SamplingParams] | None, b: int, c: int, ex: Any,
+                      st: IterStats, t0: float, follow: bool) -> Pending:
         """`launch`'s mixed iteration: the chunk and the step in one graph (or eagerly, the
-        same launches) on the decode stream."""
+        same launches) on the decode stream; `follow` as `launch`'s."""
         m, ds = self.model, self.decode_stream
-        n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ds, sync=False)
-        max_len = m.prepare_decode(slots, tokens, ds, sampling)  # its tables carry the chunk's
-        m.prepare_mixed(b, c, n, ds)
-        if self.prefill_stream is not ds:  # after any chunk still on the prefill stream
-            self._prefill_done.record(cupy_stream(self.prefill_stream))
+        if self.prefill_stream is not ds:  # the tables' copy waits for a chunk reading them
             cupy_stream(ds).wait_event(self._prefill_done)
+        n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ds, sync=False)
+        if follow:  # its tables carry the chunk's
+            max_len = m.prepare_follow(slots, self._last_step, ds)
+        else:
+            assert tokens is not None
+            max_len = m.prepare_decode(slots, tokens, ds, sampling)
+        m.prepare_mixed(b, c, n, ds)
         self._last_step = last_step(slots, m.kv.tables, m.kv.syncs)
         done = self._done[self._turn]
         if ex is not None:
@@ -336,9 +370,10 @@ class Runner(Launched):
                            advance=1, host_next=self._token_pairs[:b])
         done.record(cupy_stream(ds))
         self._turn ^= 1
+        firsts = self._copy_firsts(len(pieces), ds)
         st.host_us = (time.perf_counter() - t0) * 1e6
         parity = (self._last_step.lens - 1) & 1
-        p = Pending(list(pieces), ds, len(slots), parity, done, st, t0)
+        p = Pending(list(pieces), firsts, len(slots), parity, done, st, t0)
         self._unread.append(p)
         return p
 
@@ -351,21 +386,25 @@ class Runner(Launched):
     def collect(self, p: Pending) -> tuple[list[int], list[int], IterStats]:
         """Wait for a launched iteration; (next token per piece, -1 for pieces that are not
         final; next token per decode row; stats)."""
-        m = self.model
-        first = final_tokens(m.pre["next"][:len(p.pieces)].get(
-            stream=cupy_stream(p.pre_stream)).tolist(), p.pieces) if p.pieces else []
+        if p.firsts is not None and p.first is None:
+            k, done = p.firsts
+            done.synchronize()
+            half = self._firsts.host.reshape(2, -1)[k, :len(p.pieces)]
+            p.first = final_tokens(half.tolist(), p.pieces)
         if p.rows and p.tokens is None:
             self._settle(p)
-        nxt = p.tokens or []
         p.st.wall_ms = (time.perf_counter() - p.t0) * 1e3
-        return first, nxt, p.st
+        return p.first or [], p.tokens or [], p.st
 
     def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-                    tokens: Sequence[int]) -> None:
+                    tokens: Sequence[int] | None, follow: bool = False) -> None:
         """What could make the decode half fail once the prefill half has changed the cache,
         checked first: the iteration is all or nothing."""
         m = self.model
-        m.check_decode(slots, tokens)
+        if follow:
+            check_follow(self._last_step, slots, m.kv.tables, m.limits)
+        else:
+            m.check_decode(slots, tokens)
         both = {p.slot for p in pieces} & set(slots)
         if both:
             raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
@@ -378,5 +417,7 @@ class Runner(Launched):
     def close(self) -> None:
         """Destroy the graphs and free the token buffers (after the decode stream's work)."""
         self.pool.close()
-        cupy_stream(self.decode_stream).synchronize()
+        for stream in {self.decode_stream, self.prefill_stream}:
+            cupy_stream(stream).synchronize()
         self._tokens.close()
+        self._firsts.close()

@@ -455,10 +455,11 @@ class Model:
         return self.mix
 
     def prepare_mixed(self, batch: int, chunk: int, n: int, stream: Any) -> None:
-        """Host side of a mixed iteration, after `prepare_prefill` and `prepare_decode` of
-        its parts: the rows' ids, positions and cache slots in one array, the decode bucket's
-        `batch` rows (padding included) then the chunk's `n` tokens (the rest of the
-        `chunk` rows: padding, no cache slot)."""
+        """Host side of a mixed iteration, after `prepare_prefill` and `prepare_decode` (or
+        `prepare_follow`) of its parts: the rows' ids, positions and cache slots in one
+        array, the decode bucket's `batch` rows (padding included; `launch_mixed` copies
+        them from the step's metadata on the device over these) then the chunk's `n` tokens
+        (the rest of the `chunk` rows: padding, no cache slot)."""
         self.mixed_buffers()
         assert self.mix_meta is not None
         h, d, p = self.mix_meta.begin(), self.dec_meta.host, self.pre_meta.host
@@ -642,8 +643,15 @@ class Model:
                 self._chunk_attention(q3[batch:batch + chunk], out3[batch:batch + chunk], kc,
                                       vc, n, num_seqs, max_q_len, pre_len, chunk)
 
+        with _on(stream, symbols):
+            # the decode rows' inputs as the device has them (a step continuing the last one
+            # finds them there, moved on by its sampler), over the host's copy
+            for name in ("ids", "pos", "slots"):
+                dst, src = mm[name][:batch], dm[name][:batch]
+                dst.data.copy_from_device_async(src.data, src.nbytes,
+                                                cupy.cuda.get_current_stream())
+            ops.embedding(mm["ids"], self.w["embed"], a["r"], rows)  # plain: after copies
         with programmatic(pdl), _on(stream, symbols):
-            ops.embedding(mm["ids"], self.w["embed"], a["r"], rows)
             for i in range(cfg.layers):
                 self._layer(i, a, mm, rows, batch + chunk, attend)
             dec = {k: v[:batch] for k, v in self.dec.items()}

@@ -291,3 +291,49 @@ def test_follow_chains_match_host_fed_steps(graphs):
 
     a, b = chain(True), chain(False)
     assert a == b and len(set(map(tuple, a))) > 5
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("graphs", [False, True])
+def test_follow_steps_with_a_chunk_beside_them_match_host_fed_ones(graphs, mixed):
+    # 24 steps of two rows, each continuing the last on the device; steps 8 to 15 carry a
+    # piece of slot 2's 60-token prompt beside them (8 tokens each, the last one final; or
+    # with it in mixed iterations, whose rows' inputs then come from the device too),
+    # launched before the step before has been read: the rows' tokens, the prompt's first
+    # token and the cache lengths are those of steps fed from the host and read at once
+    from rawgraph.engine.runner import Runner
+
+    prompt = list(range(100, 160))
+
+    def chain(follow):
+        model = _model()
+        model.kv.k.fill(0)
+        model.kv.v.fill(0)
+        runner = Runner(model, graphs=graphs, buckets=[2], chunks=[16, 64], mixed=mixed)
+        for s in (0, 1):
+            model.kv.tables.add(s)
+            model.kv.tables.append(s, 3)
+        out, firsts, pending = [], [], runner.launch([], [0, 1], [5, 6])
+        for i in range(24):
+            k = i - 8
+            pieces = ([PrefillPiece(2, prompt[8 * k:8 * k + 8 + (4 if k == 7 else 0)], 8 * k,
+                                    final=k == 7)] if 0 <= k < 8 else [])
+            if follow:
+                nxt = runner.launch(pieces, [0, 1], None, follow=True)
+                first, toks, _ = runner.collect(pending)
+            else:
+                first, toks, _ = runner.collect(pending)
+                nxt = runner.launch(pieces, [0, 1], toks)
+            out.append(toks)
+            firsts += [t for t in first if t >= 0]
+            pending = nxt
+        first, toks, _ = runner.collect(pending)
+        out.append(toks)
+        firsts += [t for t in first if t >= 0]
+        assert model.kv.tables.lens[:3].tolist() == [28, 28, 60]
+        runner.close()
+        model.close()
+        return out, firsts
+
+    (a, fa), (b, fb) = chain(True), chain(False)
+    assert a == b and fa == fb and len(fa) == 1

@@ -30,6 +30,23 @@ def test_greedy_tokens_are_the_references(overlap, decode_chunk):
         assert max(i.prefill_tokens for i in engine.stats.iters if i.decode_rows) == 5
 
 
+def test_steps_with_a_chunk_beside_them_follow_on_the_device():
+    # the long prompt goes in pieces while the others decode: those iterations are launched
+    # ahead of the last one's tokens (follow) too, and the tokens stay the reference's
+    engine, launches = _engine(decode_chunk=8), []
+    launch = engine.runner.launch
+
+    def spy(pieces, slots, tokens, sampling=None, *, follow=False):
+        launches.append((bool(pieces), bool(slots), follow))
+        return launch(pieces, slots, tokens, sampling, follow=follow)
+
+    engine.runner.launch = spy
+    fw = float_weights(CFG, W)
+    assert engine.generate(PROMPTS, max_new_tokens=10) == [greedy(CFG, fw, p, 10)
+                                                           for p in PROMPTS]
+    assert (True, True, True) in launches
+
+
 @pytest.mark.parametrize("bad", [0, 33, 4.0, "8"])
 def test_a_decode_chunk_outside_the_chunks_is_refused(bad):
     with pytest.raises(ValueError, match=f"decode_chunk = {bad!r}: an int in \\[1, max_chunk = 32"):
