@@ -139,6 +139,10 @@ class Runner(Launched):
         self.model, self.graphs, self.pdl, self.mixed = model, graphs, pdl, mixed
         self.buckets = _sizes(BUCKETS, model.max_batch, buckets)
         self.chunks = _sizes(PREFILL_CHUNKS, model.max_chunk, chunks)
+        # its streams are non-blocking: they do not wait for the legacy default stream, on
+        # which CuPy queues a caller's fills and copies (a cache zeroed just before this);
+        # what was queued before the runner lands before its first launch
+        cupy.cuda.Device().synchronize()
         self.decode_stream = new_stream()
         self.prefill_stream = new_stream() if streams == 2 else self.decode_stream
         self._tables_copied = cupy.cuda.Event(block=False, disable_timing=True)

@@ -537,7 +537,12 @@ class Model:
                                      max_len, scale=cfg.attention_scale,
                                      splits=self.splits[batch - 1])
 
-        ops.embedding(m["ids"], self.w["embed"], a["r"])
+        # the step's first kernel launches plainly: eagerly it follows the last step's
+        # sampler, which writes the ids, positions and lengths the QKV GEMV reads before its
+        # PDL wait (its round trips overlap the wait), so nothing of this step may start
+        # until that sampler ends (a graph's first node never overlaps the last launch)
+        with programmatic(False):
+            ops.embedding(m["ids"], self.w["embed"], a["r"])
         for i in range(cfg.layers):
             self._layer(i, a, m, batch, batch, attend)
         handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)

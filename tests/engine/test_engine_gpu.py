@@ -253,19 +253,21 @@ def test_follow_launches_need_the_last_steps_rows():
     model.close()
 
 
-@pytest.mark.parametrize("graphs", [False, True])
-def test_follow_chains_match_host_fed_steps(graphs):
+@pytest.mark.parametrize("graphs,streams", [(False, 1), (False, 2), (True, 2)])
+def test_follow_chains_match_host_fed_steps(graphs, streams):
     # 40 steps, each continuing the last on the device: two new 16-token cache blocks per
     # row on the way, new sampling parameters for one row at step 20, and a prefill of
     # another slot at step 30 (its copy of the lengths lands between two continued steps):
-    # the same tokens as steps fed from the host, and the cache lengths agree after
+    # the same tokens as steps fed from the host, and the cache lengths agree after. Eager
+    # on one stream, nothing stands between one step's sampler and the next step's first
+    # kernel (under PDL, that one must launch plainly)
     from rawgraph.engine.runner import Runner
 
     def chain(follow):
         model = _model()
         model.kv.k.fill(0)
         model.kv.v.fill(0)
-        runner = Runner(model, graphs=graphs, buckets=[2], chunks=[64])
+        runner = Runner(model, graphs=graphs, buckets=[2], chunks=[64], streams=streams)
         for s in (0, 1):
             model.kv.tables.add(s)
             model.kv.tables.append(s, 3)
