@@ -66,7 +66,8 @@
 //   c: its slot and position pick the cache row as kv_append.cu does (slot < 0 or an
 //   unmapped block: nothing cached). head_dim % 16 == 0. The slots, positions, block table
 //   and frequencies are read before the PDL wait (their round trips overlap it): they must
-//   be written before the previous kernel on the stream starts (the step's metadata copy).
+//   be written before the previous kernel on the stream starts (the step's metadata copy, or
+//   the last step's sampler before a step whose first kernel launches plainly).
 //
 //   norm_eps (the _silu and _rope forms): >= 0: x's rows are RMS-normalized first, the
 //   projection being of x / sqrt(mean(x^2) + norm_eps) (RMSNorm without its weight, which
