@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from rawgraph.engine.request import Request
@@ -187,10 +187,52 @@ class _Relay:
         return "" if self.text is None else self.text.finish()
 
 
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache")]
+
+
+class _EventStream:
+    """A streamed response (an ASGI app): the server-sent events `lines` yields, one `send`
+    each and nothing between them, where Starlette's StreamingResponse ran each through a
+    task group's wrappers (the event loop's CPU per streamed token: 43 -> 40 us with the
+    NumPy decoder, `.scratch/srvcpu.py`). A watch on `receive` cancels the stream when the
+    client goes; `lines` is closed either way (its `finally` aborts an unfinished job)."""
+
+    def __init__(self, lines: AsyncGenerator[str, None]):
+        self.lines = lines
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            task.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            async for line in self.lines:
+                await send({"type": "http.response.body", "body": line.encode(),
+                            "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()
+        finally:
+            watcher.cancel()
+            await self.lines.aclose()
+
+
 def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = None) -> Starlette:
     """The ASGI app over a started `worker`."""
 
-    async def generate(http: HTTPRequest, chat: bool) -> Response:
+    async def generate(http: HTTPRequest, chat: bool) -> Response | _EventStream:
         try:
             try:
                 body = await http.json()
@@ -211,8 +253,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
         relay = _Relay(g, job, info, worker, http, timeout_s)
         rid = protocol.new_id(chat)
         if g.stream:
-            return StreamingResponse(_stream(relay, rid), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return _EventStream(_stream(relay, rid))
         return await _whole(relay, rid)
 
     async def _whole(relay: _Relay, rid: str) -> Response:
@@ -231,7 +272,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
             relay.g, rid, info.model_id, "".join(text), relay.ids, relay.finish,
             len(relay.job.request.prompt), relay.generated))
 
-    async def _stream(relay: _Relay, rid: str) -> AsyncIterator[str]:
+    async def _stream(relay: _Relay, rid: str) -> AsyncGenerator[str, None]:
         g, created = relay.g, int(time.time())
 
         def sse(obj: dict) -> str:
@@ -262,10 +303,10 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
             if relay.finish is None:
                 worker.abort(relay.job)
 
-    async def completions(http: HTTPRequest) -> Response:
+    async def completions(http: HTTPRequest) -> Response | _EventStream:
         return await generate(http, chat=False)
 
-    async def chat_completions(http: HTTPRequest) -> Response:
+    async def chat_completions(http: HTTPRequest) -> Response | _EventStream:
         return await generate(http, chat=True)
 
     async def models(http: HTTPRequest) -> Response:
