@@ -482,3 +482,58 @@ def test_an_engine_process_that_dies_ends_its_requests_with_500(checkpoint):
             ep.submit(Job(Request([5], 2), None))
     finally:
         ep.stop()
+
+
+def test_a_stream_ends_quietly_when_its_client_goes_and_closes_its_events():
+    # the streamed response alone, over a fake connection. The client leaves while the
+    # events wait: the handler returns (no CancelledError escapes to the server). A send
+    # raises (a server of ASGI 2.4): the error propagates. Either way the events' generator
+    # is closed, its `finally` being where a job is aborted
+    from rawgraph.serve.app import _EventStream
+
+    def scenario(leave: str) -> tuple[list, list, BaseException | None]:
+        sent: list = []
+        closed: list = []
+        gone = asyncio.Event()
+
+        async def lines():
+            try:
+                yield "data: 1\n\n"
+                if leave == "waiting":
+                    await asyncio.sleep(3600)  # an engine that never answers
+                yield "data: 2\n\n"
+            finally:
+                closed.append(True)
+
+        async def receive():
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+            if message.get("body") == b"data: 1\n\n":
+                if leave == "waiting":
+                    gone.set()
+                elif leave == "raise":
+                    raise OSError("the client went away")
+
+        async def go() -> tuple[list, BaseException | None]:
+            # what was closed when the handler ended (not at the loop's shutdown, which
+            # finalizes any generator left open)
+            try:
+                await asyncio.wait_for(_EventStream(lines())({"type": "http"}, receive, send),
+                                       5)
+            except OSError as e:
+                return list(closed), e
+            return list(closed), None
+        return sent, *asyncio.run(go())
+
+    sent, closed, err = scenario("waiting")
+    assert [m.get("body") for m in sent] == [None, b"data: 1\n\n"] and closed == [True]
+    assert err is None
+    sent, closed, err = scenario("raise")
+    assert isinstance(err, OSError) and closed == [True]
+    sent, closed, err = scenario("stays")
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n", b"data: 2\n\n", b""]
+    assert sent[-1]["more_body"] is False and closed == [True] and err is None
