@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -193,10 +194,10 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
 
 class _EventStream:
     """A streamed response (an ASGI app): the server-sent events `lines` yields, one `send`
-    each and nothing between them, where Starlette's StreamingResponse ran each through a
-    task group's wrappers (the event loop's CPU per streamed token: 43 -> 40 us with the
-    NumPy decoder, `.scratch/srvcpu.py`). A watch on `receive` cancels the stream when the
-    client goes; `lines` is closed either way (its `finally` aborts an unfinished job)."""
+    each and no wrapper around it (per-event Python is what the event loop spends per
+    streamed token; benchmarks/NOTES.md, "Serving"). A watch on `receive` cancels the
+    stream when the client goes; `lines` is closed either way (its `finally` aborts an
+    unfinished job)."""
 
     def __init__(self, lines: AsyncGenerator[str, None]):
         self.lines = lines
@@ -223,7 +224,8 @@ class _EventStream:
         except asyncio.CancelledError:
             if not gone:
                 raise
-            task.uncancel()
+            if sys.version_info >= (3, 11):  # the handler goes on as not cancelled
+                task.uncancel()
         finally:
             watcher.cancel()
             await self.lines.aclose()
