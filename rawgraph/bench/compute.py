@@ -23,7 +23,7 @@ from rawgraph.bench import peer
 from rawgraph.bench.shapes import SHAPES
 from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.timing import device_us
-from rawgraph.memory.paged import PagedKVCache
+from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 
 Row = Callable[..., None]
 F16 = np.float16
@@ -98,9 +98,11 @@ def gemm(row: Row, s: Any) -> None:
 
 
 def _one_sequence(d: int, n: int, s: Any) -> PagedKVCache:
-    """A one-layer cache of 8 kv heads holding one sequence of n random tokens (slot 0)."""
-    kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=16, num_blocks=n // 16,
-                      max_seqs=1, max_blocks_per_seq=n // 16)
+    """A one-layer cache of 8 kv heads holding one sequence of n random tokens (slot 0), in
+    blocks of the engine's size (n a multiple of it)."""
+    bs = BLOCK_SIZE
+    kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs, num_blocks=n // bs,
+                      max_seqs=1, max_blocks_per_seq=n // bs)
     kv.tables.add(0)
     kv.tables.append(0, n)
     kv.sync(s)

@@ -31,6 +31,7 @@ from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
+from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
@@ -95,7 +96,7 @@ def long_cases(name: str) -> list[tuple[int, int]]:
 def _long(name: str, floor_gbps: float) -> list[dict[str, Any]]:
     """The long-context rows: a model sized for them (its cache holds the largest case)."""
     cfg, cases = preset(name), long_cases(name)
-    blocks = max(b * -(-(c + 64) // 16) for b, c in cases)
+    blocks = max(b * -(-(c + 64) // BLOCK_SIZE) for b, c in cases)
     model = Model(cfg, None, max_batch=max(LONG_BATCHES), max_context=max(LONG_CONTEXTS) + 64,
                   max_chunk=512, max_chunk_seqs=8, num_blocks=blocks)
     model.kv.k.fill(0)
@@ -112,7 +113,7 @@ def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
     cases = [(b, c) for c in CONTEXTS for b in BATCHES] + list(EXTRA) + list(WIDE.get(name, ()))
     batches = sorted({b for b, _ in cases})
     top_ctx = max(c for _, c in cases)
-    blocks = max(b * -(-(c + 64) // 16) for b, c in cases)  # the largest case's cache
+    blocks = max(b * -(-(c + 64) // BLOCK_SIZE) for b, c in cases)  # the largest case's cache
     model = Model(cfg, None, max_batch=max(batches), max_context=top_ctx + 64,
                   max_chunk=512, max_chunk_seqs=8, num_blocks=blocks)
     model.kv.k.fill(0)  # pre-filled contexts read zeros, not uninitialized memory (NaNs

@@ -32,7 +32,7 @@ from rawgraph.cuda.launch import programmatic
 from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
-from rawgraph.memory.paged import PagedKVCache
+from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import SKINNY90_ROWS, SKINNY_MAX, hopper
@@ -146,7 +146,7 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
     for model, d in (("llama-1b", 64), ("llama-8b", 128)):
         for batch, ctx in ((1, 4096), (8, 4096), (32, 4096), (8, 16384), (64, 4096)):
             splits = default_splits(batch, 8, "float16", d)  # as the engine splits
-            bs = 16
+            bs = BLOCK_SIZE  # the engine's
             kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
                               num_blocks=batch * ctx // bs, max_seqs=batch,
                               max_blocks_per_seq=ctx // bs)

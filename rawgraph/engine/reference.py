@@ -22,6 +22,7 @@ import numpy as np
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.runner import IterStats, Launched
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
+from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import LlamaConfig
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import Limits, PrefillPiece, check_follow, final_tokens, last_step
@@ -43,7 +44,7 @@ class ReferenceModel:
 
     def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
                  max_context: int = 1024, max_chunk: int = 256, max_chunk_seqs: int = 8,
-                 block_size: int = 16):
+                 block_size: int = BLOCK_SIZE):
         for name, v in (("max_batch", max_batch), ("max_context", max_context),
                         ("max_chunk", max_chunk), ("max_chunk_seqs", max_chunk_seqs)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -30,7 +30,7 @@ from rawgraph.graph.capture import capture_status
 from rawgraph.graph.conditional import condition_handle, if_node, set_condition_any
 from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import OutOfBlocks
-from rawgraph.memory.paged import PagedKVCache
+from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 from rawgraph.memory.staging import Staging
 from rawgraph.model import step
 from rawgraph.model.checkpoint import Checkpoint
@@ -165,8 +165,9 @@ class Model:
 
     def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray] | None = None, *,
                  max_batch: int = 8, max_context: int = 2048, max_chunk: int = 512,
-                 max_chunk_seqs: int = 8, block_size: int = 16, num_blocks: int | None = None,
-                 seed: int = 0, files: dict[str, Any] | None = None,
+                 max_chunk_seqs: int = 8, block_size: int = BLOCK_SIZE,
+                 num_blocks: int | None = None, seed: int = 0,
+                 files: dict[str, Any] | None = None,
                  runs_up_to: int = RUNS_UP_TO):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets).
