@@ -162,6 +162,7 @@ class Runner(Launched):
         self._firsts = MappedArray(2 * model.max_chunk_seqs)
         self._first_halves = self._firsts.dev.reshape(2, model.max_chunk_seqs)
         self._first_done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
+        self._first_owner: list[Pending | None] = [None, None]  # whose tokens each half holds
         super().__init__()
 
     # -- graphs -------------------------------------------------------------------------------
@@ -333,16 +334,26 @@ class Runner(Launched):
         # each row's half of its token pair: the parity of its position (the lengths the step's
         # record took; nothing since has grown them)
         parity = (self._last_step.lens - 1) & 1 if slots else None
-        p = Pending(list(pieces), firsts, len(slots), parity, done, st, t0)
-        if slots:
+        return self._pending(pieces, firsts, len(slots), parity, done, st, t0)
+
+    def _pending(self, pieces: Sequence[PrefillPiece], firsts: tuple[int, Any] | None,
+                 rows: int, parity: Any, done: Any, st: IterStats, t0: float) -> Pending:
+        """A launch's Pending, recorded as the owner of what it left in the shared halves."""
+        p = Pending(list(pieces), firsts, rows, parity, done, st, t0)
+        if rows:
             self._unread.append(p)
+        if firsts is not None:
+            self._first_owner[firsts[0]] = p
         return p
 
     def _copy_firsts(self, n: int, stream: Any) -> tuple[int, Any]:
         """After a chunk on `stream`: its n pieces' next tokens into this turn's half of the
-        mapped first-token pairs; (the half, the event after the copy)."""
+        mapped first-token pairs (the chunk's before it there read first, if nobody has);
+        (the half, the event after the copy)."""
         k, done = self._first_turn, self._first_done[self._first_turn]
         self._first_turn ^= 1
+        if (owner := self._first_owner[k]) is not None:
+            self._read_firsts(owner)
         with cupy_stream(stream):
             self._first_halves[k, :n] = self.model.pre["next"][:n]
         done.record(cupy_stream(stream))
@@ -377,9 +388,7 @@ class Runner(Launched):
         firsts = self._copy_firsts(len(pieces), ds)
         st.host_us = (time.perf_counter() - t0) * 1e6
         parity = (self._last_step.lens - 1) & 1
-        p = Pending(list(pieces), firsts, len(slots), parity, done, st, t0)
-        self._unread.append(p)
-        return p
+        return self._pending(pieces, firsts, len(slots), parity, done, st, t0)
 
     def _settle(self, p: Pending) -> None:
         """Wait for a decode launch and read its tokens out of the shared pairs."""
@@ -387,14 +396,22 @@ class Runner(Launched):
         p.tokens = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), p.parity].tolist()
         self._unread.remove(p)
 
-    def collect(self, p: Pending) -> tuple[list[int], list[int], IterStats]:
-        """Wait for a launched iteration; (next token per piece, -1 for pieces that are not
-        final; next token per decode row; stats)."""
-        if p.firsts is not None and p.first is None:
-            k, done = p.firsts
+    def _read_firsts(self, p: Pending) -> None:
+        """Wait for a chunk's copy and read its pieces' next tokens out of its half."""
+        assert p.firsts is not None
+        k, done = p.firsts
+        if p.first is None:
             done.synchronize()
             half = self._firsts.host.reshape(2, -1)[k, :len(p.pieces)]
             p.first = final_tokens(half.tolist(), p.pieces)
+        if self._first_owner[k] is p:
+            self._first_owner[k] = None
+
+    def collect(self, p: Pending) -> tuple[list[int], list[int], IterStats]:
+        """Wait for a launched iteration; (next token per piece, -1 for pieces that are not
+        final; next token per decode row; stats)."""
+        if p.firsts is not None:
+            self._read_firsts(p)
         if p.rows and p.tokens is None:
             self._settle(p)
         p.st.wall_ms = (time.perf_counter() - p.t0) * 1e3

@@ -195,6 +195,31 @@ def test_overlapped_steps_give_the_same_tokens():
     assert any(f == "stop" for _, f in want.values())
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_first_tokens_outlive_later_chunks_launched_before_they_are_read(graphs):
+    # four chunks launched before any is read: the third's and fourth's copies reuse the
+    # halves of the first's and second's first tokens, which are read before that
+    from rawgraph.engine.runner import Runner
+
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
+
+    def first_tokens(launch_all):
+        model = _model()
+        runner = Runner(model, graphs=graphs, buckets=[2], chunks=[64])
+        pieces = [PrefillPiece(s, p, 0) for s, p in enumerate(prompts)]
+        if launch_all:
+            pending = [runner.launch([piece], [], []) for piece in pieces]
+            out = [runner.collect(p)[0] for p in pending]
+        else:
+            out = [runner.run([piece], [], [])[0] for piece in pieces]
+        runner.close()
+        model.close()
+        return out
+
+    got, want = first_tokens(True), first_tokens(False)
+    assert got == want and all(len(t) == 1 for t in got)
+
+
 def test_follow_launches_need_the_last_steps_rows():
     from rawgraph.engine.runner import Runner
 
