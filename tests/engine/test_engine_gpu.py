@@ -147,7 +147,8 @@ def test_an_iteration_is_all_or_nothing():
     from rawgraph.memory.blocks import OutOfBlocks
 
     # blocks of 16 tokens, 3 in all: the first prompt takes one
-    model = _model(max_batch=4, max_context=64, max_chunk=32, max_chunk_seqs=2, num_blocks=3)
+    model = _model(max_batch=4, max_context=64, max_chunk=32, max_chunk_seqs=2, block_size=16,
+                   num_blocks=3)
     runner = Runner(model, buckets=[2], chunks=[32])
     first, _, _ = runner.run([PrefillPiece(0, [1, 2, 3], 0)], [], [])
     t = model.kv.tables
