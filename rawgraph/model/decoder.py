@@ -587,7 +587,7 @@ class Model:
         m, rows = self.pre_meta.dev, self.runs(chunk)
         kw = ({"rows": rows, "context": max_len, "chunk": chunk, "n": n,
                "workspace": self.prefill_workspace} if rows else
-              {"rows": ops.attention.prefill_rows(chunk)})
+              {"rows": ops.attention.prefill_rows(chunk, self.cfg.head_dim)})
         ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
                               m["seqs"], out, max_q_len, num_seqs,
                               scale=self.cfg.attention_scale, **kw)
