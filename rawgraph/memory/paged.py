@@ -29,6 +29,7 @@ from rawgraph.memory.staging import Staging
 # sequence leaves unused of its last block, under 64 tokens, is the price.
 BLOCK_SIZE = 64
 
+
 class PagedKVCache:
     """K and V caches of shape (layers, num_blocks, block_size, kv_heads * head_dim)."""
 

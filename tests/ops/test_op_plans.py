@@ -15,6 +15,8 @@ from rawgraph.ops.attention import (
     SPLIT_WAVES,
     decode_splits,
     grid_splits,
+    grouped_rows,
+    prefill_rows,
     prefill_runs,
     row_runs,
     row_splits,
@@ -235,6 +237,14 @@ def test_prefill_runs_fill_the_gpu_only_where_query_tiles_do_not():
     assert prefill_runs(16, 16, 1, 1000)[0] == MAX_PREFILL_SPLITS
     with pytest.raises(ValueError, match="positive"):
         prefill_runs(16, 0, 8, 132)
+
+
+def test_prefill_rows_128_only_at_head_dim_128_from_256_tokens():
+    # head dim 64 takes 64-row blocks at every length (faster there at 1,024 to 8,192)
+    assert [prefill_rows(n, 128) for n in (1, 255, 256, 8192)] == [64, 64, 128, 128]
+    assert [prefill_rows(n, 64) for n in (1, 255, 256, 8192)] == [64, 64, 64, 64]
+    # grouped tiles count the group's rows, at any head dim
+    assert [grouped_rows(n, 4) for n in (16, 63, 64, 512)] == [64, 64, 128, 128]
 
 
 def test_a_rows_runs_follow_its_own_length():
