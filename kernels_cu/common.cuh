@@ -39,6 +39,14 @@ __device__ __forceinline__ void pdl_start() {
 
 // -infinity without <cmath> (NVRTC has no INFINITY macro).
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+// 2^x in one MUFU.EX2, results under 2^-126 flushed to 0 (exp2f adds a range check and two
+// predicated multiplies a call to keep them: three more instructions, in a softmax as many
+// as its useful ones)
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // Rounds through the storage type: what a framework computing in T would produce.
 template <typename T> __device__ __forceinline__ float round_to(float x) {

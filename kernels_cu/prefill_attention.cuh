@@ -158,29 +158,31 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&m)[
                                              int c2) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = m[h];
+    // the max of the raw scores, scaled once: scale2 > 0, so it is the max of the scaled
+    // ones to the bit (rounding is monotonic)
+    float raw = rg::neg_inf();
 #pragma unroll
     for (int j = 0; j < kBC / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float v = s[j][2 * h + e] * scale2;
-        if (edge && key0 + j * 8 + c2 + e > qpos[h]) v = rg::neg_inf();
-        s[j][2 * h + e] = v;
-        mx = fmaxf(mx, v);
+        const bool past = edge && key0 + j * 8 + c2 + e > qpos[h];
+        raw = fmaxf(raw, past ? rg::neg_inf() : s[j][2 * h + e]);
       }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
+    raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+    const float mx = fmaxf(m[h], raw * scale2);
     // a split may start with a tile whose keys all lie past this row (mx = -inf): then
     // alpha and every p are 0, not NaN (the whole tile 0 of an unsplit row is never masked)
     const float ref = SPLIT && mx == rg::neg_inf() ? 0.f : mx;
-    alpha[h] = exp2f(m[h] - ref);  // 0 on the first tile (m = -inf)
+    alpha[h] = rg::ex2(m[h] - ref);  // 0 on the first tile (m = -inf)
     m[h] = mx;
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < kBC / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float p = exp2f(s[j][2 * h + e] - ref);
+      for (int e = 0; e < 2; ++e) {  // an FFMA and an EX2 a score
+        const bool past = edge && key0 + j * 8 + c2 + e > qpos[h];
+        const float p = past ? 0.f : rg::ex2(fmaf(s[j][2 * h + e], scale2, -ref));
         s[j][2 * h + e] = p;
         sum += p;
       }
