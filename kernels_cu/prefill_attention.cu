@@ -57,7 +57,7 @@ namespace {
 // tile, K and V through ldmatrix (V transposed), m16n8k16 MMAs.
 template <typename T, int D, int BR>
 struct SyncMma {
-  static constexpr bool kPanels = false;
+  static constexpr bool kPanels = false, kSkipRescale = false;
   unsigned qf[D / 16][4];
 
   static __device__ __forceinline__ void landed() {}

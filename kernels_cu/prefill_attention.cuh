@@ -190,8 +190,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&m)[
   }
 }
 
-template <int D>
+// O's rows times their alpha. SKIP: a tile that moves none of the warp's row maxes (every
+// alpha exactly 1, ex2(0)) skips the multiplies, to the same bits: the common case deep into
+// a sequence, and in trained models from the first tile on (the first token tends to hold a
+// row's largest score). (Not in mma.sync's kernels: at d = 64, r = 128 the branch spills.)
+template <int D, bool SKIP = false>
 __device__ __forceinline__ void rescale(float (&o)[D / 8][4], const float (&alpha)[2]) {
+  if (SKIP && !__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) {
     o[d][0] *= alpha[0];
@@ -243,11 +248,11 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], const flo
 // its query tile's key tiles (seq_runs of them; blocks past those exit) and leaves
 // (unnormalised output, max, sum) in `partial` for the combine, or (one run) writes out;
 // else a head's BR tokens, written to out. Mma, the products (an object, for state it keeps
-// across tiles): kPanels (its tile layout, swz), landed() (after this thread's copies have
-// landed, before the block barrier), start(qs, warp, lane) (on the first tile), scores(s,
-// qs, ks, warp, lane) (s += Q K^T, s zeroed), pv(o, s, vs, warp, lane) (o += P V, s holding
-// P). Kv: how K/V tiles arrive (GatherKv; prefill_attention_sm90.cu's TmaKv, which takes
-// k_map and v_map).
+// across tiles): kPanels (its tile layout, swz), kSkipRescale (rescale's SKIP), landed()
+// (after this thread's copies have landed, before the block barrier), start(qs, warp, lane)
+// (on the first tile), scores(s, qs, ks, warp, lane) (s += Q K^T, s zeroed), pv(o, s, vs,
+// warp, lane) (o += P V, s holding P). Kv: how K/V tiles arrive (GatherKv;
+// prefill_attention_sm90.cu's TmaKv, which takes k_map and v_map).
 template <typename T, int D, int BR, bool SPLIT, class Mma, class Kv = GatherKv>
 __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
                              const int* block_tables, const int* seq_lens, const int* cu_seqlens,
@@ -299,7 +304,7 @@ __device__ void prefill_loop(const T* q, const T* k_cache, const T* v_cache,
     float alpha[2];
     softmax_tile<SPLIT>(s, m, l, alpha, key0, key0 + kBC - 1 > w.past + w.r0, qpos, scale2,
                         c2);
-    rescale<D>(o, alpha);
+    rescale<D, Mma::kSkipRescale>(o, alpha);
     mma.pv(o, s, ks + kTile, warp, lane);
     __syncthreads();  // this buffer is refilled by the next iteration's prefetch
   }

@@ -156,7 +156,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const unsigned (&
 // prefill_loop's Mma: the products above, each waited for before returning.
 template <typename T, int D, int BR>
 struct Wgmma90 {
-  static constexpr bool kPanels = true;
+  static constexpr bool kPanels = true, kSkipRescale = true;
 
   // this thread's cp.async writes, seen by the MMAs (the async proxy)
   static __device__ __forceinline__ void landed() { rg::fence_proxy_async(); }
