@@ -75,6 +75,13 @@ def check_only(name: str, only: str) -> None:
                              f"with a preset of {list(names)} and positive integers (e.g. "
                              f"profile:llama-8b:32:1024)")
         return
+    if name == "prefill" and only.startswith("profile"):
+        m = re.fullmatch(r"profile(:[a-z][\w-]*)?(:[1-9]\d*(:\d+)?)?", only)
+        if not m or (m[1] and m[1][1:] not in names):
+            raise UsageError(f"bench prefill --only {only!r}: profile[:PRESET]:CHUNK:PAST "
+                             f"with a preset of {list(names)}, a positive chunk and the "
+                             f"tokens cached before it (e.g. profile:llama-1b:2048:6144)")
+        return
     if name in ("decode", "prefill") and only == "long":
         return
     if not any(only in n for n in names):
@@ -199,7 +206,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,"
                    "attention,elementwise,gemm,prefill,sample; model, decode, prefill, serve: "
                    "a preset name; decode, prefill: long (16k-128k tokens); decode: "
-                   "profile[:PRESET]:BATCH:CONTEXT for a per-kernel breakdown")
+                   "profile[:PRESET]:BATCH:CONTEXT, prefill: profile[:PRESET]:CHUNK:PAST for a "
+                   "per-kernel breakdown")
     q.set_defaults(fn=_bench)
     demo.add_parser(sub).set_defaults(fn=_demo)
     serve_options.add_parser(sub).set_defaults(fn=_serve)

@@ -58,6 +58,8 @@ def _error(capsys, argv):
     (["bench", "decode", "--only", "profile:x:y"], "profile\\[:PRESET\\]:BATCH:CONTEXT"),
     (["bench", "decode", "--only", "profile:llama-70b:8:1024"], "a preset of \\['llama-1b'"),
     (["bench", "decode", "--only", "llama-70b"], "matches no preset"),
+    (["bench", "prefill", "--only", "profile:0"], "profile\\[:PRESET\\]:CHUNK:PAST"),
+    (["bench", "prefill", "--only", "profile:llama-70b:2048"], "a preset of \\['llama-1b'"),
     (["bench", "kernels", "--only", "gemv,nope"], "unknown parts \\['nope'\\]"),
     (["bench", "memory", "--only", "x"], "takes no --only"),
     (["check-kernels", "--arch", "ampere"], "--arch 'ampere'"),

@@ -12,7 +12,8 @@ of context while a PROMPTS[-1]-token prompt arrives: the median iteration while 
 (decode rows + a chunk: the inter-token latency those 8 streams see) against the median
 decode-only iteration. Long prompts (issue #32; `--only long` for them alone): 32k tokens
 (and 128k on llama-1b) prefilled in chunks of 2,048, the time to the first token and the
-decode step after.
+decode step after. `--only profile[:PRESET]:CHUNK[:PAST]`: where one chunk graph's time goes
+(rawgraph.bench.profile), a chunk of CHUNK tokens after PAST cached ones.
 """
 
 from __future__ import annotations
@@ -24,10 +25,13 @@ from typing import Any
 import cupy
 
 from rawgraph.bench import peer
+from rawgraph.bench.profile import per_kernel
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
+from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
+from rawgraph.model.step import PrefillPiece
 
 PROMPTS = (512, 2048, 8192)
 CHUNKS = (256, 512, 1024, 2048)
@@ -134,9 +138,34 @@ def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return rows
 
 
+def profile(name: str = "llama-1b", chunk: int = 2048, past: int = 0) -> list[dict[str, Any]]:
+    """Per-kernel GPU time of one prefill chunk graph: one sequence's `chunk` tokens after
+    `past` cached ones (rawgraph.bench.profile)."""
+    model = Model(preset(name), None, max_batch=1, max_context=past + chunk + 64,
+                  max_chunk=chunk, max_chunk_seqs=1)
+    runner = Runner(model, graphs=True, buckets=[1], chunks=[chunk])
+    s = runner.prefill_stream
+    if past:
+        model.kv.tables.add(0)
+        model.kv.tables.append(0, past)
+    ex = runner.pool.acquire(("prefill", chunk))
+    n, seqs, max_q_len, max_len = model.prepare_prefill([PrefillPiece(0, [1] * chunk, past)], s)
+    ex.set(n=n, seqs=seqs, max_q_len=max_q_len, max_len=max_len)
+    rows = per_kernel(ex, s)
+    runner.close()
+    model.close()
+    return [{"preset": name, "chunk": chunk, "past": past, **r} for r in rows]
+
+
 def run(only: str = "") -> list[dict[str, Any]]:
     """llama-1b and llama-8b (or the presets whose names contain `only`; 'long' for the
-    long prompts alone, which a full run also measures)."""
+    long prompts alone, which a full run also measures; 'profile[:PRESET]:CHUNK[:PAST]' for
+    a per-kernel breakdown of one chunk graph, llama-1b unless named)."""
+    if only.startswith("profile"):
+        parts = only.split(":")[1:]
+        name = parts.pop(0) if parts and not parts[0].isdigit() else "llama-1b"
+        c, past = [*parts, "2048", "0"][:2]
+        return profile(name, int(c), int(past))
     rows = []
     for name in ("llama-1b", "llama-8b"):
         if not only or only in name or only == "long":
