@@ -53,6 +53,13 @@ template <typename T> __device__ __forceinline__ float round_to(float x) {
   return to_float(from_float<T>(x));
 }
 
+// LLaMA's activation of a gate and an up projection (each already rounded to T), before its
+// final rounding to T: T(silu(gate)) * up, silu(g) = g / (1 + e^-g). silu_mul.cu and the
+// GEMV's and GEMM's fused epilogues all take it from here: the same bits on every path.
+template <typename T> __device__ __forceinline__ float silu_mul(float gate, float up) {
+  return round_to<T>(gate / (1.f + expf(-gate))) * up;
+}
+
 // RoPE: the angle of pair i at position pos (the product rounded to fp32, as Hugging Face
 // computes it), and the rotation of the pair (a, b), rounded to T. Each rounding is pinned
 // (no contraction left to the compiler), so every kernel that rotates gives the same bits.

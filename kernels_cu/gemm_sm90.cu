@@ -12,9 +12,9 @@
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
 //   A block computes a BM x BN = (64 WG) x (128 NB) tile of y: WG consumer warpgroups (128
-//   threads each; warpgroup g owns rows 64 g .. 64 g + 63 and issues wgmma.m64n128k16 for
-//   each 128 columns, both operands read by the tensor cores straight from shared memory
-//   through matrix descriptors), then one producer warp. The producer's lane 0 issues each k
+//   threads each; warpgroup g owns rows 64 g .. 64 g + 63 and issues one wgmma.m64nBNk16 a
+//   16 of k, both operands read by the tensor cores straight from shared memory through
+//   matrix descriptors), then one producer warp. The producer's lane 0 issues each k
 //   tile's two TMA boxes (x rows, W rows; 64 elements = 128 bytes wide, in the 128-byte
 //   swizzle the descriptors name: 16-byte chunk c of row r at chunk c ^ (r % 8)) into a ring
 //   of S slots; each slot has a `full` barrier (the boxes' bytes landed) and an `empty` one
@@ -28,12 +28,20 @@
 //   a cluster barrier, finishes its BM / CS rows of the tile by adding every block's sums through
 //   distributed shared memory in block order: the bits do not depend on which block ends
 //   first, and no workspace, counter or second kernel is needed.
-//   grid (cdiv(m, BM) * cdiv(n, BN) * CS), block (128 WG + 32), dynamic shared memory
-//   S * (BM + BN) * 128 + 16 S B. Blocks go through the tiles in groups of kGroup row tiles,
-//   column by column: a wave's blocks share a few row tiles of x and column tiles of W, so W
-//   comes from DRAM about cdiv(m, BM) / kGroup times, not cdiv(m, BM) times.
-//   Patchable: m with the grid (cdiv(m, BM) * cdiv(n, BN) * CS blocks, m <= rows of x); the
-//   descriptors fix x's and w's addresses, n and k.
+//   grid (cdiv(m, BM) * cdiv(n, BN) * CS) split; unsplit any number of blocks up to the
+//   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
+//   its ring running on from tile to tile (the producer loads the next tile's k tiles while
+//   the consumers store this one's outputs); block (128 WG + 32), dynamic shared memory
+//   S * (BM + BN) * 128 + 16 S B. Tiles are numbered in groups of kGroup row tiles, column
+//   by column: a wave's blocks share a few row tiles of x and column tiles of W, so W comes
+//   from DRAM about cdiv(m, BM) / kGroup times, not cdiv(m, BM) times.
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}_silu(the same arguments; residual
+//       NULL, y (m, n / 2)): the MLP's gate_up projection finished in the epilogue, y =
+//       T(T(silu(T(gate))) * T(up)) on the interleaved layout silu_mul.cu reads (8 gate
+//       columns, then their 8 up columns): silu_mul.cu's bits without the (m, n) projection
+//       written and read back. Unsplit tiles only.
+//   Patchable: m with the grid (m <= rows of x); the descriptors fix x's and w's addresses,
+//   n and k.
 #include <cluster.cuh>
 #include <tma.cuh>
 #include <wgmma.cuh>
@@ -84,7 +92,47 @@ __device__ __forceinline__ void store_split(const float* part, int rank, const T
   }
 }
 
-template <typename T, int WG, int NB, int S, int CS>
+// Where tile `tile` of an (m, n) output lies: groups of kGroup row tiles, column-major inside
+// a group (a wave's blocks share a few row tiles of x and column tiles of W).
+template <int BM, int BN>
+__device__ __forceinline__ void place(int tile, int m, int n, int& row0, int& col0) {
+  const int rows = (m + BM - 1) / BM, cols = (n + BN - 1) / BN;
+  const int group = tile / (kGroup * cols), first = group * kGroup;
+  const int height = min(rows - first, kGroup), in_group = tile % (kGroup * cols);
+  row0 = (first + in_group % height) * BM;
+  col0 = in_group / height * BN;
+}
+
+// A consumer thread's share of a finished unsplit tile into y: pairs of outputs (+ residual),
+// or with SILU the activation of gate_up's interleaved columns (8-column group j, even, holds
+// 8 gates and j + 1 their ups, in the same thread's registers; output column c / 16 * 8 +
+// c % 16 of (m, n / 2)).
+template <typename T, int NB, bool SILU>
+__device__ __forceinline__ void store_tile(const float (&acc)[NB * 64], const T* residual, T* y,
+                                           int m, int n, int row0, int col0) {
+  const int lane = threadIdx.x & 31, wq = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int h = 0; h < NB; ++h)
+#pragma unroll
+    for (int j = 0; j < 16; j += SILU ? 2 : 1)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        // warp wq of warpgroup wq / 4: rows 16 wq + g (+ 8)
+        const int r = row0 + wq * 16 + g + 8 * hi, c = col0 + h * 128 + j * 8 + 2 * tq;
+        const float* v = acc + 64 * h + 4 * j + 2 * hi;
+        if (r >= m || c >= n) continue;
+        if constexpr (SILU) {
+          rg::store_pair(y, static_cast<const T*>(nullptr),
+                         static_cast<long long>(r) * (n / 2) + c / 16 * 8 + c % 16,
+                         rg::silu_mul<T>(rg::round_to<T>(v[0]), rg::round_to<T>(v[4])),
+                         rg::silu_mul<T>(rg::round_to<T>(v[1]), rg::round_to<T>(v[5])));
+        } else {
+          rg::store_pair(y, residual, static_cast<long long>(r) * n + c, v[0], v[1]);
+        }
+      }
+}
+
+template <typename T, int WG, int NB, int S, int CS, bool SILU = false>
 __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual, T* y,
                             int m, int n, int k) {
   constexpr int BM = 64 * WG, BN = 128 * NB, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
@@ -94,19 +142,19 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   constexpr int kPitch = BN + 8;
   static_assert(CS == 1 || BM * kPitch * 4 <= S * kStage, "the sums must fit in the ring");
   static_assert(CS <= 8, "clusters of more than 8 blocks are not portable");
+  static_assert(!SILU || CS == 1, "the SiLU epilogue is the unsplit tiles'");
   extern __shared__ __align__(1024) char ring[];  // S slots, then S full and S empty barriers
   unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + S * kStage);
   unsigned long long* empty = full + S;
-  // this block's tile: groups of kGroup row tiles, column-major inside a group
-  const int rows = (m + BM - 1) / BM, cols = (n + BN - 1) / BN, tile = blockIdx.x / CS;
-  const int group = tile / (kGroup * cols), first = group * kGroup;
-  const int height = min(rows - first, kGroup), in_group = tile % (kGroup * cols);
-  const int row0 = (first + in_group % height) * BM, col0 = in_group / height * BN;
+  // Unsplit, a block takes tiles blockIdx.x, + gridDim.x, ... (a grid of at most one wave:
+  // the ring runs on across tiles, so the next tile's loads overlap this one's stores); a
+  // split block takes the rank-th of CS contiguous runs of tile blockIdx.x / CS's k tiles.
+  const int ntiles = (m + BM - 1) / BM * ((n + BN - 1) / BN);
+  const int first = CS == 1 ? blockIdx.x : blockIdx.x / CS, step = CS == 1 ? gridDim.x : ntiles;
   const int wg = threadIdx.x >> 7;
-  // this block's k tiles: the rank-th of CS contiguous runs
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int ktiles = (k + kBK - 1) / kBK, t0 = ktiles * rank / CS;
-  const int tiles = ktiles * (rank + 1) / CS - t0;
+  const int tiles = ktiles * (rank + 1) / CS - t0;  // k tiles of this block's share
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       rg::mbar_init(&full[s], 1);
@@ -120,58 +168,57 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   __syncthreads();
   rg::pdl_start();
 
-  float acc[NB][64];
+  float acc[NB * 64];  // 128-column panel h at acc[64 h ...]: wgmma.m64n256's own layout
+  int row0 = 0, col0 = 0;
   if (wg == WG) {  // the producer warp; one lane issues
     if ((threadIdx.x & 31) == 0) {
-      for (int t = 0; t < tiles; ++t) {
-        const int s = t % S;
-        if (t >= S) rg::mbar_wait(&empty[s], (t / S - 1) & 1);
-        rg::mbar_expect_tx(&full[s], kStage);
-        rg::tma_load_2d(ring + s * kStage, xmap, (t0 + t) * kBK, row0, &full[s]);
-        rg::tma_load_2d(ring + s * kStage + kA, wmap, (t0 + t) * kBK, col0, &full[s]);
+      int it = 0;  // k tiles issued, over all of this block's tiles: the ring's position
+      for (int tile = first; tile < ntiles; tile += step) {
+        place<BM, BN>(tile, m, n, row0, col0);
+        for (int t = 0; t < tiles; ++t, ++it) {
+          const int s = it % S;
+          if (it >= S) rg::mbar_wait(&empty[s], (it / S - 1) & 1);
+          rg::mbar_expect_tx(&full[s], kStage);
+          rg::tma_load_2d(ring + s * kStage, xmap, (t0 + t) * kBK, row0, &full[s]);
+          rg::tma_load_2d(ring + s * kStage + kA, wmap, (t0 + t) * kBK, col0, &full[s]);
+        }
       }
     }
     if constexpr (CS == 1) return;
     __syncwarp();  // the warp's lanes together again (block and cluster barriers below)
+    place<BM, BN>(first, m, n, row0, col0);
   } else {
-#pragma unroll
-    for (int h = 0; h < NB; ++h)
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
     const bool signals = (threadIdx.x & 31) == 0;
-    for (int t = 0; t < tiles; ++t) {
-      const int s = t % S;
-      rg::mbar_wait(&full[s], (t / S) & 1);
-      const char* a = ring + s * kStage + wg * 64 * kBK * 2;
-      const char* b = ring + s * kStage + kA;
-      rg::wgmma_fence();
+    int it = 0;  // k tiles consumed, as the producer counts them
+    for (int tile = first; tile < ntiles; tile += step) {
+      place<BM, BN>(tile, m, n, row0, col0);
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk)
+      for (int i = 0; i < NB * 64; ++i) acc[i] = 0.f;
+      for (int t = 0; t < tiles; ++t, ++it) {
+        const int s = it % S;
+        rg::mbar_wait(&full[s], (it / S) & 1);
+        const char* a = ring + s * kStage + wg * 64 * kBK * 2;
+        const char* b = ring + s * kStage + kA;
+        rg::wgmma_fence();
+        // one m64n(128 NB)k16 a 16 of k: the W tile's BN rows are one K-major operand (8-row
+        // atoms 1024 bytes apart), and A is read from shared memory once for all its columns
 #pragma unroll
-        for (int h = 0; h < NB; ++h)
-          rg::Wgmma<T, 128>::run(acc[h], rg::desc128(a + kk * 32),
-                                 rg::desc128(b + h * 128 * kBK * 2 + kk * 32));
-      rg::wgmma_commit();
-      rg::wgmma_wait<1>();  // tile t - 1's products are done: its slot may be refilled
-      if (t > 0 && signals) rg::mbar_arrive(&empty[(t - 1) % S]);
+        for (int kk = 0; kk < kBK / 16; ++kk)
+          rg::Wgmma<T, 128 * NB>::run(acc, rg::desc128(a + kk * 32), rg::desc128(b + kk * 32));
+        rg::wgmma_commit();
+        rg::wgmma_wait<1>();  // k tile it - 1's products are done: its slot may be refilled
+        if (t > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);
+      }
+      rg::wgmma_wait<0>();
+      if constexpr (CS == 1) {
+        if (tiles > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);  // the tile's last
+        store_tile<T, NB, SILU>(acc, residual, y, m, n, row0, col0);
+      }
     }
-    rg::wgmma_wait<0>();
   }
 
-  const int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, g = lane >> 2, tq = lane & 3;
-  if constexpr (CS == 1) {
-#pragma unroll
-    for (int h = 0; h < NB; ++h)
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
-          const int r = row0 + wg * 64 + q * 16 + g + 8 * hi, c = col0 + h * 128 + j * 8 + 2 * tq;
-          if (r >= m || c >= n) continue;
-          rg::store_pair(y, residual, static_cast<long long>(r) * n + c, acc[h][4 * j + 2 * hi],
-                         acc[h][4 * j + 2 * hi + 1]);
-        }
-  } else {
+  if constexpr (CS > 1) {
+    const int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, g = lane >> 2, tq = lane & 3;
     float* part = reinterpret_cast<float*>(ring);
     __syncthreads();  // every wgmma has read its last slot: the ring is free
     if (wg < WG) {
@@ -183,7 +230,7 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
           for (int hi = 0; hi < 2; ++hi) {
             const int r = wg * 64 + q * 16 + g + 8 * hi, c = h * 128 + j * 8 + 2 * tq;
             *reinterpret_cast<float2*>(part + r * kPitch + c) =
-                make_float2(acc[h][4 * j + 2 * hi], acc[h][4 * j + 2 * hi + 1]);
+                make_float2(acc[64 * h + 4 * j + 2 * hi], acc[64 * h + 4 * j + 2 * hi + 1]);
           }
     }
     rg::cluster_sync();  // every block's sums are visible to the cluster
@@ -314,4 +361,40 @@ gemm90_bf16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x256_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 2, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x128_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 2, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(160, 2)
+gemm90_f16_64x128_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  gemm90_impl<__half, 1, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x256_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x128_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(160, 2)
+gemm90_bf16_64x128_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
 }

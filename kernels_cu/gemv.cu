@@ -431,8 +431,8 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
           const float sc = scale(col);
           const float a = rg::to_float(rg::from_float<T>(sum((4 * j + e) * 32 + ln) * sc));
           const float up = rg::to_float(rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln) * sc));
-          const float act = rg::round_to<T>(a / (1.f + expf(-a)));
-          y[static_cast<long long>(col) * half + out] = rg::from_float<T>(act * up);
+          y[static_cast<long long>(col) * half + out] =
+              rg::from_float<T>(rg::silu_mul<T>(a, up));
         }
       }
     }

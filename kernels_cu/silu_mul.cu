@@ -20,11 +20,8 @@ __device__ void silu_mul_impl(const T* gate_up, T* out, int rows,
   const rg::Vec<T, 8> gv = rg::load<T, 8>(g), uv = rg::load<T, 8>(g + 8);
   rg::Vec<T, 8> y;
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const float a = rg::to_float(gv.v[k]);
-    const float s = rg::round_to<T>(a / (1.f + expf(-a)));
-    y.v[k] = rg::from_float<T>(s * rg::to_float(uv.v[k]));
-  }
+  for (int k = 0; k < 8; ++k)
+    y.v[k] = rg::from_float<T>(rg::silu_mul<T>(rg::to_float(gv.v[k]), rg::to_float(uv.v[k])));
   rg::store<T, 8>(out + static_cast<long long>(row) * inter + j, y);
 }
 

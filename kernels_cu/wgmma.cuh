@@ -5,7 +5,7 @@
 //   - desc128_mn: the same for an MN-major B operand (N contiguous: rows of 64 N-elements, one
 //     row per k), its 64-wide N panels `panel` bytes apart
 //   - Wgmma<T, N>::run: D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N),
-//     both K-major in shared memory (N = 32, 64, 128)
+//     both K-major in shared memory (N = 32, 64, 128, 256)
 //   - WgmmaRS<T, N>::run: the same with A from registers (mma.sync's m16n8k16 A fragment per
 //     warp) and B MN-major (N = 64, 128)
 //   - wgmma_fence / wgmma_commit / wgmma_wait<N>: order register accesses before the MMAs,
@@ -45,6 +45,11 @@ __device__ __forceinline__ unsigned long long desc128_mn(const void* p, unsigned
   "%29, %30, %31"
 #define RG_R64 RG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
   "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define RG_R128 RG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, " \
+  "%77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, " \
+  "%95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, " \
+  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, " \
+  "%126, %127"
 // N, the type's PTX name, the accumulators' operand list, then its outputs; a, b, the scale-d
 // predicate follow them
 #define RG_WGMMA(N, TYPE, REGS, A, B, P, ...) \
@@ -72,6 +77,13 @@ template <typename T, int N> struct Wgmma;
                                                unsigned long long b) { \
       RG_WGMMA(128, NAME, RG_R64, "64", "65", "66", RG_D16(0), RG_D16(16), RG_D16(32), \
                RG_D16(48)); \
+    } \
+  }; \
+  template <> struct Wgmma<T, 256> { \
+    static __device__ __forceinline__ void run(float (&d)[128], unsigned long long a, \
+                                               unsigned long long b) { \
+      RG_WGMMA(256, NAME, RG_R128, "128", "129", "130", RG_D16(0), RG_D16(16), RG_D16(32), \
+               RG_D16(48), RG_D16(64), RG_D16(80), RG_D16(96), RG_D16(112)); \
     } \
   };
 RG_WGMMA_TYPE(__half, "f16")

@@ -230,8 +230,11 @@ class Engine:
             self._prefilled(plan.prefill)
             if self.overlap and plan.decode:
                 self._ahead = (plan.decode, plan.prefill, pending)
-            else:
+            elif not self.overlap or any(piece.final for _, piece in plan.prefill):
                 emitted += self._read(plan.decode, plan.prefill, pending, done)
+            # else a chunk of prompts' inner pieces alone: it has no token to wait for, so
+            # the host plans and queues the next chunk while this one runs (its half of the
+            # first tokens is read when a later chunk reuses it)
         return st, emitted
 
     def _follows(self, plan: Plan, rows: list[Request]) -> bool:

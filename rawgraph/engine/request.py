@@ -30,12 +30,15 @@ def token_ids(ids: Any, what: str = "prompt") -> list[int]:
         out = ids.tolist()
     elif isinstance(ids, (list, tuple, range)):
         out = list(ids)
-        bad = next((i for i, t in enumerate(out) if isinstance(t, bool)
-                    or not isinstance(t, numbers.Integral)), None)
-        if bad is not None:
-            raise TypeError(f"{what}: token ids must be integers, got "
-                            f"{type(out[bad]).__name__} {out[bad]!r} at index {bad}")
-        out = [int(t) for t in out]
+        # plain ints (the usual case) pass in one C-level pass; a prompt's ids are checked
+        # on its way to the first token (an ABC check per id took 4.7 ms at 8,192 ids)
+        if not set(map(type, out)) <= {int}:
+            bad = next((i for i, t in enumerate(out) if isinstance(t, bool)
+                        or not isinstance(t, numbers.Integral)), None)
+            if bad is not None:
+                raise TypeError(f"{what}: token ids must be integers, got "
+                                f"{type(out[bad]).__name__} {out[bad]!r} at index {bad}")
+            out = [int(t) for t in out]
     else:
         raise TypeError(f"{what} must be a list of token ids (or a 1-D integer array), got "
                         f"{type(ids).__name__}")

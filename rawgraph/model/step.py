@@ -161,7 +161,7 @@ def chunk(pieces: Sequence[PrefillPiece], tables: BlockTables, limits: Limits) -
             raise ValueError(f"slot {p.slot}: a piece must continue its sequence at "
                              f"position {have} with at least one token (got start "
                              f"{p.start}, {len(p.tokens)} tokens)")
-        if not all(0 <= x < limits.vocab for x in p.tokens):
+        if not 0 <= min(p.tokens) <= max(p.tokens) < limits.vocab:
             raise ValueError(f"slot {p.slot}: token ids outside [0, {limits.vocab})")
     need = {p.slot: len(p.tokens) for p in pieces}
     for slot, k in need.items():

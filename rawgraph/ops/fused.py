@@ -12,9 +12,21 @@ from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
 from rawgraph.ops.gemv import GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
 from rawgraph.ops.kv import qkv_views, rope_append, rope_append_args
-from rawgraph.ops.linear import linear, operands, path
+from rawgraph.ops.linear import (
+    GEMM90_SILU,
+    device_plan,
+    gemm90_launch,
+    hopper,
+    linear,
+    operands,
+    path,
+)
 from rawgraph.ops.norm import rmsnorm
 from rawgraph.symbols import Symbols
+
+# gate_up_silu's unsplit wgmma GEMM tiles finish SiLU(gate) * up in their epilogue; False:
+# the projection, then silu_mul (an A/B switch for benchmarks and tests: the same bits)
+FUSED_SILU = True
 
 
 def _normed(x: Any, dt: str, norm_eps: float | None, normed: Any, m: Any, kind: str,
@@ -85,11 +97,12 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     """out[:m] = silu(x W_gate^T) * (x W_up^T) for the MLP's fused gate_up weight w
     (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
 
-    Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue: one kernel, and
-    `gu` is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and
-    silu_mul follows. Either way the same bits (both round the projection to the storage
-    type first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for `qkv_rope` (the
-    post-attention norm's weight folded into w).
+    Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue, and so do the
+    wgmma GEMM's unsplit tiles (FUSED_SILU): one kernel, and `gu` is not touched. Otherwise
+    the projection goes to `gu` (rows, 2 * inter) and silu_mul follows. Either way the same
+    bits (both round the projection to the storage type first). `m`, `m_max` as for
+    `linear`; `norm_eps`, `normed` as for `qkv_rope` (the post-attention norm's weight
+    folded into w).
     """
     dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
     shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")
@@ -99,6 +112,12 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
         raise ValueError("out must not overlap x (other blocks still read x while it is written)")
     kind = path(top, n)
     x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
+    if kind == "gemm" and hopper() and FUSED_SILU:
+        tile, c = device_plan(top, n, k)
+        if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
+            gemm90_launch(GEMM90_SILU[dt, tile], tile, 1, x, w, None, out, m, cap, stream,
+                          symbols)
+            return
     if kind != "gemv":
         linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
         silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)

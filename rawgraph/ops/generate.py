@@ -13,7 +13,7 @@ from rawgraph.cuda.generated import forward, splice, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import attention, gemv
-from rawgraph.ops.linear import GEMM, GEMM90, SKINNY, SKINNY90
+from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90
 
 MODULE = "rawgraph/ops/generate.py"
 _GEMV_CALL = {  # gemv_impl's arguments after the template's, per form
@@ -74,7 +74,11 @@ def _gemm90() -> list[str]:
     return [wrapper(k.name, k.declaration,
                     _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages, {c}>"),
                     _bounds(2 * bm + 32, 2 if bm == 64 else 1, c))
-            for (dt, (bm, bn), c), k in GEMM90.items()]
+            for (dt, (bm, bn), c), k in GEMM90.items()] + [
+        wrapper(k.name, k.declaration,
+                _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages, 1, true>"),
+                _bounds(2 * bm + 32, 2 if bm == 64 else 1, 1))
+        for (dt, (bm, bn)), k in GEMM90_SILU.items()]
 
 
 def _decode_attention() -> list[str]:

@@ -21,10 +21,10 @@ import numpy as np
 from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
-from rawgraph.dtypes import KERNEL_TYPES
+from rawgraph.dtypes import KERNEL_TYPES, kind_of
 from rawgraph.ops import shapes
 from rawgraph.ops.gemv import GEMV, M_TILES, SMS, gemv_launch
-from rawgraph.symbols import Symbols, cdiv
+from rawgraph.symbols import Symbols, cdiv, smin
 
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
@@ -54,10 +54,18 @@ SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a 
 # 32 tiles at 10.7 k tiles each, 13.9 us, against 128 unsplit 64 x 128 tiles, 12.5 us)
 SPLIT_COST = 3.6
 SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
+# The wgmma GEMM's unsplit tiles in a grid of at most one wave, each block looping over tiles
+# with its ring running on, so a tile's loads overlap the previous tile's stores; False: a
+# block a tile (an A/B switch for benchmarks and tests: the same bits)
+PERSISTENT = True
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
                                 + (f"_c{c}" if c > 1 else ""), _SIG90.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES
           for c in (GEMM_SPLITS if tile == SPLIT_TILE else (1,))}
+# The unsplit tiles with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
+GEMM90_SILU = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_silu",
+                                  _SIG90.format(t=t))
+               for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gemm_sm90.cu's
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product
@@ -154,6 +162,11 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
     return max(plans, key=score)  # the first of equals: the largest tile, unsplit
 
 
+def device_plan(m: int, n: int, k: int) -> tuple[tuple[int, int], int]:
+    """gemm_plan on this device: split k (SPLIT_K) only on the wgmma GEMM."""
+    return gemm_plan(m, n, k, split_slots() if hopper() and SPLIT_K else None)
+
+
 @functools.cache
 def split_slots() -> dict[int, int]:
     """Blocks of the wgmma GEMM's SPLIT_TILE that one wave holds on this GPU, per split c:
@@ -176,6 +189,31 @@ def gemm_smem(tile: tuple[int, int], wgmma: bool = False) -> int:
 def hopper() -> bool:
     """Whether this device takes the wgmma GEMM (compute capability 9.0); else mma.sync."""
     return compute_capability() == (9, 0)
+
+
+def gemm90_launch(kernel: Kernel, tile: tuple[int, int], c: int, x: Any, w: Any,
+                  residual: Any, y: Any, m: Any, cap: int, stream: Any,
+                  symbols: Symbols | None) -> None:
+    """Launch a wgmma GEMM `kernel` (GEMM90's or GEMM90_SILU's) of a (BM, BN) tile split c
+    ways over x's first m rows (x holds cap), w (n, k): one grid dimension, the kernel
+    orders its tiles (and a tile's c blocks) itself."""
+    (bm, bn), (n, k), dt = tile, w.shape, kind_of(x)
+    threads, smem = 2 * bm + 32, gemm_smem(tile, True)
+    tiles = cdiv(m, bm) * -(-n // bn)
+    if c > 1:  # a cluster of c blocks a tile
+        grid = (tiles * c,)
+    elif PERSISTENT:  # at most one wave, each block looping over the tiles
+        grid = (smin(tiles, _wave(kernel, threads, smem)),)
+    else:
+        grid = (tiles,)
+    a, b = tile_map(x.data.ptr, cap, k, dt, bm), tile_map(w.data.ptr, n, k, dt, bn)
+    kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
+                  symbols=symbols)
+
+
+@functools.cache
+def _wave(kernel: Kernel, threads: int, smem: int) -> int:
+    return kernel.resident_blocks(threads, smem)
 
 
 def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool
@@ -256,15 +294,14 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     if kind == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         wgmma = hopper()
-        (bm, bn), c = gemm_plan(top, n, k, split_slots() if wgmma and SPLIT_K else None)
-        kernel, threads, smem = gemm_launch(dt, (bm, bn), c, wgmma)
-        if wgmma:  # one dimension: the kernel orders its tiles (and a tile's c blocks) itself
-            grid = (cdiv(m, bm) * (-(-n // bn) * c),)
-            a, b = tile_map(x.data.ptr, cap, k, dt, bm), tile_map(w.data.ptr, n, k, dt, bn)
+        tile, c = device_plan(top, n, k)
+        kernel, threads, smem = gemm_launch(dt, tile, c, wgmma)
+        if wgmma:
+            gemm90_launch(kernel, tile, c, x, w, residual, y, m, cap, stream, symbols)
         else:
-            grid, a, b = (-(-n // bn), cdiv(m, bm)), x, w
-        kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
-                      symbols=symbols)
+            grid = (-(-n // tile[1]), cdiv(m, tile[0]))
+            kernel.launch(grid, threads, (x, w, residual, y, m, n, k), stream, smem=smem,
+                          symbols=symbols)
     elif kind == "skinny":
         wgmma = hopper() and (top >= WGMMA_SKINNY_FROM or top > SKINNY_MAX)
         kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k, wgmma)

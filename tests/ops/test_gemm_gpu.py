@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
-from tests.helpers import DTYPES, ULP, check_linear, host, randn
+from tests.helpers import DTYPES, ULP, bits, check_linear, host, randn
 
 pytestmark = pytest.mark.gpu
 
@@ -51,17 +51,51 @@ def test_gemm_ragged_shapes(m, n, k, dtype, fused):
     check_linear(stream, np.random.default_rng(m * n + k), dtype, m, n, k, fused, rows=m)
 
 
-def test_gemm_rows_patched_in_a_graph(stream, rng):
-    x, xh = randn(rng, (512, 256), "bfloat16")
-    w, wh = randn(rng, (384, 256), "bfloat16", 1 / 16)
-    y = cupy.zeros((512, 384), np.uint16)
-    S = Symbols(m=Range(17, 512))
-    S.set(m=512)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", [(128, 256), (128, 128), (64, 128)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, dtype, tile,
+                                                      fused):
+    # 2-9 waves of tiles (ragged m, n and k: the 4-slot ring's phases wrap inside and across
+    # tiles) through one wave of blocks: the float64 reference within 2 ulp, rows past m
+    # untouched, and the bits of a block a tile (PERSISTENT off)
+    import importlib
+
+    linear = importlib.import_module("rawgraph.ops.linear")
+    if not linear.hopper():
+        pytest.skip("the wgmma GEMM needs compute capability 9.0")
+    monkeypatch.setattr(linear, "GEMM_TILES", (tile,))
+    monkeypatch.setattr(linear, "SPLIT_K", False)
+    m, n, k = 2100, 4100, 328
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
+    x, _ = randn(rng, (m, k), dtype)
+    w, _ = randn(rng, (n, k), dtype, k**-0.5)
+    r = randn(rng, (m, n), dtype)[0] if fused else None
+    out = []
+    for persistent in (True, False):
+        monkeypatch.setattr(linear, "PERSISTENT", persistent)
+        y = cupy.zeros((m, n), x.dtype)
+        cupy.cuda.Device().synchronize()
+        ops.linear(x, w, y, residual=r, stream=stream)
+        stream.synchronize()
+        out.append(bits(y))
+    np.testing.assert_array_equal(out[0], out[1])
+
+
+# (the second: 544 tiles of 128 x 256 at the largest m, a one-wave grid patched down to 2)
+@pytest.mark.parametrize(("rows", "n", "ms"), [(512, 384, (100, 37, 512, 100)),
+                                               (4096, 4100, (4096, 1000, 129, 4096))])
+def test_gemm_rows_patched_in_a_graph(stream, rng, rows, n, ms):
+    x, xh = randn(rng, (rows, 256), "bfloat16")
+    w, wh = randn(rng, (n, 256), "bfloat16", 1 / 16)
+    y = cupy.zeros((rows, n), np.uint16)
+    S = Symbols(m=Range(17, rows))
+    S.set(m=rows)
     cupy.cuda.Device().synchronize()
     with capture(stream) as cap:
         ops.linear(x, w, y, m=S.m, stream=stream, symbols=S)
     with cap.graph as g, g.instantiate() as ex:
-        for m in (100, 37, 512, 100):
+        for m in ms:
             y.fill(0)
             stream.synchronize()
             ex.set(m=m)

@@ -66,6 +66,53 @@ def test_gate_up_silu(stream, rng, dtype, m, inter, k):
     np.testing.assert_allclose(host(out, dtype)[:m], want, rtol=tol, atol=tol)
 
 
+def _gate_up(stream, rng, dtype, m, inter, k):
+    """(the fused gate_up_silu's out and gu, linear + silu_mul's out) on fresh operands."""
+    rows = m + 1
+    x, _ = randn(rng, (rows, k), dtype)
+    g, _ = randn(rng, (inter, k), dtype, k**-0.5)
+    u, _ = randn(rng, (inter, k), dtype, k**-0.5)
+    w = cupy.asarray(ops.stack_gate_up(cupy.asnumpy(g), cupy.asnumpy(u)))
+    gu, out = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
+    gu2, out2 = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
+    cupy.cuda.Device().synchronize()
+    ops.gate_up_silu(x, w, gu, out, m=m, stream=stream)
+    ops.linear(x, w, gu2, m=m, stream=stream)
+    ops.silu_mul(gu2, out2, rows=m, stream=stream)
+    stream.synchronize()
+    bits = lambda a: cupy.asnumpy(a.view(np.uint16))  # noqa: E731
+    return bits(out), bits(gu), bits(out2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", [(128, 256), (128, 128), (64, 128)])
+@pytest.mark.parametrize(("m", "inter", "k"), [(300, 1000, 520), (129, 4104, 2048),
+                                               (64 + 65, 72, 64)])
+def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, monkeypatch, dtype, tile, m, inter, k):
+    # every wgmma tile's _silu form (ragged m and n, a single k tile) gives linear + silu_mul's
+    # bits, writes no row past m and leaves gu untouched
+    lin = importlib.import_module("rawgraph.ops.linear")
+    if not lin.hopper():
+        pytest.skip("the wgmma GEMM needs compute capability 9.0")
+    monkeypatch.setattr(lin, "GEMM_TILES", (tile,))
+    monkeypatch.setattr(lin, "SPLIT_K", False)
+    out, gu, want = _gate_up(stream, rng, dtype, m, inter, k)
+    np.testing.assert_array_equal(out[:m], want[:m])
+    assert (out[m:] == POISON[dtype]).all() and (gu == POISON[dtype]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gate_up_silu_split_k_writes_the_projection_first(stream, rng, dtype):
+    # a plan that splits k (few tiles, long k) takes the projection and silu_mul: the same bits
+    lin = importlib.import_module("rawgraph.ops.linear")
+    m, inter, k = 128, 2048, 14336
+    if not lin.hopper() or lin.device_plan(m, 2 * inter, k)[1] == 1:
+        pytest.skip("needs the wgmma GEMM's split k")
+    out, gu, want = _gate_up(stream, rng, dtype, m, inter, k)
+    np.testing.assert_array_equal(out[:m], want[:m])
+    assert not (gu[:m] == POISON[dtype]).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "inter", "k"), [(1, 1024, 2048), (8, 8, 72), (16, 8192, 264),
                                                (5, 512, 8192), (3, 1096, 8192),
