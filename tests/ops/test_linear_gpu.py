@@ -96,6 +96,7 @@ def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, monkeypatch, dtype, tile
         pytest.skip("the wgmma GEMM needs compute capability 9.0")
     monkeypatch.setattr(lin, "GEMM_TILES", (tile,))
     monkeypatch.setattr(lin, "SPLIT_K", False)
+    monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
     out, gu, want = _gate_up(stream, rng, dtype, m, inter, k)
     np.testing.assert_array_equal(out[:m], want[:m])
     assert (out[m:] == POISON[dtype]).all() and (gu == POISON[dtype]).all()
