@@ -85,8 +85,10 @@ class Engine:
     dependent launch (see Runner). `overlap`: while the same requests keep decoding, each step
     (with a prefill chunk beside it, or in a mixed iteration, or not) is launched before the
     previous step's tokens are read (they feed it on the device), so the host's work per step
-    hides behind the GPU's; a chunk's pieces count as in the cache from their launch, and a
-    prompt's first token is emitted when its last piece's iteration is read. A request that
+    hides behind the GPU's, and an iteration of prompt pieces alone that end no prompt is not
+    waited for (the next chunk is prepared while it runs); a chunk's pieces count as in the
+    cache from their launch, and a prompt's first token is emitted when its last piece's
+    iteration is read. A request that
     stops at a stop id has one step computed past it, which is discarded. Tokens are the same
     either way. `mixed`: an iteration's prefill chunk and decode step run as one (Runner).
     `decode_chunk`: the most prompt tokens an iteration that also steps decoding sequences
