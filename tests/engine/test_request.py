@@ -15,6 +15,9 @@ def test_bad_requests_and_sampling_parameters_are_refused():
         (lambda: Request("hello", 4), TypeError, "list of token ids"),
         (lambda: Request([True, 2], 4), TypeError, "bool"),
         (lambda: Request([-1], 4), ValueError, ">= 0"),
+        # past the plain-int pass: the one id that fails it is found and named
+        (lambda: Request([1] * 100 + [True], 4), TypeError, "bool True at index 100"),
+        (lambda: Request([1] * 100 + [-3], 4), ValueError, ">= 0, got -3"),
         (lambda: Request(ok, 2.5), TypeError, "max_new_tokens must be an integer"),
         (lambda: Request(ok, 4, None), TypeError, "sampling must be a SamplingParams"),
         (lambda: Request(ok, 4, stop=5), TypeError, "stop must be a collection"),
@@ -31,4 +34,6 @@ def test_bad_requests_and_sampling_parameters_are_refused():
     r = Request(np.asarray([3, 4], np.int64), np.int64(3), SamplingParams(0.5, np.int32(4)),
                 stop=np.array([9]))
     assert r.prompt == [3, 4] and type(r.prompt[0]) is int and r.max_new_tokens == 3
+    mixed = Request([5, np.int32(6)], 1)  # NumPy ints in a list: Python ints after
+    assert mixed.prompt == [5, 6] and all(type(t) is int for t in mixed.prompt)
     assert r.stop == frozenset([9]) and type(r.sampling.top_k) is int

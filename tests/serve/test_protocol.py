@@ -54,7 +54,8 @@ def test_a_chat_body_takes_text_parts_and_either_token_limit():
     ({"prompt": "x", "stream": "yes"}, "stream"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": ""}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": [1.5]}, "prompt"),
-    ({"prompt": [True]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({}, "prompt"),
+    ({"prompt": [True]}, "prompt"), ({"prompt": [1, 2, True]}, "prompt"),
+    ({"prompt": [1, 2, -1]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt")])
 def test_bad_completion_fields_are_refused_by_name(body, param):
     e = _refused(body)
