@@ -88,9 +88,9 @@ class Engine:
     hides behind the GPU's, and an iteration of prompt pieces alone that end no prompt is not
     waited for (the next chunk is prepared while it runs); a chunk's pieces count as in the
     cache from their launch, and a prompt's first token is emitted when its last piece's
-    iteration is read. A request that
-    stops at a stop id has one step computed past it, which is discarded. Tokens are the same
-    either way. `mixed`: an iteration's prefill chunk and decode step run as one (Runner).
+    iteration is read. A request that stops at a stop id has one step computed past it,
+    which is discarded. Tokens are the same either way. `mixed`: an iteration's prefill chunk
+    and decode step run as one (Runner).
     `decode_chunk`: the most prompt tokens an iteration that also steps decoding sequences
     prefills (default: the largest chunk; a graph of that size is added to the chunks): the
     decoding users' next token waits for them, so a smaller one shortens the inter-token
