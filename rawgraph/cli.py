@@ -53,6 +53,14 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+# `bench NAME --only profile[:PRESET]:A:B`: (A:B's form, B's pattern, an example)
+_PROFILES = {
+    "decode": ("BATCH:CONTEXT (positive integers)", r"[1-9]\d*", "profile:llama-8b:32:1024"),
+    "prefill": ("CHUNK:PAST (a positive chunk, the tokens cached before it)", r"\d+",
+                "profile:llama-1b:2048:6144"),
+}
+
+
 def check_only(name: str, only: str) -> None:
     """UsageError unless `--only` means something to benchmark `name`."""
     if not only:
@@ -68,19 +76,12 @@ def check_only(name: str, only: str) -> None:
                              f"{','.join(PARTS)}")
         return
     names = ("llama-1b", "llama-8b") if name in ("decode", "prefill", "serve") else tuple(PRESETS)
-    if name == "decode" and only.startswith("profile"):
-        m = re.fullmatch(r"profile(:[a-z][\w-]*)?(:[1-9]\d*(:[1-9]\d*)?)?", only)
+    if name in _PROFILES and only.startswith("profile"):
+        form, last, example = _PROFILES[name]
+        m = re.fullmatch(rf"profile(:[a-z][\w-]*)?(:[1-9]\d*(:{last})?)?", only)
         if not m or (m[1] and m[1][1:] not in names):
-            raise UsageError(f"bench decode --only {only!r}: profile[:PRESET]:BATCH:CONTEXT "
-                             f"with a preset of {list(names)} and positive integers (e.g. "
-                             f"profile:llama-8b:32:1024)")
-        return
-    if name == "prefill" and only.startswith("profile"):
-        m = re.fullmatch(r"profile(:[a-z][\w-]*)?(:[1-9]\d*(:\d+)?)?", only)
-        if not m or (m[1] and m[1][1:] not in names):
-            raise UsageError(f"bench prefill --only {only!r}: profile[:PRESET]:CHUNK:PAST "
-                             f"with a preset of {list(names)}, a positive chunk and the "
-                             f"tokens cached before it (e.g. profile:llama-1b:2048:6144)")
+            raise UsageError(f"bench {name} --only {only!r}: profile[:PRESET]:{form} with a "
+                             f"preset of {list(names)} (e.g. {example})")
         return
     if name in ("decode", "prefill") and only == "long":
         return

@@ -10,7 +10,7 @@ import pytest
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
 from rawgraph.ops.linear import path as linear_path
-from tests.helpers import DTYPES, POISON, ULP, check_linear, host, poisoned, randn
+from tests.helpers import DTYPES, POISON, ULP, bits, check_linear, host, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 
@@ -42,6 +42,22 @@ def test_gate_up_silu(stream, rng, dtype, m, inter, k):
     # one block per SM; 16-row tiles), wide weights at
     # 9-16 rows and 17-64 (skinny GEMM), prefill (GEMM): linear + silu_mul's exact bits,
     # the reference within 2 ulp of the projection, rows past m unwritten
+    out_dev, gu, want_bits, (xh, gh, uh) = _gate_up(stream, rng, dtype, m, inter, k)
+    out = bits(out_dev)
+    np.testing.assert_array_equal(out[:m], want_bits[:m])
+    assert (out[m:] == POISON[dtype]).all()
+    if linear_path(m, 2 * inter) == "gemv":  # one kernel: the projection is not stored
+        assert (gu == POISON[dtype]).all()
+    gate, up = ref.linear(xh[:m], gh, dtype), ref.linear(xh[:m], uh, dtype)
+    want = ref.silu_mul(np.stack([gate.reshape(m, -1, 8), up.reshape(m, -1, 8)], 2)
+                        .reshape(m, 2 * inter), dtype)
+    tol = 4 * ULP[dtype]  # the projection's 2 ulp, through silu and the product
+    np.testing.assert_allclose(host(out_dev, dtype)[:m], want, rtol=tol, atol=tol)
+
+
+def _gate_up(stream, rng, dtype, m, inter, k):
+    """(the fused gate_up_silu's out (on the device), the bits of its gu and of linear +
+    silu_mul's out; the host operands x, gate, up) on fresh operands of m + 1 rows, m used."""
     rows = m + 1
     x, xh = randn(rng, (rows, k), dtype)
     g, gh = randn(rng, (inter, k), dtype, k**-0.5)
@@ -54,34 +70,7 @@ def test_gate_up_silu(stream, rng, dtype, m, inter, k):
     ops.linear(x, w, gu2, m=m, stream=stream)
     ops.silu_mul(gu2, out2, rows=m, stream=stream)
     stream.synchronize()
-    bits = lambda a: cupy.asnumpy(a.view(np.uint16))  # noqa: E731
-    np.testing.assert_array_equal(bits(out)[:m], bits(out2)[:m])
-    assert (bits(out)[m:] == POISON[dtype]).all()
-    if linear_path(m, 2 * inter) == "gemv":  # one kernel: the projection is not stored
-        assert (bits(gu) == POISON[dtype]).all()
-    gate, up = ref.linear(xh[:m], gh, dtype), ref.linear(xh[:m], uh, dtype)
-    want = ref.silu_mul(np.stack([gate.reshape(m, -1, 8), up.reshape(m, -1, 8)], 2)
-                        .reshape(m, 2 * inter), dtype)
-    tol = 4 * ULP[dtype]  # the projection's 2 ulp, through silu and the product
-    np.testing.assert_allclose(host(out, dtype)[:m], want, rtol=tol, atol=tol)
-
-
-def _gate_up(stream, rng, dtype, m, inter, k):
-    """(the fused gate_up_silu's out and gu, linear + silu_mul's out) on fresh operands."""
-    rows = m + 1
-    x, _ = randn(rng, (rows, k), dtype)
-    g, _ = randn(rng, (inter, k), dtype, k**-0.5)
-    u, _ = randn(rng, (inter, k), dtype, k**-0.5)
-    w = cupy.asarray(ops.stack_gate_up(cupy.asnumpy(g), cupy.asnumpy(u)))
-    gu, out = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
-    gu2, out2 = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
-    cupy.cuda.Device().synchronize()
-    ops.gate_up_silu(x, w, gu, out, m=m, stream=stream)
-    ops.linear(x, w, gu2, m=m, stream=stream)
-    ops.silu_mul(gu2, out2, rows=m, stream=stream)
-    stream.synchronize()
-    bits = lambda a: cupy.asnumpy(a.view(np.uint16))  # noqa: E731
-    return bits(out), bits(gu), bits(out2)
+    return out, bits(gu), bits(out2), (xh, gh, uh)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -97,7 +86,8 @@ def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, monkeypatch, dtype, tile
     monkeypatch.setattr(lin, "GEMM_TILES", (tile,))
     monkeypatch.setattr(lin, "SPLIT_K", False)
     monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
-    out, gu, want = _gate_up(stream, rng, dtype, m, inter, k)
+    out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
+    out = bits(out)
     np.testing.assert_array_equal(out[:m], want[:m])
     assert (out[m:] == POISON[dtype]).all() and (gu == POISON[dtype]).all()
 
@@ -109,8 +99,8 @@ def test_gate_up_silu_split_k_writes_the_projection_first(stream, rng, dtype):
     m, inter, k = 128, 2048, 14336
     if not lin.hopper() or lin.device_plan(m, 2 * inter, k)[1] == 1:
         pytest.skip("needs the wgmma GEMM's split k")
-    out, gu, want = _gate_up(stream, rng, dtype, m, inter, k)
-    np.testing.assert_array_equal(out[:m], want[:m])
+    out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
+    np.testing.assert_array_equal(bits(out)[:m], want[:m])
     assert not (gu[:m] == POISON[dtype]).all()
 
 
