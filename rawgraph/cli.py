@@ -82,6 +82,13 @@ def check_only(name: str, only: str) -> None:
         if not m or (m[1] and m[1][1:] not in names):
             raise UsageError(f"bench {name} --only {only!r}: profile[:PRESET]:{form} with a "
                              f"preset of {list(names)} (e.g. {example})")
+        cfg = PRESETS[m[1][1:] if m[1] else "llama-1b"]
+        a, b = (int(v) for v in [*only.split(":")[2 if m[1] else 1:], "0", "0"][:2])
+        tokens = b if name == "decode" else a + b  # the context, or chunk + past
+        if tokens > cfg.max_position or (name == "decode" and a > 256):
+            raise UsageError(f"bench {name} --only {only!r}: at most {cfg.max_position} "
+                             f"tokens of context for {cfg.name}" + (" and 256 rows" if
+                                                                   name == "decode" else ""))
         return
     if name in ("decode", "prefill") and only == "long":
         return
