@@ -13,7 +13,6 @@ from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
 from rawgraph.ops.gemv import GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
 from rawgraph.ops.kv import qkv_views, rope_append, rope_append_args
 from rawgraph.ops.linear import (
-    GEMM90_SILU,
     device_plan,
     gemm90_launch,
     hopper,
@@ -115,8 +114,7 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     if kind == "gemm" and hopper() and FUSED_SILU:
         tile, c = device_plan(top, n, k)
         if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
-            gemm90_launch(GEMM90_SILU[dt, tile], tile, 1, x, w, None, out, m, cap, stream,
-                          symbols)
+            gemm90_launch(dt, tile, 1, x, w, None, out, m, cap, stream, symbols, silu=True)
             return
     if kind != "gemv":
         linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)

@@ -21,7 +21,7 @@ import numpy as np
 from rawgraph.cuda.device import compute_capability
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
-from rawgraph.dtypes import KERNEL_TYPES, kind_of
+from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.ops.gemv import GEMV, M_TILES, SMS, gemv_launch
 from rawgraph.symbols import Symbols, cdiv, smin
@@ -191,14 +191,14 @@ def hopper() -> bool:
     return compute_capability() == (9, 0)
 
 
-def gemm90_launch(kernel: Kernel, tile: tuple[int, int], c: int, x: Any, w: Any,
-                  residual: Any, y: Any, m: Any, cap: int, stream: Any,
-                  symbols: Symbols | None) -> None:
-    """Launch a wgmma GEMM `kernel` (GEMM90's or GEMM90_SILU's) of a (BM, BN) tile split c
-    ways over x's first m rows (x holds cap), w (n, k): one grid dimension, the kernel
-    orders its tiles (and a tile's c blocks) itself."""
-    (bm, bn), (n, k), dt = tile, w.shape, kind_of(x)
-    threads, smem = 2 * bm + 32, gemm_smem(tile, True)
+def gemm90_launch(dt: str, tile: tuple[int, int], c: int, x: Any, w: Any, residual: Any,
+                  y: Any, m: Any, cap: int, stream: Any, symbols: Symbols | None,
+                  silu: bool = False) -> None:
+    """Launch the wgmma GEMM of a (BM, BN) tile split c ways over x's first m rows (x holds
+    cap), w (n, k), with `silu` the gate_up epilogue (c = 1; y then (rows, n / 2)). One grid
+    dimension: the kernel orders its tiles (and a tile's c blocks) itself."""
+    (bm, bn), (n, k) = tile, w.shape
+    kernel, threads, smem = gemm_launch(dt, tile, c, True, silu)
     tiles = cdiv(m, bm) * -(-n // bn)
     if c > 1:  # a cluster of c blocks a tile
         grid = (tiles * c,)
@@ -216,15 +216,18 @@ def _wave(kernel: Kernel, threads: int, smem: int) -> int:
     return kernel.resident_blocks(threads, smem)
 
 
-def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool
+def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool, silu: bool = False
                 ) -> tuple[Kernel, int, int]:
     """(kernel, threads, shared memory) of the GEMM for a (BM, BN) tile split c ways: on
-    Hopper one warpgroup per 64 rows of the tile and a producer warp (TMA), else 8 warps
-    (c = 1 only)."""
+    Hopper one warpgroup per 64 rows of the tile and a producer warp (TMA), `silu` its
+    gate_up epilogue (unsplit); else 8 warps (c = 1 only, no epilogue)."""
     if wgmma:
-        return GEMM90[dt, tile, c], 2 * tile[0] + 32, gemm_smem(tile, True)
-    if c != 1:
-        raise ValueError(f"split k (c = {c}) is the wgmma GEMM's alone")
+        if silu and c != 1:
+            raise ValueError(f"the SiLU epilogue is the unsplit tiles' (c = {c})")
+        kernel = GEMM90_SILU[dt, tile] if silu else GEMM90[dt, tile, c]
+        return kernel, 2 * tile[0] + 32, gemm_smem(tile, True)
+    if c != 1 or silu:
+        raise ValueError(f"split k (c = {c}) and the SiLU epilogue are the wgmma GEMM's alone")
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
@@ -295,10 +298,10 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
         wgmma = hopper()
         tile, c = device_plan(top, n, k)
-        kernel, threads, smem = gemm_launch(dt, tile, c, wgmma)
         if wgmma:
-            gemm90_launch(kernel, tile, c, x, w, residual, y, m, cap, stream, symbols)
+            gemm90_launch(dt, tile, c, x, w, residual, y, m, cap, stream, symbols)
         else:
+            kernel, threads, smem = gemm_launch(dt, tile, c, wgmma)
             grid = (-(-n // tile[1]), cdiv(m, tile[0]))
             kernel.launch(grid, threads, (x, w, residual, y, m, n, k), stream, smem=smem,
                           symbols=symbols)

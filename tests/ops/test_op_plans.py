@@ -157,6 +157,38 @@ def test_gemm_plan_splits_k_where_the_tiles_are_short_of_a_wave():
         assert c in GEMM_SPLITS and (c == 1 or tile == SPLIT_TILE)
 
 
+def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(monkeypatch):
+    # gemm90_launch's kernel, grid and shared memory, the driver calls stubbed: unsplit grids
+    # at most one wave (PERSISTENT; a block a tile without), split ones c blocks a tile, the
+    # SiLU epilogue only unsplit
+    from types import SimpleNamespace
+
+    from rawgraph.cuda.kernel import Kernel
+
+    lin = importlib.import_module("rawgraph.ops.linear")
+    calls = []
+    monkeypatch.setattr(Kernel, "launch", lambda k, grid, threads, args, stream, smem, symbols:
+                        calls.append((k.name, grid, threads, smem, args[2:])))
+    monkeypatch.setattr(lin, "tile_map", lambda ptr, rows, cols, dt, box: (rows, cols, box))
+    monkeypatch.setattr(lin, "_wave", lambda kernel, threads, smem: 132)
+    x = SimpleNamespace(data=SimpleNamespace(ptr=0))
+    w = SimpleNamespace(shape=(4100, 256), data=SimpleNamespace(ptr=0))
+    go = lambda tile, c, m, **kw: (lin.gemm90_launch("bfloat16", tile, c, x, w, None, "y", m,  # noqa: E731
+                                                     4096, None, None, **kw), calls.pop())[1]
+    assert go((128, 256), 1, 4096) == ("gemm90_bf16_128x256", (132,), 288,
+                                       lin.gemm_smem((128, 256), True), (None, "y", 4096, 4100,
+                                                                          256))
+    assert go((128, 256), 1, 129)[1] == (34,)  # 2 x 17 tiles: fewer than a wave
+    assert go((128, 256), 4, 129)[:2] == ("gemm90_bf16_128x256_c4", (136,))
+    assert go((64, 128), 1, 4096, silu=True)[:3] == ("gemm90_bf16_64x128_silu", (132,), 160)
+    monkeypatch.setattr(lin, "PERSISTENT", False)
+    assert go((128, 128), 1, 4096)[1] == (32 * 33,)
+    with pytest.raises(ValueError, match="unsplit"):
+        go((128, 256), 2, 4096, silu=True)
+    with pytest.raises(ValueError, match="wgmma GEMM's alone"):
+        lin.gemm_launch("bfloat16", (128, 128), 1, False, silu=True)
+
+
 def test_decode_attention_splits_fill_whole_waves():
     # 8 kv heads; the H200 holds 396 blocks of the d=64 kernel (3 per SM), 264 of d=128 (2):
     # the counts the sweep in benchmarks/NOTES.md found best, blocks just under one wave (or
