@@ -6,7 +6,8 @@
 //   - load_remote, load_remote4: a float (four) of another block's shared memory (distributed
 //     shared memory)
 //   - store_cluster_sums: a tile of fp32 sums that every block of the cluster holds a share
-//     of (split k), added in block order and stored (the skinny GEMMs' epilogue)
+//     of (split k), added in block order and stored, or gate_up's finished with SiLU (the
+//     skinny GEMMs' epilogue)
 #pragma once
 #include <common.cuh>
 
@@ -50,23 +51,39 @@ __device__ __forceinline__ float4 load_remote4(const float* p, unsigned rank) {
 // are issued before any is needed (each costs a round trip). The caller has made every
 // block's part[] visible to the cluster (cluster_sync; __syncthreads when CS == 1) and keeps
 // it alive until every block has read it (a second cluster_sync).
-template <typename T, int ROWS, int MX, int CS, int THREADS>
+// SILU (residual NULL): W's rows are gate_up's, interleaved in groups of 8 (8 gate rows, then
+// their 8 up rows; ROWS % 16 == 0), and y (m, n / 2) gets T(silu_mul(T(gate), T(up))), the
+// bits silu_mul.cu gives from the stored projection; the thread of a gate row finishes its
+// output, the thread of its up row none.
+template <typename T, int ROWS, int MX, int CS, int THREADS, bool SILU = false>
 __device__ __forceinline__ void store_cluster_sums(const float* part, int rank, T* y,
                                                    const T* residual, int m, int n, int r0) {
   constexpr int kPart = ROWS + 1, kShare = ROWS * MX / CS;
-  auto finish = [&](int i) {
-    const int col = i / ROWS, row = i % ROWS;  // x row, W row: y's rows are contiguous
+  static_assert(!SILU || ROWS % 16 == 0, "a tile holds whole gate/up groups");
+  auto total = [&](int at) {  // part[at] summed over the cluster's blocks, in block order
     float v[CS];
 #pragma unroll
-    for (int p = 0; p < CS; ++p)
-      v[p] = p == rank ? part[col * kPart + row] : load_remote(&part[col * kPart + row], p);
+    for (int p = 0; p < CS; ++p) v[p] = p == rank ? part[at] : load_remote(&part[at], p);
     float sum = v[0];
 #pragma unroll
     for (int p = 1; p < CS; ++p) sum += v[p];
-    if (col < m && r0 + row < n) {
-      const long long o = static_cast<long long>(col) * n + r0 + row;
-      if (residual != nullptr) sum += to_float(residual[o]);
-      y[o] = from_float<T>(sum);
+    return sum;
+  };
+  auto finish = [&](int i) {
+    const int col = i / ROWS, row = i % ROWS;  // x row, W row: y's rows are contiguous
+    if constexpr (SILU) {
+      if (row & 8) return;  // an up row: its gate row's thread finishes the pair
+      const float gate = total(col * kPart + row), up = total(col * kPart + row + 8);
+      if (col < m && r0 + row < n)
+        y[static_cast<long long>(col) * (n / 2) + (r0 + row) / 16 * 8 + row % 8] =
+            from_float<T>(silu_mul<T>(round_to<T>(gate), round_to<T>(up)));
+    } else {
+      float sum = total(col * kPart + row);
+      if (col < m && r0 + row < n) {
+        const long long o = static_cast<long long>(col) * n + r0 + row;
+        if (residual != nullptr) sum += to_float(residual[o]);
+        y[o] = from_float<T>(sum);
+      }
     }
   };
   if constexpr (kShare % THREADS == 0) {  // whole rounds of the block: unrolled

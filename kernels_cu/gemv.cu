@@ -1,7 +1,7 @@
 // gemv.cu: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
 // memory bandwidth, the products on tensor cores.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC][_w16]_uU[_t](  (the variants below)
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_w16]_uU[_t](  (the variants below)
 //       const T* x,          // (m, k)
 //       const T* w,          // (n, k): the checkpoint's [out, in] layout
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
@@ -35,18 +35,14 @@
 //   and longer), and at one block per SM with 16 warps for rows of 8192 and longer
 //   (ops.linear.gemv_variant).
 //   Summing chunk pairs, _t rounds differently from the fragment loads.
-//   Variants: rawgraph/ops/gemv.py's table (x tile, cluster, chunks in flight, segments,
-//   warps, and the launch bounds' blocks per SM of each form) generates the wrappers at the
+//   Variants: rawgraph/ops/gemv.py's table (x tile, chunks in flight, segments, warps, and the launch bounds' blocks per SM of each form) generates the wrappers at the
 //   end of this file; its comments say what each variant's register budget buys.
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
-//   _c4 (16 rows): for long rows and too few blocks to fill the GPU, a cluster of 4 blocks
-//   shares each W tile, splitting k, and block 0 of the cluster adds the other blocks'
-//   partial sums through distributed shared memory, in a fixed order.
-//   grid (cdiv(n, 16) * cluster), block (256; _w16: 512).
+//   grid (cdiv(n, 16)), block (256; _w16: 512).
 //   Patchable: m (<= the tile) and the pointers; n and k are fixed by the weight.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU[_t]_silu(const T* x, const T* w, T* y, int m,
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_w16]_uU[_t]_silu(const T* x, const T* w, T* y, int m,
 //                                                       int n, int k, float norm_eps)
 //   The MLP's gate_up projection with SiLU(gate) * up in the epilogue: w's rows interleaved
 //   in groups of 8 (gate rows 8i..8i+7, then the matching up rows; ops.elementwise
@@ -54,7 +50,7 @@
 //   the lane holding both sums finishes it: y (m, n / 2) = T(T(silu(T(gate))) * T(up)), the
 //   bits silu_mul.cu gives from the stored projection. n % 16 == 0.
 //
-//   extern "C" gemv_{f16,bf16}_n{8,16}[_cC]_uU[_t]_rope(const T* x, const T* w, T* y, int m,
+//   extern "C" gemv_{f16,bf16}_n{8,16}[_w16]_uU[_t]_rope(const T* x, const T* w, T* y, int m,
 //       int n, int k, T* k_cache, T* v_cache, const int* block_tables, const int* seq_slots,
 //       const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
 //       int block_size, int max_blocks, float norm_eps)
@@ -76,7 +72,6 @@
 //   sums meet in the block's reduction, and no pass over x comes first. < 0: x as it is
 //   (the scale is exactly 1).
 #include <argmax.cuh>
-#include <cluster.cuh>
 #include <common.cuh>
 #include <mma.cuh>
 
@@ -178,19 +173,17 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
   }
 }
 
-// NT: tiles of 8 rows of x (m <= 8 NT); CS: blocks per W tile (cluster size); U: k chunks
-// in flight per lane (registers: 8 (NT + 2) each); ST: W read in 128-byte row segments
+// NT: tiles of 8 rows of x (m <= 8 NT); U: k chunks in flight per lane (registers: 8 (NT + 2) each); ST: W read in 128-byte row segments
 // through the warp's transpose buffer (U even); E: the epilogue (kSilu: gate_up's, y is
 // (m, n / 2); kRope: QKV's; both without residual); NW: warps (k is split between them)
-template <typename T, int NT, int CS, int U, bool ST, Epi E = Epi::kPlain, int NW = 8>
+template <typename T, int NT, int U, bool ST, Epi E = Epi::kPlain, int NW = 8>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k, float norm_eps = -1.f,
                           unsigned long long* row_max = nullptr, Rope<T> rope = {}) {
   constexpr bool kNorm = E != Epi::kPlain;  // x's sums of squares kept (see the header)
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
-  const int warp = (threadIdx.x >> 5) + NW * rank;  // this warp's share of k, cluster-wide
-  const int tile = blockIdx.x / CS;
+  const int warp = threadIdx.x >> 5;  // this warp's share of k
+  const int tile = blockIdx.x;
   // W rows of lane group g: rows g and g + 8 of the block's 16, or in a rope block (q and k
   // rows) the pair i = 8 (tile % (D / 16)) + g, i + D / 2 of head tile / (D / 16)
   const bool pairs = E == Epi::kRope && tile * 16 < rope.q_size + rope.kv_size;
@@ -248,9 +241,9 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   const uint4* const get = xpose[threadIdx.x >> 5] + lane;  // fragments of chunk 0
   const uint4* const get1 = xpose[threadIdx.x >> 5] + (lane ^ 4) + 64;  // of chunk 1
   // A step: U chunks a lane, chunk u's W fragments in a[u] (rows g, g + 8), its x in b[][u].
-  // Without ST warp w takes chunks w, w + NW CS, ...; with ST segments (chunk pairs) so.
+  // Without ST warp w takes chunks w, w + NW, ...; with ST segments (chunk pairs) so.
   static_assert(!ST || U % 2 == 0, "a segment is two chunks");
-  constexpr int S = U / 2, kStride = NW * CS;
+  constexpr int S = U / 2, kStride = NW;
   auto seg_of = [&](int st, int i) { return warp + (st * S + i) * kStride; };
   auto chunk_of = [&](int st, int u) {
     return ST ? 2 * seg_of(st, u / 2) + u % 2 : warp + (st * U + u) * kStride;
@@ -335,9 +328,8 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
     rg::pdl_wait();
   }
 
-  // The warps' sums meet in shared memory, then (with a cluster) the blocks' through
-  // distributed shared memory; fixed orders, so the result is deterministic. Each warp
-  // leaves its sums in its own transpose buffer, which no other warp touches.
+  // The warps' sums meet in shared memory in a fixed order, so the result is deterministic.
+  // Each warp leaves its sums in its own transpose buffer, which no other warp touches.
   constexpr int kVals = NT * 4 * 32;  // the block's outputs: fragment slot i, lane
   static_assert(kVals * sizeof(float) <= sizeof(xpose[0]), "a warp's sums fit its buffer");
   auto red = [&](int p) { return reinterpret_cast<float*>(xpose[p]); };
@@ -369,75 +361,57 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
     for (int p = 0; p < NW; ++p) v += sq_red[p][threadIdx.x];
     sq_part[threadIdx.x] = v;
   }
-  if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
-  else __syncthreads();
-  if (rank == 0) {
-    auto sum = [&](int i) {
-      float v = part[i];
-      if constexpr (CS > 1) {
-#pragma unroll
-        for (int p = 1; p < CS; ++p) v += rg::load_remote(&part[i], p);
+  __syncthreads();
+  auto scale = [&](int col) {  // x row col's 1 / rms (norm_eps >= 0), else 1
+    return !kNorm || norm_eps < 0.f ? 1.f : rsqrtf(sq_part[col] / k + norm_eps);
+  };
+  // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
+  // e = 2, 3: W row g + 8, the same x rows
+  if constexpr (E == Epi::kPlain) {
+    for (int i = threadIdx.x; i < kVals; i += blockDim.x) {  // whole warps: see row_max
+      const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
+      const int row = row_of(ln >> 2) + (e >= 2 ? 8 : 0);
+      const int col = 8 * j + 2 * (ln & 3) + (e & 1);
+      unsigned long long key = 0;
+      if (row < n && col < m) {
+        const long long o = static_cast<long long>(col) * n + row;
+        float v = part[i];
+        if (residual != nullptr) v += rg::to_float(residual[o]);
+        const T out = rg::from_float<T>(v);
+        y[o] = out;
+        key = rg::greedy_key(rg::to_float(out), row);
       }
-      return v;
-    };
-    auto scale = [&](int col) {  // x row col's 1 / rms (norm_eps >= 0), else 1
-      if (!kNorm || norm_eps < 0.f) return 1.f;
-      float v = sq_part[col];
-      if constexpr (CS > 1) {
+      if (row_max != nullptr) {  // x row col's 8 values in this warp: lanes ln % 4 alike
 #pragma unroll
-        for (int p = 1; p < CS; ++p) v += rg::load_remote(&sq_part[col], p);
+        for (int s = 4; s < 32; s <<= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, s));
+        if (ln < 4 && key != 0) atomicMax(&row_max[col], key);
       }
-      return rsqrtf(v / k + norm_eps);
-    };
-    // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
-    // e = 2, 3: W row g + 8, the same x rows
-    if constexpr (E == Epi::kPlain) {
-      for (int i = threadIdx.x; i < kVals; i += blockDim.x) {  // whole warps: see row_max
-        const int j = i / 128, e = (i / 32) % 4, ln = i % 32;
-        const int row = row_of(ln >> 2) + (e >= 2 ? 8 : 0);
-        const int col = 8 * j + 2 * (ln & 3) + (e & 1);
-        unsigned long long key = 0;
-        if (row < n && col < m) {
-          const long long o = static_cast<long long>(col) * n + row;
-          float v = sum(i);
-          if (residual != nullptr) v += rg::to_float(residual[o]);
-          const T out = rg::from_float<T>(v);
-          y[o] = out;
-          key = rg::greedy_key(rg::to_float(out), row);
-        }
-        if (row_max != nullptr) {  // x row col's 8 values in this warp: lanes ln % 4 alike
-#pragma unroll
-          for (int s = 4; s < 32; s <<= 1) key = max(key, __shfl_xor_sync(0xffffffffu, key, s));
-          if (ln < 4 && key != 0) atomicMax(&row_max[col], key);
-        }
-      }
-    } else if constexpr (E == Epi::kRope) {  // lane group g's two rows: a pair or two rows
-      for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
-        const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
-        const int r = row_of(ln >> 2), col = 8 * j + 2 * (ln & 3) + e;
-        if (r + gap >= n || col >= m) continue;
+    }
+  } else if constexpr (E == Epi::kRope) {  // lane group g's two rows: a pair or two rows
+    for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
+      const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
+      const int r = row_of(ln >> 2), col = 8 * j + 2 * (ln & 3) + e;
+      if (r + gap >= n || col >= m) continue;
+      const float sc = scale(col);
+      const T a = rg::from_float<T>(part[(4 * j + e) * 32 + ln] * sc);
+      const T b = rg::from_float<T>(part[(4 * j + e + 2) * 32 + ln] * sc);
+      rope_store(rope, y + static_cast<long long>(col) * n, r, gap, pairs, a, b,
+                 pairs ? freq[ln >> 2] : 0.f, cache_row[col], token_pos[col]);
+    }
+  } else {  // W rows g and g + 8 are gate and up of output tile * 8 + g: silu_mul.cu's math
+    for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
+      const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
+      const int out = tile * 8 + (ln >> 2), half = n / 2;
+      const int col = 8 * j + 2 * (ln & 3) + e;
+      if (out < half && col < m) {
         const float sc = scale(col);
-        const T a = rg::from_float<T>(sum((4 * j + e) * 32 + ln) * sc);
-        const T b = rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln) * sc);
-        rope_store(rope, y + static_cast<long long>(col) * n, r, gap, pairs, a, b,
-                   pairs ? freq[ln >> 2] : 0.f, cache_row[col], token_pos[col]);
-      }
-    } else {  // W rows g and g + 8 are gate and up of output tile * 8 + g: silu_mul.cu's math
-      for (int i = threadIdx.x; i < kVals / 2; i += blockDim.x) {
-        const int j = i / 64, e = (i / 32) % 2, ln = i % 32;
-        const int out = tile * 8 + (ln >> 2), half = n / 2;
-        const int col = 8 * j + 2 * (ln & 3) + e;
-        if (out < half && col < m) {
-          const float sc = scale(col);
-          const float a = rg::to_float(rg::from_float<T>(sum((4 * j + e) * 32 + ln) * sc));
-          const float up = rg::to_float(rg::from_float<T>(sum((4 * j + e + 2) * 32 + ln) * sc));
-          y[static_cast<long long>(col) * half + out] =
-              rg::from_float<T>(rg::silu_mul<T>(a, up));
-        }
+        const float a = rg::to_float(rg::from_float<T>(part[(4 * j + e) * 32 + ln] * sc));
+        const float up = rg::to_float(rg::from_float<T>(part[(4 * j + e + 2) * 32 + ln] * sc));
+        y[static_cast<long long>(col) * half + out] =
+            rg::from_float<T>(rg::silu_mul<T>(a, up));
       }
     }
   }
-  if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until block 0 has read it
 }
 
 }  // namespace
@@ -447,164 +421,139 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n8_u8(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 1, 1, 8, false>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 8, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n8_u8_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 1, 1, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 gemv_f16_n8_u4_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n8_w16_u8_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 1, 1, 8, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 1, 8, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256, 3)
-gemv_f16_n16_u4(
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_n16_u4_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 2, 1, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3)
-gemv_f16_n16_c4_u4(
-    const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
-    unsigned long long* row_max) {
-  gemv_impl<__half, 2, 4, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 2, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n16_w16_u4_t(
     const __half* x, const __half* w, const __half* residual, __half* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__half, 2, 1, 4, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__half, 2, 4, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_n8_u8(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y,
     int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, false>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 1, 8, false>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_n8_u8_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y,
     int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 1, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 gemv_bf16_n8_u4_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y,
     int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 1, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_n8_w16_u8_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y,
     int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f,
-      row_max);
+  gemv_impl<__nv_bfloat16, 1, 8, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
-extern "C" __global__ void __launch_bounds__(256, 3)
-gemv_bf16_n16_u4(
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_n16_u4_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y,
     int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256, 3)
-gemv_bf16_n16_c4_u4(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y,
-    int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, false>(x, w, residual, y, m, n, k, -1.f, row_max);
+  gemv_impl<__nv_bfloat16, 2, 4, true>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_n16_w16_u4_t(
     const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* residual, __nv_bfloat16* y,
     int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f,
-      row_max);
+  gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kPlain, 16>(x, w, residual, y, m, n, k, -1.f, row_max);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n8_u8_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n8_u8_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 1, 8, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 gemv_f16_n8_u4_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n8_w16_u8_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 1, 8, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-gemv_f16_n16_u4_silu(
+gemv_f16_n16_u4_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 2, 1, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256)
-gemv_f16_n16_c4_u4_silu(
-    const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 2, 4, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 2, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n16_w16_u4_t_silu(
     const __half* x, const __half* w, __half* y, int m, int n, int k, float norm_eps) {
-  gemv_impl<__half, 2, 1, 4, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__half, 2, 4, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_n8_u8_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 1, 8, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_n8_u8_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 1, 8, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 gemv_bf16_n8_u4_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_n8_w16_u8_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 1, 8, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
-gemv_bf16_n16_u4_silu(
+gemv_bf16_n16_u4_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256)
-gemv_bf16_n16_c4_u4_silu(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
-    float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, false, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kSilu>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_n16_w16_u4_t_silu(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
+  gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kSilu, 16>(x, w, nullptr, y, m, n, k, norm_eps);
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n8_u8_rope(
@@ -612,9 +561,9 @@ gemv_f16_n8_u8_rope(
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
     float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+  gemv_impl<__half, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
+      v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n8_u8_t_rope(
@@ -622,9 +571,9 @@ gemv_f16_n8_u8_t_rope(
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
     float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+  gemv_impl<__half, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
+      v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 gemv_f16_n8_u4_t_rope(
@@ -632,9 +581,9 @@ gemv_f16_n8_u4_t_rope(
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
     float norm_eps) {
-  gemv_impl<__half, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+  gemv_impl<__half, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
+      v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n8_w16_u8_t_rope(
@@ -642,29 +591,19 @@ gemv_f16_n8_w16_u8_t_rope(
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
     float norm_eps) {
-  gemv_impl<__half, 1, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+  gemv_impl<__half, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks});
 }
-extern "C" __global__ void __launch_bounds__(256)
-gemv_f16_n16_u4_rope(
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_n16_u4_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
     float norm_eps) {
-  gemv_impl<__half, 2, 1, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
-}
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256)
-gemv_f16_n16_c4_u4_rope(
-    const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
-    __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
-    const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
-    float norm_eps) {
-  gemv_impl<__half, 2, 4, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+  gemv_impl<__half, 2, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
+      v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
+      max_blocks});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n16_w16_u4_t_rope(
@@ -672,7 +611,7 @@ gemv_f16_n16_w16_u4_t_rope(
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
     float norm_eps) {
-  gemv_impl<__half, 2, 1, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+  gemv_impl<__half, 2, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks});
 }
@@ -682,7 +621,7 @@ gemv_bf16_n8_u8_rope(
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+  gemv_impl<__nv_bfloat16, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks});
 }
@@ -692,7 +631,7 @@ gemv_bf16_n8_u8_t_rope(
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+  gemv_impl<__nv_bfloat16, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks});
 }
@@ -702,7 +641,7 @@ gemv_bf16_n8_u4_t_rope(
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks});
 }
@@ -712,27 +651,17 @@ gemv_bf16_n8_w16_u8_t_rope(
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps,
-      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-      head_dim, block_size, max_blocks});
-}
-extern "C" __global__ void __launch_bounds__(256)
-gemv_bf16_n16_u4_rope(
-    const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
-    __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
-    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-    int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+  gemv_impl<__nv_bfloat16, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks});
 }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(256)
-gemv_bf16_n16_c4_u4_rope(
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_n16_u4_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 4, 4, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+  gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks});
 }
@@ -742,7 +671,7 @@ gemv_bf16_n16_w16_u4_t_rope(
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 1, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps,
-      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-      head_dim, block_size, max_blocks});
+  gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
+      block_size, max_blocks});
 }

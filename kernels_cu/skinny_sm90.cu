@@ -30,6 +30,10 @@
 //   MX * 65 * 4 B: the ring, its barriers, the block's sums (ops.linear: skinny90_smem).
 //   Patchable: m (<= MX) and the residual and y pointers; the descriptors fix x's and w's
 //   addresses, n and k.
+//   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4]_silu(the same arguments; residual
+//       NULL, y (m, n / 2)): the MLP's gate_up projection (rows interleaved in groups of 8
+//       gate, 8 up; n % 16 == 0) finished in the epilogue, y = T(T(silu(T(gate))) * T(up)):
+//       silu_mul.cu's bits without the (m, n) projection written and read back.
 #include <cluster.cuh>
 #include <tma.cuh>
 #include <wgmma.cuh>
@@ -43,7 +47,7 @@ template <int MX> __host__ __device__ constexpr int stages() {
   return MX == 32 ? 8 : MX == 64 ? 5 : 3;
 }
 
-template <typename T, int MX, int CS>
+template <typename T, int MX, int CS, bool SILU = false>
 __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual,
                               T* y, int m, int n, int k) {
   constexpr int kStages = stages<MX>();
@@ -124,7 +128,7 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
   rg::pdl_wait();  // the residual comes from an earlier kernel (every thread reads it)
   if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
   else __syncthreads();
-  rg::store_cluster_sums<T, kRows, MX, CS, kThreads>(part, rank, y, residual, m, n, r0);
+  rg::store_cluster_sums<T, kRows, MX, CS, kThreads, SILU>(part, rank, y, residual, m, n, r0);
   if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until every block has read it
 }
 
@@ -238,4 +242,112 @@ skinny90_bf16_x128_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_f16_x32_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 32, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x32_c2_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 32, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x32_c4_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 32, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_f16_x64_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 64, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x64_c2_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 64, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x64_c4_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 64, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_f16_x128_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x128_c2_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_f16_x128_c4_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_bf16_x32_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x32_c2_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x32_c4_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_bf16_x64_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x64_c2_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x64_c4_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+skinny90_bf16_x128_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x128_c2_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
+skinny90_bf16_x128_c4_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 4, true>(&xmap, &wmap, residual, y, m, n, k);
 }

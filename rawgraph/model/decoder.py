@@ -39,7 +39,7 @@ from rawgraph.model.safetensors import CheckpointError
 from rawgraph.model.step import Limits, PrefillPiece, final_tokens
 from rawgraph.model.weights import shapes
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max
+from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max, plain_after
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Symbols
 from rawgraph.symbols import scope as symbols_scope
@@ -489,8 +489,11 @@ class Model:
                      head_dim=cfg.head_dim, **norm, **lin)
         attend(kc, vc)
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
-        ops.gate_up_silu(a["r"], w[p + "gate_up"], a["gu"], a["act"], **norm, **lin)
-        ops.linear(a["act"], w[p + "down_proj"], a["r"], residual=a["r"], **lin)
+        gate_up, down = w[p + "gate_up"], w[p + "down_proj"]
+        ops.gate_up_silu(a["r"], gate_up, a["gu"], a["act"], **norm, **lin)
+        plain = plain_after(m_max, gate_up.shape[0], down.shape[0])
+        with programmatic(False) if plain else contextlib.nullcontext():
+            ops.linear(a["act"], down, a["r"], residual=a["r"], **lin)
 
     def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any,
               handoff: ops.Handoff | None = None, gather: Any = None) -> None:

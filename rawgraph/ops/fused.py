@@ -19,12 +19,15 @@ from rawgraph.ops.linear import (
     linear,
     operands,
     path,
+    skinny_gemm,
+    skinny_wgmma,
 )
 from rawgraph.ops.norm import rmsnorm
 from rawgraph.symbols import Symbols
 
-# gate_up_silu's unsplit wgmma GEMM tiles finish SiLU(gate) * up in their epilogue; False:
-# the projection, then silu_mul (an A/B switch for benchmarks and tests: the same bits)
+# gate_up_silu on the wgmma GEMMs (the tiled GEMM's unsplit tiles, the skinny GEMM) finishes
+# SiLU(gate) * up in their epilogue; False: the projection, then silu_mul (an A/B switch for
+# benchmarks and tests: the same bits)
 FUSED_SILU = True
 
 
@@ -97,9 +100,10 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
 
     Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue, and so do the
-    wgmma GEMM's unsplit tiles (FUSED_SILU): one kernel, and `gu` is not touched. Otherwise
-    the projection goes to `gu` (rows, 2 * inter) and silu_mul follows. Either way the same
-    bits (both round the projection to the storage type first). `m`, `m_max` as for
+    wgmma skinny GEMM and the wgmma GEMM's unsplit tiles (FUSED_SILU): one kernel, and `gu`
+    is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and silu_mul
+    follows. Either way the same bits (both round the projection to the storage type
+    first). `m`, `m_max` as for
     `linear`; `norm_eps`, `normed` as for `qkv_rope` (the post-attention norm's weight
     folded into w).
     """
@@ -111,6 +115,9 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
         raise ValueError("out must not overlap x (other blocks still read x while it is written)")
     kind = path(top, n)
     x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
+    if kind == "skinny" and skinny_wgmma(top) and FUSED_SILU:  # one kernel, gu untouched
+        skinny_gemm(dt, top, x, w, None, out, m, cap, stream, symbols, silu=True)
+        return
     if kind == "gemm" and hopper() and FUSED_SILU:
         tile, c = device_plan(top, n, k)
         if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched

@@ -3,9 +3,9 @@
 rewrites them, and a test checks the file matches), the `Kernel` objects and their
 signatures, and the choice of variant for a weight.
 
-A variant is a template instantiation of gemv.cu's gemv_impl: the x tile (8 or 16 rows), a
-cluster of blocks sharing each W tile, the k chunks in flight per lane, whether W is read in
-128-byte row segments through a transpose (`_t`), and the warps per block. Each exists
+A variant is a template instantiation of gemv.cu's gemv_impl: the x tile (8 or 16 rows), the
+k chunks in flight per lane, whether W is read in 128-byte row segments through a transpose
+(`_t`), and the warps per block. Each exists
 plain (y = x W^T + residual, with the LM head's greedy keys), with SiLU(gate) * up in the
 epilogue (`_silu`), and with RoPE and the cache append (`_rope`); the three differ only in
 the minimum blocks per SM their launch bounds ask ptxas to fit in registers.
@@ -25,34 +25,31 @@ class Variant:
     forms (0: threads alone in the launch bounds)."""
 
     tile: int         # rows of x (8 or 16)
-    cluster: int      # blocks sharing a W tile (split k), 1 or 4
     unroll: int       # k chunks in flight per lane
     segments: bool    # W in 128-byte row segments through a shared-memory transpose
     warps: int        # per block (8 or 16)
     min_blocks: tuple[int, int, int]
 
     @property
-    def key(self) -> tuple[int, int, int, bool, int]:
-        """(tile, cluster, unroll, segments, warps)."""
-        return self.tile, self.cluster, self.unroll, self.segments, self.warps
+    def key(self) -> tuple[int, int, bool, int]:
+        """(tile, unroll, segments, warps)."""
+        return self.tile, self.unroll, self.segments, self.warps
 
     @property
     def suffix(self) -> str:
-        """The name after the dtype: n{tile}[_c{cluster}][_w{warps}]_u{unroll}[_t]."""
-        return (f"n{self.tile}" + (f"_c{self.cluster}" if self.cluster > 1 else "")
-                + (f"_w{self.warps}" if self.warps != 8 else "") + f"_u{self.unroll}"
-                + ("_t" if self.segments else ""))
+        """The name after the dtype: n{tile}[_w{warps}]_u{unroll}[_t]."""
+        return (f"n{self.tile}" + (f"_w{self.warps}" if self.warps != 8 else "")
+                + f"_u{self.unroll}" + ("_t" if self.segments else ""))
 
 
 VARIANTS = (  # registers are ptxas's on sm_90 under these launch bounds
-    Variant(8, 1, 8, False, 8, (2, 2, 2)),   # at most 128 registers: 2 blocks per SM
-    Variant(8, 1, 8, True, 8, (2, 2, 2)),    # the same, W in segments
-    Variant(8, 1, 4, True, 8, (3, 3, 3)),    # 80 registers: 3 blocks per SM
-    Variant(8, 1, 8, True, 16, (1, 1, 1)),   # 128 registers x 16 warps: the whole register
-    #                                          file, for grids of at most one block per SM
-    Variant(16, 1, 4, False, 8, (3, 2, 0)),  # 3 blocks per SM (2 for _silu)
-    Variant(16, 4, 4, False, 8, (3, 0, 0)),  # clusters of 4 splitting k over long rows
-    Variant(16, 1, 4, True, 16, (1, 1, 1)),  # 103-120 registers, one block per SM
+    Variant(8, 8, False, 8, (2, 2, 2)),   # at most 128 registers: 2 blocks per SM
+    Variant(8, 8, True, 8, (2, 2, 2)),    # the same, W in segments
+    Variant(8, 4, True, 8, (3, 3, 3)),    # 80 registers: 3 blocks per SM
+    Variant(8, 8, True, 16, (1, 1, 1)),   # 128 registers x 16 warps: the whole register
+    #                                       file, for grids of at most one block per SM
+    Variant(16, 4, True, 8, (2, 2, 2)),   # 103-120 registers: 2 blocks per SM
+    Variant(16, 4, True, 16, (1, 1, 1)),  # the same registers x 16 warps, one block per SM
 )
 EPILOGUES = ("", "_silu", "_rope")
 _PARAMS = {
@@ -67,7 +64,7 @@ _PARAMS = {
 
 
 def name(dtype: str, v: Variant, epilogue: str = "") -> str:
-    """The kernel's name, e.g. gemv_bf16_n16_c4_u4_silu."""
+    """The kernel's name, e.g. gemv_bf16_n16_u4_t_silu."""
     return f"gemv_{KERNEL_TYPES[dtype][0]}_{v.suffix}{epilogue}"
 
 
@@ -77,7 +74,7 @@ def signature(dtype: str, epilogue: str = "") -> str:
 
 
 def kernels(epilogue: str = "") -> dict[tuple, Kernel]:
-    """Every variant of one form: (dtype, tile, cluster, unroll, segments, warps) -> Kernel."""
+    """Every variant of one form: (dtype, tile, unroll, segments, warps) -> Kernel."""
     return {(dt, *v.key): Kernel("gemv", name(dt, v, epilogue), signature(dt, epilogue))
             for dt in KERNEL_TYPES for v in VARIANTS}
 
@@ -87,18 +84,17 @@ GEMV = kernels()
 GEMV_SILU = kernels("_silu")  # the interleaved gate_up weight, SiLU(gate) * up
 GEMV_ROPE = kernels("_rope")  # the QKV weight, RoPE and the cache append
 
-SMS = 132  # H200; steers tile and cluster choices only (any value is correct)
+SMS = 132  # H200; steers variant choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
-FULL_GRID = 512  # blocks that keep all 132 SMs streaming
-LONG_ROWS = 8192  # measured on the H200: from here grids of few blocks split k between
-# more warps (16-warp blocks at one block per SM, clusters of 4 for the 16-row tile)
+LONG_ROWS = 8192  # measured on the H200: from here grids of at most one block per SM split
+# k between 16 warps
 MID_ROWS = 4096  # rows from which one to two GEMV blocks per SM read W in segments
 
 
-def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
-    """(cluster, chunks in flight per lane, segments, warps per block) of the GEMV for an
-    (n, k) weight and an x tile; `segments`: W read in 128-byte row segments through a
-    transpose in shared memory (gemv.cu), else in the mma fragments' 64-byte pieces.
+def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, bool, int]:
+    """(chunks in flight per lane, segments, warps per block) of the GEMV for an (n, k)
+    weight and an x tile; `segments`: W read in 128-byte row segments through a transpose
+    in shared memory (gemv.cu), else in the mma fragments' 64-byte pieces.
 
     Chosen where it counts, by the decode graph's GPU time in the programmatic chain
     (benchmarks/NOTES.md, "Decode GEMV"), up to 8 rows:
@@ -112,22 +108,22 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, int, bool, int]:
       and longer (segments stream faster than pieces);
     - more than two blocks per SM: 4 in flight in segments (80 registers, 3 blocks per SM),
       whose extra warps hide the transpose.
-    16 rows: 64-byte pieces, in clusters of 4 when n gives too few blocks and rows are long;
-    at most one block per SM on rows of 8192 and longer, 16 warps in segments instead."""
+    16 rows: 4 in flight in segments, 16 warps at one block per SM on rows of 8192 and
+    longer, else 8 warps at two blocks per SM (against 64-byte pieces at three, and clusters
+    of 4 splitting 8B down_proj's k: the 16-row step 1B 1.165 -> 1.143 ms, 8B 5.448 ->
+    5.230)."""
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
         if blocks > 2 * SMS:
-            return 1, 4, True, 8
+            return 4, True, 8
         if blocks <= SMS and k >= LONG_ROWS:
-            return 1, 8, True, 16
-        return 1, 8, blocks > SMS and k >= MID_ROWS, 8
-    if k < LONG_ROWS or blocks >= FULL_GRID:
-        return 1, 4, False, 8
-    return (1, 4, True, 16) if blocks <= SMS else (4, 4, False, 8)
+            return 8, True, 16
+        return 8, blocks > SMS and k >= MID_ROWS, 8
+    return 4, True, (16 if blocks <= SMS and k >= LONG_ROWS else 8)
 
 
 def gemv_launch(dt: str, top: int, n: int, k: int) -> tuple[tuple, int, int]:
     """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows."""
     tile = next(t for t in M_TILES if t >= top)
-    c, u, seg, warps = gemv_variant(n, k, tile)
-    return (dt, tile, c, u, seg, warps), -(-n // GEMV_ROWS) * c, 32 * warps
+    u, seg, warps = gemv_variant(n, k, tile)
+    return (dt, tile, u, seg, warps), -(-n // GEMV_ROWS), 32 * warps

@@ -13,7 +13,7 @@ from rawgraph.cuda.generated import forward, splice, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import attention, gemv
-from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90
+from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKINNY90_SILU
 
 MODULE = "rawgraph/ops/generate.py"
 _GEMV_CALL = {  # gemv_impl's arguments after the template's, per form
@@ -47,10 +47,10 @@ def _gemv() -> list[str]:
             for v in gemv.VARIANTS:
                 k = form[(dt, *v.key)]
                 extra = tag if v.warps == 8 else (tag or ", Epi::kPlain") + f", {v.warps}"
-                args = (f"{_t(dt)}, {v.tile // 8}, {v.cluster}, {v.unroll}, "
+                args = (f"{_t(dt)}, {v.tile // 8}, {v.unroll}, "
                         f"{'true' if v.segments else 'false'}{extra}")
                 out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{_GEMV_CALL[epi]}",
-                                   _bounds(32 * v.warps, v.min_blocks[i], v.cluster)))
+                                   _bounds(32 * v.warps, v.min_blocks[i])))
     return out
 
 
@@ -60,8 +60,11 @@ def _skinny() -> list[str]:
 
 
 def _skinny90() -> list[str]:
-    return [wrapper(k.name, k.declaration, _call(k, f"skinny90_impl<{_t(dt)}, {mx}, {c}>"),
-                    _bounds("kThreads", 2, c)) for (dt, mx, c), k in SKINNY90.items()]
+    return [wrapper(k.name, k.declaration,
+                    _call(k, f"skinny90_impl<{_t(dt)}, {mx}, {c}{', true' if silu else ''}>"),
+                    _bounds("kThreads", 2, c))
+            for silu, table in ((False, SKINNY90), (True, SKINNY90_SILU))
+            for (dt, mx, c), k in table.items()]
 
 
 def _gemm() -> list[str]:

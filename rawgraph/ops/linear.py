@@ -73,14 +73,14 @@ TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
 # x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES[tile] slots (two blocks an SM), for
-# WGMMA_SKINNY_FROM rows and more; fewer (9 to 16 rows through a wide weight) take skinny.cu.
-# Alone it is ahead of skinny.cu on every LLaMA weight at 16 to 64 rows (H200, us at 32 rows:
-# 8B qkv 17.5 vs 26.9, down 33.1 vs 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300), and the
-# 8B decode step at 32 rows takes 6.11 ms instead of 8.01. But at 16 rows, where it serves
-# only gate_up and the LM head between 16-row GEMVs, the 8B step took 6.53 ms against 5.89
-# with skinny.cu (contexts 1024 and 4096 alike; 1B even): not yet understood (NOTES.md).
-# Set to SKINNY_MAX + 1 for skinny.cu on every row count, to 1 for wgmma on every one.
-WGMMA_SKINNY_FROM = 17
+# WGMMA_SKINNY_FROM rows and more; fewer take skinny.cu. Alone it is ahead of skinny.cu on
+# every LLaMA weight at 16 to 64 rows (H200, us at 32 rows: 8B qkv 17.5 vs 26.9, down 33.1 vs
+# 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300), and the 8B decode step at 32 rows takes
+# 6.11 ms instead of 8.01. At 9 to 16 rows (gate_up and the LM head; the GEMV takes the rest)
+# it wins too once the down projection's GEMV behind it launches plainly (`plain_after`):
+# 8B B=16 5.86 -> 5.45 ms, 1B 1.247 -> 1.165. Set to SKINNY_MAX + 1 for skinny.cu on every
+# row count (other GPUs take it always).
+WGMMA_SKINNY_FROM = 1
 # The most rows the wgmma skinny GEMM takes: 128 sends 65 to 128 rows to its x tile of 128
 # rows (W read once, 3 ring slots) instead of the tiled GEMM split k ways. Its GPU tests pass
 # (the 100-row decode step in tests/model/test_model_gpu.py); 64 until `bench kernels --only
@@ -90,6 +90,9 @@ SKINNY90_ROWS, SKINNY90_STAGES, SKINNY90_THREADS = (32, 64, 128), {32: 8, 64: 5,
 SKINNY90 = {(dt, mx, c): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else ""),
                                 _SIG90.format(t=t))
             for dt, (s, t) in KERNEL_TYPES.items() for mx in SKINNY90_ROWS for c in (1, 2, 4)}
+# The same with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
+SKINNY90_SILU = {key: Kernel("skinny_sm90", f"{k.name}_silu", k.declaration)
+                 for key, k in SKINNY90.items()}
 
 
 def takes_skinny(rows: int, n: int) -> bool:
@@ -121,15 +124,36 @@ def skinny90_smem(mx: int) -> int:
     return SKINNY90_STAGES[mx] * ((SKINNY_ROWS + mx) * 128 + 16) + mx * (SKINNY_ROWS + 1) * 4
 
 
-def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool
+def skinny_wgmma(rows: int) -> bool:
+    """Whether up to `rows` rows on the skinny path take the wgmma form (skinny_sm90.cu)."""
+    return hopper() and (rows >= WGMMA_SKINNY_FROM or rows > SKINNY_MAX)
+
+
+def skinny_gemm(dt: str, top: int, x: Any, w: Any, residual: Any, y: Any, m: Any, cap: int,
+                stream: Any, symbols: Symbols | None, silu: bool = False) -> None:
+    """Launch the skinny GEMM for up to `top` of x's `cap` rows (`m` of them used); `silu`:
+    gate_up's SiLU epilogue into y (rows, n / 2), on the wgmma form only."""
+    (n, k), wgmma = w.shape, skinny_wgmma(top)
+    kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k, wgmma, silu)
+    a, b = (tile_map(x.data.ptr, cap, k, dt, mx), tile_map(w.data.ptr, n, k, dt, SKINNY_ROWS)
+            ) if mx else (x, w)
+    kernel.launch(blocks, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
+                  symbols=symbols)
+
+
+def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = False
                   ) -> tuple[Kernel, int, int, int, int]:
     """(kernel, blocks, threads, shared memory, x rows a TMA box takes (0: no TMA)) of the
-    skinny GEMM for up to `rows` rows of x through an (n, k) weight."""
+    skinny GEMM for up to `rows` rows of x through an (n, k) weight; `silu`: the wgmma form
+    with gate_up's epilogue."""
     c = skinny_cluster(n, k)
     blocks = -(-n // SKINNY_ROWS) * c
     if wgmma:
         mx = next(r for r in SKINNY90_ROWS if r >= rows)
-        return SKINNY90[dt, mx, c], blocks, SKINNY90_THREADS, skinny90_smem(mx), mx
+        table = SKINNY90_SILU if silu else SKINNY90
+        return table[dt, mx, c], blocks, SKINNY90_THREADS, skinny90_smem(mx), mx
+    if silu:
+        raise ValueError("the SiLU epilogue is the wgmma skinny GEMM's alone")
     return SKINNY[dt, c], blocks, 256, SKINNY_SMEM, 0
 
 
@@ -253,6 +277,15 @@ def operands(x: Any, w: Any, m: Any, m_max: int | None,
     return dt, cap, n, k, m, top
 
 
+def plain_after(rows: int, n: int, n_next: int) -> bool:
+    """Whether the projection of up to `rows` rows through an n_next-row weight, launched
+    right after one through an n-row weight, should launch plainly (not programmatically):
+    a GEMV behind the wgmma skinny GEMM (two blocks an SM, their TMA rings in flight). So
+    launched, the 16-row 8B decode step took 5.419 ms, against 6.525 in the chain (H200,
+    gate_up then down_proj; `.scratch/b16.py`); behind the other kernels the chain pays."""
+    return path(rows, n) == "skinny" and skinny_wgmma(rows) and path(rows, n_next) == "gemv"
+
+
 def path(rows: int, n: int) -> str:
     """The kernel family for up to `rows` rows of x through an n-row weight: 'gemv',
     'skinny' or 'gemm'."""
@@ -306,12 +339,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
             kernel.launch(grid, threads, (x, w, residual, y, m, n, k), stream, smem=smem,
                           symbols=symbols)
     elif kind == "skinny":
-        wgmma = hopper() and (top >= WGMMA_SKINNY_FROM or top > SKINNY_MAX)
-        kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k, wgmma)
-        a, b = (tile_map(x.data.ptr, cap, k, dt, mx), tile_map(w.data.ptr, n, k, dt, SKINNY_ROWS)
-                ) if mx else (x, w)
-        kernel.launch(blocks, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
-                      symbols=symbols)
+        skinny_gemm(dt, top, x, w, residual, y, m, cap, stream, symbols)
     else:
         key, grid, threads = gemv_launch(dt, top, n, k)
         GEMV[key].launch(grid, threads, (x, w, residual, y, m, n, k, row_max), stream,

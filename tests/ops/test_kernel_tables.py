@@ -10,11 +10,12 @@ from rawgraph.cuda.generated import forward, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR
 from rawgraph.cuda.signature import Signature
 from rawgraph.ops import attention, gemv, generate
-from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90
+from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKINNY90_SILU
 
 _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
 TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (SKINNY,),
-          "skinny_sm90.cu": (SKINNY90,), "gemm.cu": (GEMM,), "gemm_sm90.cu": (GEMM90, GEMM90_SILU),
+          "skinny_sm90.cu": (SKINNY90, SKINNY90_SILU), "gemm.cu": (GEMM,),
+          "gemm_sm90.cu": (GEMM90, GEMM90_SILU),
           "decode_attention.cu": (attention.ATTEND, attention.COMBINE),
           "prefill_attention.cu": (attention.PREFILL, attention.PREFILL_SPLIT,
                                    attention.PREFILL_COMBINE),
@@ -35,8 +36,8 @@ def test_each_file_is_what_its_tables_generate(name):
     assert set(TABLES) == set(generate.GENERATED)
 
 
-def test_gemv_has_42_forms_and_variants():
-    assert sum(len(f) for f in TABLES["gemv.cu"]) == 42
+def test_gemv_has_36_forms_and_variants():
+    assert sum(len(f) for f in TABLES["gemv.cu"]) == 36
 
 
 def test_wrappers_pass_parameters_on_and_wrap_at_100_columns():
@@ -50,9 +51,9 @@ def test_wrappers_pass_parameters_on_and_wrap_at_100_columns():
 
 
 def test_names_keys_and_signatures():
-    v = gemv.Variant(16, 4, 4, False, 8, (3, 0, 0))
-    assert gemv.name("bfloat16", v, "_silu") == "gemv_bf16_n16_c4_u4_silu"
-    assert gemv.GEMV["float16", 8, 1, 8, True, 16].name == "gemv_f16_n8_w16_u8_t"
+    v = gemv.Variant(16, 4, False, 8, (3, 0, 0))
+    assert gemv.name("bfloat16", v, "_silu") == "gemv_bf16_n16_u4_silu"
+    assert gemv.GEMV["float16", 8, 8, True, 16].name == "gemv_f16_n8_w16_u8_t"
     for form, epi in ((gemv.GEMV, ""), (gemv.GEMV_SILU, "_silu"), (gemv.GEMV_ROPE, "_rope")):
         for (dt, *_), k in form.items():
             assert k.sig == Signature.parse(gemv.signature(dt, epi))
@@ -65,10 +66,10 @@ def test_every_launch_the_choice_makes_has_its_kernel():
         for n, k in ((2048, 2048), (128256, 4096), (2048, 8192), (64, 264), (28672, 4096)):
             key, grid, threads = gemv.gemv_launch("bfloat16", top, n, k)
             assert key in gemv.GEMV and key in gemv.GEMV_SILU and key in gemv.GEMV_ROPE
-            tile, cluster, warps = key[1], key[2], key[5]
+            tile, warps = key[1], key[4]
             assert tile >= top and threads == 32 * warps
-            assert grid == -(-n // gemv.GEMV_ROWS) * cluster
-    assert gemv.gemv_launch("float16", 3, 2048, 8192)[0] == ("float16", 8, 1, 8, True, 16)
+            assert grid == -(-n // gemv.GEMV_ROWS)
+    assert gemv.gemv_launch("float16", 3, 2048, 8192)[0] == ("float16", 8, 8, True, 16)
 
 
 def test_generate_writes_every_generated_file(tmp_path):

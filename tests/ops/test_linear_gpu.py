@@ -38,8 +38,8 @@ def test_linear_gemv(stream, rng, dtype, m, n, k, fused):
                                                (100, 264, 128), (2, 4104, 1000),
                                                (3, 2248, 4104), (12, 1096, 8192)])
 def test_gate_up_silu(stream, rng, dtype, m, inter, k):
-    # GEMV rows (the fused epilogue; long rows in clusters of 4, or in 16-warp blocks at
-    # one block per SM; 16-row tiles), wide weights at
+    # GEMV rows (the fused epilogue; long rows in 16-warp blocks at one block per SM, or
+    # at two; 16-row tiles), wide weights at
     # 9-16 rows and 17-64 (skinny GEMM), prefill (GEMM): linear + silu_mul's exact bits,
     # the reference within 2 ulp of the projection, rows past m unwritten
     out_dev, gu, want_bits, (xh, gh, uh) = _gate_up(stream, rng, dtype, m, inter, k)
@@ -71,6 +71,29 @@ def _gate_up(stream, rng, dtype, m, inter, k):
     ops.silu_mul(gu2, out2, rows=m, stream=stream)
     stream.synchronize()
     return out, bits(gu), bits(out2), (xh, gh, uh)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "inter", "k", "mx", "c"), [
+    (12, 8200, 264, 32, 1), (20, 1100, 1000, 32, 2), (40, 1000, 520, 64, 4),
+    (64, 72, 64, 64, 1), (100, 520, 256, 128, 4)])
+def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, monkeypatch, dtype, m, inter, k, mx,
+                                             c):
+    # the wgmma skinny GEMM's _silu forms: x tiles of 32, 64 and 128 rows (m below the tile),
+    # clusters of 1, 2 and 4 splitting k (each block finishing whole x rows of the pairs),
+    # n past the last 64-row block; linear + silu_mul's bits, no row past m, gu untouched
+    lin = importlib.import_module("rawgraph.ops.linear")
+    if not lin.hopper():
+        pytest.skip("skinny_sm90.cu needs compute capability 9.0")
+    monkeypatch.setattr(lin, "WGMMA_SKINNY_TO", 128)
+    monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
+    assert linear_path(m, 2 * inter) == "skinny"
+    kernel = lin.skinny_launch(dtype, m, 2 * inter, k, True, True)[0]
+    assert kernel.name.endswith(f"_x{mx}" + (f"_c{c}" if c > 1 else "") + "_silu")
+    out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
+    out = bits(out)
+    np.testing.assert_array_equal(out[:m], want[:m])
+    assert (out[m:] == POISON[dtype]).all() and (gu == POISON[dtype]).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -110,7 +133,7 @@ def test_gate_up_silu_split_k_writes_the_projection_first(stream, rng, dtype):
                                                (12, 1096, 8192), (40, 1000, 520)])
 def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
     # norm_eps: silu(gate) * up of rmsnorm(x) (its weight folded into w); the GEMV scales its
-    # sums per row (12 x 1096 x 8192: clusters of 4, the squares summed across the blocks),
+    # sums per row (12 x 1096 x 8192: the 16-row tile in segments),
     # 40 rows normalize into `normed` first (rounded there: 6 ulp, not 4)
     rows, eps = m + 1, 1e-5
     x, xh = randn(rng, (rows, k), dtype, 3.0)

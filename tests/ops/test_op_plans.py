@@ -44,25 +44,25 @@ def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
     # up to one block per SM (and for rows under 4096), else in 128-byte row segments; at
     # most one block per SM with rows of 8192 and longer: 16 warps in segments; more than
     # two blocks per SM: 4 in flight in segments (80 registers: 3 blocks per SM)
-    assert gemv_variant(2048, 8192) == (1, 8, True, 16)  # 128 blocks: at most one per SM
-    assert gemv_variant(2112, 8192) == (1, 8, True, 16)  # 132 blocks: one per SM
-    assert gemv_variant(2048, 8184) == (1, 8, False, 8)  # rows just under 8192
-    assert gemv_variant(4096, 14336) == (1, 8, True, 8) == gemv_variant(4096, 4096)  # 256
-    assert gemv_variant(3072, 2048) == (1, 8, False, 8)  # 192 blocks, rows of 2048
-    assert gemv_variant(2200, 8192) == (1, 8, True, 8)  # 138 blocks: just over one per SM
-    assert gemv_variant(8192, 28672) == (1, 4, True, 8)  # 512 blocks
-    assert gemv_variant(2048, 2048) == (1, 8, False, 8)
-    assert gemv_variant(16384, 2048) == (1, 4, True, 8)
-    assert gemv_variant(6144, 4096) == (1, 4, True, 8)  # 384 blocks: one wave at 3 per SM
-    assert gemv_variant(64, 264) == (1, 8, False, 8)
-    assert gemv_variant(128256, 4096) == (1, 4, True, 8)
-    # 16 rows: 64-byte pieces, four blocks a tile when the rows are long and the blocks
-    # few; at most one block per SM: 16 warps in segments
-    assert gemv_variant(2048, 8192, 16) == (1, 4, True, 16)  # 128 blocks
-    assert gemv_variant(4096, 14336, 16) == (4, 4, False, 8)  # 256 blocks
-    assert gemv_variant(8208, 8192, 16) == (1, 4, False, 8)  # 514 blocks fill the SMs
-    assert gemv_variant(6144, 4096, 16) == (1, 4, False, 8)
-    assert gemv_variant(2048, 4096, 16) == (1, 4, False, 8)  # rows under 8192
+    assert gemv_variant(2048, 8192) == (8, True, 16)  # 128 blocks: at most one per SM
+    assert gemv_variant(2112, 8192) == (8, True, 16)  # 132 blocks: one per SM
+    assert gemv_variant(2048, 8184) == (8, False, 8)  # rows just under 8192
+    assert gemv_variant(4096, 14336) == (8, True, 8) == gemv_variant(4096, 4096)  # 256
+    assert gemv_variant(3072, 2048) == (8, False, 8)  # 192 blocks, rows of 2048
+    assert gemv_variant(2200, 8192) == (8, True, 8)  # 138 blocks: just over one per SM
+    assert gemv_variant(8192, 28672) == (4, True, 8)  # 512 blocks
+    assert gemv_variant(2048, 2048) == (8, False, 8)
+    assert gemv_variant(16384, 2048) == (4, True, 8)
+    assert gemv_variant(6144, 4096) == (4, True, 8)  # 384 blocks: one wave at 3 per SM
+    assert gemv_variant(64, 264) == (8, False, 8)
+    assert gemv_variant(128256, 4096) == (4, True, 8)
+    # 16 rows: 4 in flight in segments; at most one block per SM with rows of 8192 and
+    # longer: 16 warps, else 8 (two blocks per SM)
+    assert gemv_variant(2048, 8192, 16) == (4, True, 16)  # 128 blocks
+    assert gemv_variant(4096, 14336, 16) == (4, True, 8)  # 256 blocks
+    assert gemv_variant(8208, 8192, 16) == (4, True, 8)  # 514 blocks
+    assert gemv_variant(6144, 4096, 16) == (4, True, 8)
+    assert gemv_variant(2048, 4096, 16) == (4, True, 8)  # rows under 8192
     for tile in M_TILES:  # every choice has a kernel
         for n, k in ((64, 264), (2048, 8192), (3072, 2048), (6144, 4096), (128256, 4096),
                      (2200, 8192), (2560, 8192), (4240, 2048), (520, 8192)):
@@ -96,6 +96,28 @@ def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_two_blocks_an_sm():
         assert 2 * (smem + 1024) <= 228 * 1024
     kernel, blocks, threads, smem, mx = skinny_launch("float16", 40, 2048, 2048, False)
     assert kernel.name == "skinny_f16_c4" and (blocks, threads, mx) == (128, 256, 0)
+    # gate_up's SiLU epilogue: the same launch, the _silu kernel; skinny.cu has none
+    plain, silu = (skinny_launch("bfloat16", 16, 28672, 4096, True, s) for s in (False, True))
+    assert silu[0].name == plain[0].name + "_silu" and silu[1:] == plain[1:]
+    with pytest.raises(ValueError, match="SiLU"):
+        skinny_launch("float16", 40, 2048, 2048, False, True)
+
+
+def test_a_gemv_behind_the_wgmma_skinny_gemm_launches_plainly(monkeypatch):
+    # 9-16 rows: 8B gate_up (28672 rows: wide) on the wgmma skinny GEMM, down_proj (4096) on
+    # the GEMV behind it, launched plainly; GEMV after GEMV, skinny after skinny and any
+    # GEMM stay in the programmatic chain, and so does all of it off Hopper (skinny.cu)
+    monkeypatch.setattr(linear, "hopper", lambda: True)
+    assert linear.plain_after(16, 28672, 4096) and linear.plain_after(9, 128256, 2048)
+    assert not linear.plain_after(8, 28672, 4096)  # GEMV, GEMV
+    assert not linear.plain_after(16, 4096, 28672)  # GEMV, skinny
+    assert not linear.plain_after(32, 28672, 4096)  # skinny, skinny
+    assert not linear.plain_after(128, 28672, 4096)  # GEMM, GEMM
+    monkeypatch.setattr(linear, "WGMMA_SKINNY_FROM", linear.SKINNY_MAX + 1)
+    assert not linear.plain_after(16, 28672, 4096)  # skinny.cu
+    monkeypatch.setattr(linear, "WGMMA_SKINNY_FROM", 1)
+    monkeypatch.setattr(linear, "hopper", lambda: False)
+    assert not linear.plain_after(16, 28672, 4096)
 
 
 def test_65_to_128_rows_take_the_wgmma_skinny_gemm_only_where_switched_on(monkeypatch):
