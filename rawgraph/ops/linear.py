@@ -277,13 +277,16 @@ def operands(x: Any, w: Any, m: Any, m_max: int | None,
     return dt, cap, n, k, m, top
 
 
-def plain_after(rows: int, n: int, n_next: int) -> bool:
-    """Whether the projection of up to `rows` rows through an n_next-row weight, launched
-    right after one through an n-row weight, should launch plainly (not programmatically):
-    a GEMV behind the wgmma skinny GEMM (two blocks an SM, their TMA rings in flight). So
-    launched, the 16-row 8B decode step took 5.419 ms, against 6.525 in the chain (H200,
-    gate_up then down_proj; `.scratch/b16.py`); behind the other kernels the chain pays."""
-    return path(rows, n) == "skinny" and skinny_wgmma(rows) and path(rows, n_next) == "gemv"
+def plain_after(rows: int, n: int) -> bool:
+    """Whether the kernel launched right after the projection of up to `rows` rows through
+    an n-row weight should launch plainly (not programmatically): behind the wgmma skinny
+    GEMM (two blocks an SM, their TMA rings in flight) a programmatic launch costs the
+    step more than it saves. H200, the down projection behind gate_up: 16 rows (down on
+    the GEMV), 8B step 6.525 ms in the chain against 5.419 plainly (`.scratch/b16.py`); 32
+    rows (both on the skinny GEMM, SiLU in gate_up's epilogue), 6.485 in the chain against
+    6.123 with silu_mul between them (`.scratch/dec_rows.py`). Behind the other kernels
+    the chain pays."""
+    return path(rows, n) == "skinny" and skinny_wgmma(rows)
 
 
 def path(rows: int, n: int) -> str:
