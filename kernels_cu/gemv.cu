@@ -20,8 +20,8 @@
 //   lane loads 16 contiguous bytes of W rows g and g+8 and of x row g per 32-wide k step
 //   (g = lane / 4): since a dot product may sum its k in any order, the fragment's k slots
 //   are simply mapped to those contiguous bytes, the same way for both operands. (17 to 64
-//   rows take skinny.cu, which stages both operands in shared memory: every GEMV block reads
-//   all of x, which at 32 rows costs more than W.)
+//   rows, and 9 to 16 through wide weights, take the skinny GEMM, which stages both operands
+//   in shared memory: every GEMV block reads all of x, which at 32 rows costs more than W.)
 //   The block's 8 warps (_w16: 16) split k (chunk c goes to warp c % warps), U chunks in
 //   flight per lane, and meet in a fixed-order shared-memory sum: deterministic (row_max's
 //   atomicMax is too: a maximum does not depend on the order it is taken in).
@@ -32,11 +32,12 @@
 //   and the warp turns the 16 x 128 bytes into the mma fragments through shared memory (one
 //   16-byte store and load a lane per piece). The transpose costs each warp time that only
 //   other warps hide: rawgraph takes _t from two blocks per SM on (at two, for rows of 4096
-//   and longer), and at one block per SM with 16 warps for rows of 8192 and longer
-//   (ops.linear.gemv_variant).
+//   and longer), and at one block per SM with 16 warps for rows of 8192 and longer; the
+//   16-row tile always (ops.gemv.gemv_variant).
 //   Summing chunk pairs, _t rounds differently from the fragment loads.
-//   Variants: rawgraph/ops/gemv.py's table (x tile, chunks in flight, segments, warps, and the launch bounds' blocks per SM of each form) generates the wrappers at the
-//   end of this file; its comments say what each variant's register budget buys.
+//   Variants: rawgraph/ops/gemv.py's table (x tile, chunks in flight, segments, warps, and
+//   the launch bounds' blocks per SM of each form) generates the wrappers at the end of this
+//   file; its comments say what each variant's register budget buys.
 //   Weights are read through the read-only cache (they never change); x with coherent loads
 //   (under PDL the kernel that writes x may still be running when this one starts).
 //   grid (cdiv(n, 16)), block (256; _w16: 512).
@@ -173,9 +174,10 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
   }
 }
 
-// NT: tiles of 8 rows of x (m <= 8 NT); U: k chunks in flight per lane (registers: 8 (NT + 2) each); ST: W read in 128-byte row segments
-// through the warp's transpose buffer (U even); E: the epilogue (kSilu: gate_up's, y is
-// (m, n / 2); kRope: QKV's; both without residual); NW: warps (k is split between them)
+// NT: tiles of 8 rows of x (m <= 8 NT); U: k chunks in flight per lane (registers: 8 (NT + 2)
+// each); ST: W read in 128-byte row segments through the warp's transpose buffer (U even); E:
+// the epilogue (kSilu: gate_up's, y is (m, n / 2); kRope: QKV's; both without residual); NW:
+// warps (k is split between them)
 template <typename T, int NT, int U, bool ST, Epi E = Epi::kPlain, int NW = 8>
 __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
                           int n, int k, float norm_eps = -1.f,
