@@ -103,9 +103,8 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     wgmma skinny GEMM and the wgmma GEMM's unsplit tiles (FUSED_SILU): one kernel, and `gu`
     is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and silu_mul
     follows. Either way the same bits (both round the projection to the storage type
-    first). `m`, `m_max` as for
-    `linear`; `norm_eps`, `normed` as for `qkv_rope` (the post-attention norm's weight
-    folded into w).
+    first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for `qkv_rope` (the
+    post-attention norm's weight folded into w).
     """
     dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
     shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")

@@ -5,10 +5,10 @@ signatures, and the choice of variant for a weight.
 
 A variant is a template instantiation of gemv.cu's gemv_impl: the x tile (8 or 16 rows), the
 k chunks in flight per lane, whether W is read in 128-byte row segments through a transpose
-(`_t`), and the warps per block. Each exists
-plain (y = x W^T + residual, with the LM head's greedy keys), with SiLU(gate) * up in the
-epilogue (`_silu`), and with RoPE and the cache append (`_rope`); the three differ only in
-the minimum blocks per SM their launch bounds ask ptxas to fit in registers.
+(`_t`), and the warps per block. Each exists plain (y = x W^T + residual, with the LM head's
+greedy keys), with SiLU(gate) * up in the epilogue (`_silu`), and with RoPE and the cache
+append (`_rope`); the three differ only in the minimum blocks per SM their launch bounds ask
+ptxas to fit in registers.
 """
 
 from __future__ import annotations
