@@ -109,9 +109,8 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, bool, int]:
     - more than two blocks per SM: 4 in flight in segments (80 registers, 3 blocks per SM),
       whose extra warps hide the transpose.
     16 rows: 4 in flight in segments, 16 warps at one block per SM on rows of 8192 and
-    longer, else 8 warps at two blocks per SM (against 64-byte pieces at three, and clusters
-    of 4 splitting 8B down_proj's k: the 16-row step 1B 1.165 -> 1.143 ms, 8B 5.448 ->
-    5.230)."""
+    longer, else 8 warps at two blocks per SM (ahead of 64-byte pieces at three blocks per
+    SM and of clusters of 4 splitting k in the 16-row step: NOTES.md, "Decode GEMV")."""
     blocks = -(-n // GEMV_ROWS)
     if tile == 8:
         if blocks > 2 * SMS:

@@ -77,9 +77,9 @@ WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # every LLaMA weight at 16 to 64 rows (H200, us at 32 rows: 8B qkv 17.5 vs 26.9, down 33.1 vs
 # 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300), and the 8B decode step at 32 rows takes
 # 6.11 ms instead of 8.01. At 9 to 16 rows (gate_up and the LM head; the GEMV takes the rest)
-# it wins too once the down projection's GEMV behind it launches plainly (`plain_after`):
-# 8B B=16 5.86 -> 5.45 ms, 1B 1.247 -> 1.165. Set to SKINNY_MAX + 1 for skinny.cu on every
-# row count (other GPUs take it always).
+# it wins too once the down projection's GEMV behind it launches plainly (`plain_after`;
+# benchmarks/NOTES.md, "Skinny GEMM"). Set to SKINNY_MAX + 1 for skinny.cu on every row
+# count (other GPUs take it always).
 WGMMA_SKINNY_FROM = 1
 # The most rows the wgmma skinny GEMM takes: 128 sends 65 to 128 rows to its x tile of 128
 # rows (W read once, 3 ring slots) instead of the tiled GEMM split k ways. Its GPU tests pass
@@ -281,11 +281,10 @@ def plain_after(rows: int, n: int) -> bool:
     """Whether the kernel launched right after the projection of up to `rows` rows through
     an n-row weight should launch plainly (not programmatically): behind the wgmma skinny
     GEMM (two blocks an SM, their TMA rings in flight) a programmatic launch costs the
-    step more than it saves. H200, the down projection behind gate_up: 16 rows (down on
-    the GEMV), 8B step 6.525 ms in the chain against 5.419 plainly (`.scratch/b16.py`); 32
-    rows (both on the skinny GEMM, SiLU in gate_up's epilogue), 6.485 in the chain against
-    6.123 with silu_mul between them (`.scratch/dec_rows.py`). Behind the other kernels
-    the chain pays."""
+    step more than it saves. H200, the down projection behind gate_up, 8B step: at 16 rows
+    (down on the GEMV) 6.53 ms in the chain, 5.42 plainly; at 32 (both on the skinny GEMM)
+    6.47 in the chain, 6.09 plainly (benchmarks/NOTES.md, "The programmatic chain").
+    Behind the other kernels the chain pays."""
     return path(rows, n) == "skinny" and skinny_wgmma(rows)
 
 
