@@ -491,7 +491,7 @@ class Model:
         ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
         gate_up, down = w[p + "gate_up"], w[p + "down_proj"]
         ops.gate_up_silu(a["r"], gate_up, a["gu"], a["act"], **norm, **lin)
-        plain = plain_after(m_max, gate_up.shape[0])
+        plain = plain_after(m_max, *gate_up.shape)
         with programmatic(False) if plain else contextlib.nullcontext():
             ops.linear(a["act"], down, a["r"], residual=a["r"], **lin)
 

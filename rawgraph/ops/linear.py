@@ -277,15 +277,18 @@ def operands(x: Any, w: Any, m: Any, m_max: int | None,
     return dt, cap, n, k, m, top
 
 
-def plain_after(rows: int, n: int) -> bool:
+def plain_after(rows: int, n: int, k: int) -> bool:
     """Whether the kernel launched right after the projection of up to `rows` rows through
-    an n-row weight should launch plainly (not programmatically): behind the wgmma skinny
-    GEMM (two blocks an SM, their TMA rings in flight) a programmatic launch costs the
-    step more than it saves. H200, the down projection behind gate_up, 8B step: at 16 rows
-    (down on the GEMV) 6.53 ms in the chain, 5.42 plainly; at 32 (both on the skinny GEMM)
-    6.47 in the chain, 6.09 plainly (benchmarks/NOTES.md, "The programmatic chain").
-    Behind the other kernels the chain pays."""
-    return path(rows, n) == "skinny" and skinny_wgmma(rows)
+    an (n, k) weight should launch plainly (not programmatically): behind a wgmma skinny
+    GEMM whose grid runs past one wave (two blocks an SM), a programmatic launch costs the
+    step more than it saves, and behind one wave or less it pays. H200, the down projection
+    behind gate_up, same run: 8B (gate_up 448 blocks) at 16 rows 5.19 ms plainly, 5.58 in
+    the chain, at 32 rows 6.07 / 6.45, at 64 8.00 / 8.29; 1B (256 blocks) at 32 rows 1.460
+    plainly, 1.436 in the chain, at 64 1.948 / 1.925 (benchmarks/NOTES.md, "The
+    programmatic chain"). Behind the other kernels the chain pays."""
+    if path(rows, n) != "skinny" or not skinny_wgmma(rows):
+        return False
+    return -(-n // SKINNY_ROWS) * skinny_cluster(n, k) > 2 * SMS  # its launch bounds' 2
 
 
 def path(rows: int, n: int) -> str:

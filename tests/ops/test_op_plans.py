@@ -103,21 +103,27 @@ def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_two_blocks_an_sm():
         skinny_launch("float16", 40, 2048, 2048, False, True)
 
 
-def test_the_kernel_behind_the_wgmma_skinny_gemm_launches_plainly(monkeypatch):
-    # 9-64 rows through 8B gate_up (28672 rows: wide from 9) take the wgmma skinny GEMM:
-    # what follows launches plainly; behind the GEMV (8 rows, or 9-16 through a narrow
-    # weight), the GEMM (past 64 rows) and skinny.cu (off Hopper) the chain goes on
+def test_the_kernel_behind_a_multi_wave_wgmma_skinny_gemm_launches_plainly(monkeypatch):
+    # 9-64 rows through 8B gate_up (28672 rows: 448 blocks, past the 264 of one wave) or an
+    # LM head take the wgmma skinny GEMM: what follows launches plainly. Behind 1B gate_up
+    # (16384 rows: 256 blocks) and the clustered grids (one block an SM at most), the GEMV
+    # (8 rows, or 9-16 through a narrow weight), the GEMM (past 64 rows) and skinny.cu (off
+    # Hopper) the chain goes on
     monkeypatch.setattr(linear, "hopper", lambda: True)
-    assert linear.plain_after(16, 28672) and linear.plain_after(9, 128256)
-    assert linear.plain_after(32, 28672) and linear.plain_after(64, 4096)
-    assert not linear.plain_after(8, 28672)  # GEMV
-    assert not linear.plain_after(16, 4096)  # GEMV
-    assert not linear.plain_after(128, 28672)  # GEMM
+    assert linear.plain_after(16, 28672, 4096) and linear.plain_after(9, 128256, 2048)
+    assert linear.plain_after(32, 28672, 4096) and linear.plain_after(64, 28672, 4096)
+    assert not linear.plain_after(32, 16384, 2048) and not linear.plain_after(64, 16384, 2048)
+    assert not linear.plain_after(64, 4096, 14336)  # 64 blocks in clusters of 2
+    assert -(-16896 // 64) == 2 * linear.SMS and not linear.plain_after(32, 16896, 4096)
+    assert linear.plain_after(32, 16960, 4096)  # one block past the wave
+    assert not linear.plain_after(8, 28672, 4096)  # GEMV
+    assert not linear.plain_after(16, 4096, 4096)  # GEMV
+    assert not linear.plain_after(128, 28672, 4096)  # GEMM
     monkeypatch.setattr(linear, "WGMMA_SKINNY_FROM", linear.SKINNY_MAX + 1)
-    assert not linear.plain_after(16, 28672)  # skinny.cu
+    assert not linear.plain_after(16, 28672, 4096)  # skinny.cu
     monkeypatch.setattr(linear, "WGMMA_SKINNY_FROM", 1)
     monkeypatch.setattr(linear, "hopper", lambda: False)
-    assert not linear.plain_after(16, 28672)
+    assert not linear.plain_after(16, 28672, 4096)
 
 
 def test_65_to_128_rows_take_the_wgmma_skinny_gemm_only_where_switched_on(monkeypatch):
