@@ -62,7 +62,7 @@ def _skinny() -> list[str]:
 def _skinny90() -> list[str]:
     return [wrapper(k.name, k.declaration,
                     _call(k, f"skinny90_impl<{_t(dt)}, {mx}, {c}{', true' if silu else ''}>"),
-                    _bounds("kThreads", 2, c))
+                    _bounds("kThreads", 1 if c == 2 else 2, c))  # c = 2: one block an SM
             for silu, table in ((False, SKINNY90), (True, SKINNY90_SILU))
             for (dt, mx, c), k in table.items()]
 

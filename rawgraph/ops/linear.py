@@ -72,7 +72,7 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gem
 TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
-# x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES[tile] slots (two blocks an SM), for
+# x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES slots, for
 # WGMMA_SKINNY_FROM rows and more; fewer take skinny.cu. Alone it is ahead of skinny.cu on
 # every LLaMA weight at 16 to 64 rows (H200, us at 32 rows: 8B qkv 17.5 vs 26.9, down 33.1 vs
 # 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300), and the 8B decode step at 32 rows takes
@@ -86,7 +86,11 @@ WGMMA_SKINNY_FROM = 1
 # (the 100-row decode step in tests/model/test_model_gpu.py); 64 until `bench kernels --only
 # gemv` shows it ahead of the split GEMM there (its "wgmma us" at 128 rows).
 WGMMA_SKINNY_TO = 64
-SKINNY90_ROWS, SKINNY90_STAGES, SKINNY90_THREADS = (32, 64, 128), {32: 8, 64: 5, 128: 3}, 160
+SKINNY90_ROWS, SKINNY90_THREADS = (32, 64, 128), 160
+# ring slots per (x tile, cluster): two blocks an SM, or in clusters of 2 (at most one block an
+# SM: skinny_cluster) one block with the SM's whole shared memory
+SKINNY90_STAGES = {(mx, c): deep if c == 2 else two
+                   for mx, two, deep in ((32, 8, 18), (64, 5, 13), (128, 3, 8)) for c in (1, 2, 4)}
 SKINNY90 = {(dt, mx, c): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else ""),
                                 _SIG90.format(t=t))
             for dt, (s, t) in KERNEL_TYPES.items() for mx in SKINNY90_ROWS for c in (1, 2, 4)}
@@ -117,11 +121,12 @@ def skinny_cluster(n: int, k: int) -> int:
     return 1
 
 
-def skinny90_smem(mx: int) -> int:
-    """Dynamic shared memory of the wgmma skinny GEMM with an x tile of `mx` rows: each ring
-    slot's 64 W rows and mx x rows of 128 bytes and its two 8-byte barriers, then the block's
-    fp32 sums (mx rows of 65)."""
-    return SKINNY90_STAGES[mx] * ((SKINNY_ROWS + mx) * 128 + 16) + mx * (SKINNY_ROWS + 1) * 4
+def skinny90_smem(mx: int, c: int = 1) -> int:
+    """Dynamic shared memory of the wgmma skinny GEMM with an x tile of `mx` rows in clusters
+    of `c`: each ring slot's 64 W rows and mx x rows of 128 bytes and its two 8-byte
+    barriers, then the block's fp32 sums (mx rows of 65)."""
+    return (SKINNY90_STAGES[mx, c] * ((SKINNY_ROWS + mx) * 128 + 16)
+            + mx * (SKINNY_ROWS + 1) * 4)
 
 
 def skinny_wgmma(rows: int) -> bool:
@@ -151,7 +156,7 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = 
     if wgmma:
         mx = next(r for r in SKINNY90_ROWS if r >= rows)
         table = SKINNY90_SILU if silu else SKINNY90
-        return table[dt, mx, c], blocks, SKINNY90_THREADS, skinny90_smem(mx), mx
+        return table[dt, mx, c], blocks, SKINNY90_THREADS, skinny90_smem(mx, c), mx
     if silu:
         raise ValueError("the SiLU epilogue is the wgmma skinny GEMM's alone")
     return SKINNY[dt, c], blocks, 256, SKINNY_SMEM, 0

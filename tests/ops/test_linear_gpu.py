@@ -172,12 +172,14 @@ def skinny_kernel(request, monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("m", "n", "k"), [(17, 2048, 2048), (32, 6144, 4096), (50, 520, 8192),
                                            (64, 3072, 2048), (33, 1000, 520), (20, 136, 64),
-                                           (12, 16400, 264), (64, 16392, 256)])
+                                           (12, 16400, 264), (64, 16392, 256),
+                                           (24, 4096, 14336), (40, 4096, 4096)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_skinny(stream, rng, skinny_kernel, dtype, m, n, k, fused):
     # x tiles of 32 and 64 rows (m below the tile: its other rows are not stored), clusters
     # of 1, 2 and 4 splitting k (a rank with fewer k tiles than the others), n and k past
-    # whole boxes (zero-filled by the TMA)
+    # whole boxes (zero-filled by the TMA); clusters of 2 (their deep rings) going round
+    # several times (8B down_proj at 24 rows: 112 k tiles a rank through 18 slots)
     assert linear_path(m, n) == "skinny"
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
 

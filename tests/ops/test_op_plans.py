@@ -25,6 +25,7 @@ from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
 from rawgraph.ops.linear import (
     GEMM_SPLITS,
     GEMM_TILES,
+    SKINNY90_STAGES,
     SKINNY_ROWS,
     SPLIT_TILE,
     gemm_plan,
@@ -85,15 +86,22 @@ def test_skinny_cluster_fills_the_sms():
         assert skinny_cluster(n, 4096) in (1, 2, 4)
 
 
-def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_two_blocks_an_sm():
-    # x tiles of 32, 64 and 128 rows; the ring, barriers and sums of two blocks fit one SM's
-    # 228 KiB (1 KiB of each block reserved by the runtime), as __launch_bounds__(160, 2) says
+def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_fills_the_sm():
+    # x tiles of 32, 64 and 128 rows. Unclustered and in clusters of 4, the ring, barriers
+    # and sums of two blocks fit one SM's 228 KiB (1 KiB of each block reserved by the
+    # runtime), as __launch_bounds__(160, 2) says; in clusters of 2 (grids of at most one
+    # block an SM) one block takes a ring as deep as the 227 KiB a block may have
     for rows, mx in ((9, 32), (17, 32), (32, 32), (33, 64), (64, 64), (65, 128), (128, 128)):
-        kernel, blocks, threads, smem, got = skinny_launch("bfloat16", rows, 4096, 4096, True)
-        assert got == mx and kernel.name.startswith(f"skinny90_bf16_x{mx}")
-        assert threads == 160 and smem == skinny90_smem(mx)
-        assert blocks == 64 * skinny_cluster(4096, 4096)
-        assert 2 * (smem + 1024) <= 228 * 1024
+        for n, k, c in ((28672, 4096, 1), (4096, 4096, 2), (2048, 2048, 4)):
+            kernel, blocks, threads, smem, got = skinny_launch("bfloat16", rows, n, k, True)
+            assert skinny_cluster(n, k) == c and blocks == -(-n // 64) * c
+            assert got == mx and kernel.name.startswith(f"skinny90_bf16_x{mx}")
+            assert threads == 160 and smem == skinny90_smem(mx, c)
+            if c == 2:
+                assert smem <= 227 * 1024 < smem + (64 + mx) * 128 + 16 and blocks <= 132
+                assert SKINNY90_STAGES[mx, 2] > 2 * SKINNY90_STAGES[mx, 1]
+            else:
+                assert 2 * (smem + 1024) <= 228 * 1024
     kernel, blocks, threads, smem, mx = skinny_launch("float16", 40, 2048, 2048, False)
     assert kernel.name == "skinny_f16_c4" and (blocks, threads, mx) == (128, 256, 0)
     # gate_up's SiLU epilogue: the same launch, the _silu kernel; skinny.cu has none
