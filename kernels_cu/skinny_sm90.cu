@@ -21,7 +21,9 @@
 //   (bytes landed) and `empty` (consumers done) barriers, as gemm_sm90.cu does. Under PDL
 //   the first S boxes of W are requested before griddepcontrol.wait (W is no earlier
 //   kernel's output), x's after it. S = 8 slots for MX = 32, 5 for 64, 3 for 128: two blocks
-//   an SM, with 128, 80 or 48 KiB of W in flight per SM (x's boxes take the rest).
+//   an SM, with 128, 80 or 48 KiB of W in flight per SM (x's boxes take the rest); in
+//   clusters of 2 (grids of at most one block an SM) 18, 13 and 8: one block an SM with 144,
+//   104 or 64 KiB of W in flight.
 //   _c2, _c4: a cluster of 2 or 4 blocks shares the 64 W rows, block r taking k tiles r,
 //   r + C, ... Every block leaves its 64 x MX sums in shared memory; block r then finishes
 //   outputs [r, r + 1) * 64 MX / C, adding the blocks' sums (distributed shared memory) in
