@@ -1,17 +1,17 @@
 """`rawgraph bench serve`: the server under load and faults, against the same work offline.
 
-For each preset (random weights, the engine in its own process; again with mixed iterations
-and a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 128`; llama-1b a
-third time with `--engine thread`): `rawgraph serve` starts as a subprocess; clients in
-`CLIENT_PROCS` processes send `requests` streaming, greedy requests with Poisson arrivals
-(prompts and outputs of random lengths), and in the same run: a fifth of the clients
-disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge max_tokens,
-prompts past the context) that must get a 4xx. `--max-queue` is the number of requests, so
-none of them is turned away; once they are done, a burst of tiny requests 64 past it overflows
-the queue (429 expected), then one more request must succeed (recovery). The server is then
-stopped by SIGTERM (exit 0 expected) and the same work runs again offline through
-`Engine.run`: every request the server took, those whose clients left cut to the tokens they
-had received (the server prefilled their prompts and decoded those tokens too).
+For each preset (random weights, the engine in its own process; again with mixed iterations and
+a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 128`; llama-1b a third
+time with `--engine thread` and a fourth with `--http-processes 4`): `rawgraph serve` starts as
+a subprocess; clients in `CLIENT_PROCS` processes send `requests` streaming, greedy requests
+with Poisson arrivals (prompts and outputs of random lengths), and in the same run: a fifth of
+the clients disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge
+max_tokens, prompts past the context) that must get a 4xx. `--max-queue` is the number of
+requests, so none of them is turned away; once they are done, a burst of tiny requests 64 past
+it overflows the queue (429 expected), then one more request must succeed (recovery). The
+server is then stopped by SIGTERM (exit 0 expected) and the same work runs again offline
+through `Engine.run`: every request the server took, those whose clients left cut to the tokens
+they had received (the server prefilled their prompts and decoded those tokens too).
 
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the decode step at that batch (`max_batch` rows at the
@@ -78,6 +78,7 @@ class Load:
     engine: str = "process"           # `rawgraph serve --engine` (process or thread)
     mixed: bool = False               # `rawgraph serve --mixed` (and offline the same)
     decode_chunk: int | None = None   # `rawgraph serve --decode-chunk` (and offline the same)
+    http_processes: int = 1           # `rawgraph serve --http-processes`
 
     @property
     def max_queue(self) -> int:
@@ -92,7 +93,7 @@ class Load:
                 *(["--reference"] if self.reference else []),
                 *(["--mixed"] if self.mixed else []),
                 *(["--decode-chunk", str(self.decode_chunk)] if self.decode_chunk else []),
-                "--engine", self.engine]
+                "--engine", self.engine, "--http-processes", str(self.http_processes)]
 
 
 BURST_TOKENS = 64  # tokens each request of the burst asks for
@@ -361,6 +362,7 @@ def measure(load: Load) -> dict[str, Any]:
     itl_p99 = _pct(itl, 99) * 1e3
     return {
         "preset": load.preset, "engine": load.engine, "mixed": load.mixed,
+        "HTTP processes": load.http_processes,
         "decode chunk": load.decode_chunk or min(256, load.max_context),
         "requests": load.requests, "batch": load.max_batch,
         "served tok/s": served_tokens / facts["wall_s"], "offline tok/s": offline_tps,
@@ -393,6 +395,7 @@ def measure(load: Load) -> dict[str, Any]:
 
 
 LATENCY_CHUNK = 128  # the latency rows' --decode-chunk
+HTTP_PROCESSES = 4  # the several-event-loops row's --http-processes (llama-1b: most tokens/s)
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
@@ -400,18 +403,24 @@ def run(only: str = "") -> list[dict[str, Any]]:
     own process as `rawgraph serve` starts it, then tuned for inter-token latency (`--mixed
     --decode-chunk LATENCY_CHUNK`: at most that many prompt tokens ride along with the
     decoding rows, in one pass over the weights); llama-1b (the shortest steps) also with
-    the engine on the server's thread."""
+    the engine on the server's thread, and with HTTP_PROCESSES event loops."""
     names = [n for n in ("llama-1b", "llama-8b") if only in n]
     loads = [Load(preset=n) for n in names]
     loads += [Load(preset=n, mixed=True, decode_chunk=LATENCY_CHUNK) for n in names]
     loads += [Load(preset=n, engine="thread") for n in ("llama-1b",) if only in n]
+    loads += [Load(preset=n, http_processes=HTTP_PROCESSES) for n in ("llama-1b",) if only in n]
     return [measure(load) for load in loads]
+
+
+def _http(r: dict[str, Any]) -> str:
+    n = r.get("HTTP processes", 1)
+    return f", {n} HTTP processes" if n > 1 else ""
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
     """One line per preset on the goals: served >= 90% of offline; ITL p99 <= 2 steps."""
     return "\n".join(
-        f"{r['preset']} (engine on a {r['engine']}{', mixed' if r['mixed'] else ''}, "
+        f"{r['preset']} (engine on a {r['engine']}{', mixed' if r['mixed'] else ''}{_http(r)}, "
         f"decode chunk {r['decode chunk']}): served {r['served / offline']:.0%} of "
         f"offline (goal 90%); ITL p99 {r['ITL p99 / step']:.2f}x the decode step (goal <= 2); "
         f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"

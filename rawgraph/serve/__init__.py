@@ -1,10 +1,10 @@
 """Online serving: an OpenAI-compatible HTTP server over the engine (`rawgraph serve`).
 
 `Worker` owns the engine on its own thread (`rawgraph.serve.process.EngineProcess`: the same,
-in a child process); `rawgraph.serve.app.create_app` is the ASGI app (Starlette) that relays
-requests to it; `protocol` checks OpenAI's request bodies and writes
-its responses. The app needs the `serve` extra (starlette, uvicorn, jinja2); what is
-imported here does not."""
+in a child process, which other HTTP processes reach through an `EngineLink` each);
+`rawgraph.serve.app.create_app` is the ASGI app (Starlette) that relays requests to it;
+`protocol` checks OpenAI's request bodies and writes its responses. The app needs the `serve`
+extra (starlette, uvicorn, jinja2); what is imported here does not."""
 
 from rawgraph.serve.metrics import Metrics
 from rawgraph.serve.protocol import APIError, Generation, parse

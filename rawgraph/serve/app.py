@@ -231,8 +231,10 @@ class _EventStream:
             await self.lines.aclose()
 
 
-def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = None) -> Starlette:
-    """The ASGI app over a started `worker`."""
+def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = None,
+               process: int = 0) -> Starlette:
+    """The ASGI app over a started `worker`; `process`: which of the server's HTTP processes
+    serves it (/health says)."""
 
     async def generate(http: HTTPRequest, chat: bool) -> Response | _EventStream:
         try:
@@ -320,7 +322,8 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
         if not worker.admitting:
             return JSONResponse({"status": "shutting down"}, status_code=503)
         running, waiting = worker.load
-        return JSONResponse({"status": "ok", "running": running, "waiting": waiting})
+        return JSONResponse({"status": "ok", "running": running, "waiting": waiting,
+                             "process": process})
 
     async def metrics(http: HTTPRequest) -> Response:
         return PlainTextResponse(worker.metrics.render(),

@@ -1,15 +1,20 @@
 """The server's counters, gauges and latency histograms, written in Prometheus' text format.
 
 Updated from two sides (the engine's thread and the HTTP handlers), so every change takes
-the lock; `render()` reads a consistent snapshot.
+the lock; `render()` reads a consistent snapshot. With several HTTP processes
+(`rawgraph serve --http-processes`), each keeps what its handlers measure (the token latency
+histograms, tokens out) in its own slot of a shared block (`http_block`, `Metrics.share`),
+and any of them renders the sum over every slot.
 """
 
 from __future__ import annotations
 
 import bisect
+import multiprocessing
 import threading
 import time
 from collections import deque
+from typing import Any
 
 # seconds: time to first token and inter-token latency
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -72,6 +77,22 @@ def quantile(text: str, name: str, q: float, labels: str = "") -> float:
     return lo + (bounds[i] - lo) * ((rank - below) / inside if inside else 1.0)
 
 
+# a shared slot: the two histograms' bucket counts, sum and count, then the tokens out and
+# the tokens per second (float64 each: counts stay exact to 2**53)
+_HIST = len(BUCKETS) + 3
+SLOT = 2 * _HIST + 2
+
+
+def http_block(processes: int) -> Any:
+    """Shared memory for the HTTP-side metrics of `processes` HTTP processes (a slot each),
+    made before they start and handed to each (`Metrics.share`)."""
+    return multiprocessing.RawArray("d", processes * SLOT)
+
+
+def _hist_values(h: Histogram) -> list[float]:
+    return [*map(float, h.counts), h.sum, float(h.count)]
+
+
 class Metrics:
     """What /metrics reports."""
 
@@ -89,6 +110,39 @@ class Metrics:
         self.host = {k: Histogram(HOST_BUCKETS) for k in KINDS}  # its prepare, patch, launch
         self.period = Histogram(STEP_BUCKETS)  # from one engine step's start to the next
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
+        self._block: Any = None  # the HTTP processes' shared slots, and this one's
+        self._slot = 0
+
+    def share(self, block: Any, index: int) -> None:
+        """Keep this process's HTTP-side values in slot `index` of `block` (`http_block`)
+        and render the sum over every slot: the server's HTTP processes together."""
+        if not 0 <= index < len(block) // SLOT:
+            raise ValueError(f"slot {index} outside the block's {len(block) // SLOT}")
+        self._block, self._slot = block, index
+
+    def publish(self) -> None:
+        """Write this process's HTTP-side values to its shared slot (nothing if unshared);
+        the caller holds the lock. Others see them as of the last call."""
+        if self._block is not None:
+            at = self._slot * SLOT
+            self._block[at:at + SLOT] = [*_hist_values(self.ttft), *_hist_values(self.itl),
+                                         float(self.generation_tokens), self.tokens_per_s()]
+
+    def _http_side(self) -> tuple[Histogram, Histogram, int, float]:
+        """(ttft, itl, tokens out, tokens per second): this process's, or every slot's sum."""
+        if self._block is None:
+            return self.ttft, self.itl, self.generation_tokens, self.tokens_per_s()
+        self.publish()
+        total = [0.0] * SLOT
+        for i in range(len(self._block) // SLOT):
+            for j, v in enumerate(self._block[i * SLOT:(i + 1) * SLOT]):
+                total[j] += v
+        hists = []
+        for part in (total[:_HIST], total[_HIST:2 * _HIST]):
+            h = Histogram()
+            h.counts, h.sum, h.count = [int(c) for c in part[:-2]], part[-2], int(part[-1])
+            hists.append(h)
+        return hists[0], hists[1], int(total[-2]), total[-1]
 
     def tokens_out(self, n: int) -> None:
         """`n` tokens generated now."""
@@ -107,6 +161,7 @@ class Metrics:
     def render(self) -> str:
         """The exposition text."""
         with self.lock:
+            ttft, itl, generated, rate = self._http_side()
             lines: list[str] = []
 
             def metric(name: str, kind: str, help_: str, values: list[str]) -> None:
@@ -119,9 +174,9 @@ class Metrics:
             metric("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
                    [f"prompt_tokens_total {self.prompt_tokens}"])
             metric("generation_tokens_total", "counter", "Tokens generated.",
-                   [f"generation_tokens_total {self.generation_tokens}"])
+                   [f"generation_tokens_total {generated}"])
             metric("generation_tokens_per_second", "gauge", "Tokens generated per second, "
-                   "over the last 10 s.", [f"generation_tokens_per_second {self.tokens_per_s()}"])
+                   "over the last 10 s.", [f"generation_tokens_per_second {rate}"])
             metric("requests_running", "gauge", "Requests in the batch.",
                    [f"requests_running {self.running}"])
             metric("requests_waiting", "gauge", "Requests queued for admission.",
@@ -154,7 +209,7 @@ class Metrics:
                    "its tokens): what a streaming client sees between tokens.",
                    self.period.lines("iteration_period_seconds"))
             metric("time_to_first_token_seconds", "histogram", "Arrival to first token.",
-                   self.ttft.lines("time_to_first_token_seconds"))
+                   ttft.lines("time_to_first_token_seconds"))
             metric("inter_token_latency_seconds", "histogram", "Between streamed tokens.",
-                   self.itl.lines("inter_token_latency_seconds"))
+                   itl.lines("inter_token_latency_seconds"))
             return "\n".join(lines) + "\n"

@@ -20,13 +20,13 @@ def test_the_plan_is_seeded_and_mixes_streams_faults_and_a_burst():
     assert all(load.prompt[0] <= len(p.prompt) <= load.prompt[1] for p in a if not p.bad)
 
 
-@pytest.mark.parametrize("decode_chunk", [None, 8])
-def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk):
+@pytest.mark.parametrize(("decode_chunk", "http"), [(None, 1), (8, 1), (None, 2)])
+def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http):
     load = Load(preset="tiny", reference=True, requests=24, rate=100.0, prompt=(4, 40),
                 output=(4, 24), max_batch=4, max_context=96, burst_extra=16, malformed=8,
-                decode_chunk=decode_chunk)
+                decode_chunk=decode_chunk, http_processes=http)
     row = measure(load)
-    assert row["decode chunk"] == (decode_chunk or 96)
+    assert row["decode chunk"] == (decode_chunk or 96) and row["HTTP processes"] == http
     assert row["completed"] + row["cancelled"] == 24 and row["cancelled"] > 0
     assert row["refused 4xx"] == 8 and row["unexpected"] == 0
     assert row["burst 429"] + row["burst ok"] == 24 + 16 and row["burst 429"] > 0

@@ -300,6 +300,36 @@ def test_metrics_are_prometheus_text(served):
     assert quantile(text, "iteration_period_seconds", 0.99) > 0
 
 
+def test_http_processes_metrics_sum_over_their_shared_slots():
+    from rawgraph.serve.metrics import http_block
+
+    block = http_block(3)
+    a, b, c = Metrics(), Metrics(), Metrics()
+    for i, m in enumerate((a, b, c)):
+        m.share(block, i)
+    with pytest.raises(ValueError, match="slot 3 outside"):
+        Metrics().share(block, 3)
+    a.ttft.observe(0.002)
+    a.itl.observe(0.004, 5)
+    a.tokens_out(6)
+    b.ttft.observe(0.3)
+    b.itl.observe(0.02, 2)
+    b.tokens_out(3)
+    with b.lock:
+        b.publish()  # c has published nothing: its slot is zeros
+    a.requests["completed"] = 2  # the engine's side: each process's own copy, not summed
+    text = a.render()
+    for name, want in (("time_to_first_token_seconds_count", 2),
+                       ("inter_token_latency_seconds_count", 7),
+                       ("generation_tokens_total", 9), ('requests_total{status="completed"}', 2)):
+        assert _metric(text, name) == want
+    assert _metric(text, "inter_token_latency_seconds_sum") == pytest.approx(0.06)
+    assert 'inter_token_latency_seconds_bucket{le="0.005"} 5' in text
+    assert 'inter_token_latency_seconds_bucket{le="0.025"} 7' in text
+    assert _metric(text, "generation_tokens_per_second") == pytest.approx(0.9)
+    assert _metric(c.render(), "generation_tokens_total") == 9  # any process renders all
+
+
 def test_quantiles_come_from_the_histogram_buckets_as_prometheus_computes_them():
     h = Histogram((0.001, 0.002, 0.004))
     text = "\n".join(h.lines("rawgraph_x", 'kind="a"'))
@@ -336,8 +366,8 @@ def test_text_prompts_and_stop_strings_need_a_tokenizer_and_chat_a_template(chec
 
 
 @pytest.mark.parametrize(("mode", "to_group"), [(["--engine", "thread"], False), ([], False),
-                                               ([], True)],
-                         ids=["thread", "process", "process-group"])
+                                               ([], True), (["--http-processes", "2"], True)],
+                         ids=["thread", "process", "process-group", "http-processes-group"])
 def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, to_group):
     # to_group: the signal reaches the engine's process too (a terminal's Ctrl-C, a service
     # manager stopping the group); the server still drains through the pipe
@@ -360,6 +390,111 @@ def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, t
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_several_http_processes_serve_one_engine(checkpoint):
+    # --http-processes 3: three event loops on one port (SO_REUSEPORT spreads connections),
+    # one engine: the engine's greedy tokens whichever process answers, /metrics summing
+    # every process's latency histograms and tokens, clients leaving mid-stream in any of
+    # them freeing their blocks, and SIGTERM to the main process ending every stream with a
+    # final event and every process with it
+    root, tensors = checkpoint
+    proc, url = spawn_server([*_options(root), "--max-batch", "4", "--http-processes", "3",
+                              "--grace", "0.5"], timeout_s=60)
+    try:
+        def metrics():
+            return httpx.get(f"{url}/metrics").text
+
+        seen, t0 = set(), time.monotonic()
+        while len(seen) < 3 and time.monotonic() - t0 < 30:  # a new connection each
+            seen.add(httpx.get(f"{url}/health").json()["process"])
+        assert seen == {0, 1, 2}
+        prompts = PROMPTS * 3
+        want = reference_engine(CFG, tensors, max_batch=4, max_context=CONTEXT,
+                                max_chunk=32).generate(prompts, max_new_tokens=12)
+        results = [None] * len(prompts)
+
+        def ask(i):
+            results[i] = httpx.post(f"{url}/v1/completions", json={
+                "prompt": prompts[i], "max_tokens": 12, "temperature": 0,
+                "stop_token_ids": []}, timeout=60).json()
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        got = [r["choices"][0]["token_ids"] for r in results]
+        assert got == [[t for t in w[:w.index(2) + 1 if 2 in w else None] if t != 2]
+                       for w in want]
+        tokens = sum(r["usage"]["completion_tokens"] for r in results)
+        # each process publishes its share as the engine's next post reaches it (50 ms idle)
+        _wait(lambda: _metric(metrics(), "time_to_first_token_seconds_count") == len(prompts))
+        text = metrics()
+        assert _metric(text, "generation_tokens_total") == tokens
+        assert 0 < _metric(text, "inter_token_latency_seconds_count") <= tokens - len(prompts)
+        assert _metric(text, 'requests_total{status="completed"}') == len(prompts)
+
+        def leave():  # read two events, then go
+            with httpx.stream("POST", f"{url}/v1/completions", json={
+                    "prompt": [9, 8, 7], "max_tokens": 80, "temperature": 0,
+                    "stop_token_ids": [], "stream": True}, timeout=30) as r:
+                for i, _ in enumerate(r.iter_lines()):
+                    if i >= 2:
+                        break
+        leaving = [threading.Thread(target=leave) for _ in range(6)]
+        for t in leaving:
+            t.start()
+        for t in leaving:
+            t.join()
+        _wait(lambda: _metric(metrics(), 'requests_total{status="aborted"}') == 6)
+        _wait(lambda: _metric(metrics(), "kv_blocks_used") == 0)
+
+        streams, started = [None] * 4, [threading.Event() for _ in range(4)]
+
+        def last_event(i):  # four streams running (the batch), then the signal
+            with httpx.stream("POST", f"{url}/v1/completions", json={
+                    "prompt": [5, 6], "max_tokens": 80, "temperature": 0,
+                    "stop_token_ids": [], "stream": True}, timeout=30) as r:
+                lines = r.iter_lines()
+                first = next(lines)
+                started[i].set()
+                streams[i] = _events([first, *lines])[-1]
+        running = [threading.Thread(target=last_event, args=(i,)) for i in range(4)]
+        for t in running:
+            t.start()
+        for e in started:
+            assert e.wait(30)
+        proc.send_signal(signal.SIGTERM)
+        for t in running:
+            t.join()
+        assert all(e["choices"][0]["finish_reason"] in ("abort", "length") for e in streams)
+        assert proc.wait(30) == 0
+        assert "did not stop" not in server_log(proc, 20000)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_port_taken_is_one_line_and_exit_2_before_anything_starts(capsys):
+    import socket
+
+    from rawgraph.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--reference", "--http-processes", "2", "--port",
+                     str(port)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--port {port}: Address already in use" in err
+
+
+def _metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(f"rawgraph_{name} "):
+            return float(line.split()[1])
+    raise KeyError(name)
 
 
 def test_a_spawned_server_keeps_serving_past_64_kib_of_access_log(checkpoint):
