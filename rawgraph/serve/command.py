@@ -130,7 +130,8 @@ def _http_process(args: argparse.Namespace, conn: Connection, index: int, block:
                   parent: int) -> None:
     """An HTTP process past the first: the app over its own link to the engine, on its own
     socket on the port. Signals are the main process's to handle; this one stops when the
-    engine drains (or the main process is gone), once its streams have ended."""
+    engine drains, once its streams have ended, or when the engine or the main process is
+    gone (the kernel then sends new connections to the processes still listening)."""
     import uvicorn
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -143,13 +144,13 @@ def _http_process(args: argparse.Namespace, conn: Connection, index: int, block:
     app = create_app(link, model_info(args), timeout_s=args.request_timeout, process=index)
 
     class Server(uvicorn.Server):
-        """Ends when the engine drains or the main process goes; ignores signals."""
+        """Ends when the engine drains or ends, or the main process goes; ignores signals."""
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             pass
 
         async def on_tick(self, counter: int) -> bool:
-            if link.draining or os.getppid() != parent:
+            if link.draining or link.ended or os.getppid() != parent:
                 self.should_exit = True
             return await super().on_tick(counter)
 

@@ -203,6 +203,11 @@ class EngineLink:
         """(jobs running, jobs waiting), as of the engine's last step."""
         return self._load
 
+    @property
+    def ended(self) -> bool:
+        """Whether the engine has stopped or its process is gone (after `start`)."""
+        return self._reader.ident is not None and not self._reader.is_alive()
+
     def submit(self, job: Job) -> None:
         """Queue a job; APIError 503 when shutting down (a full queue is the engine's to
         say: an "error" event with 429)."""

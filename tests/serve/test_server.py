@@ -619,6 +619,26 @@ def test_an_engine_process_that_dies_ends_its_requests_with_500(checkpoint):
         ep.stop()
 
 
+def test_an_engine_link_follows_the_engine_draining_and_ending():
+    import multiprocessing
+
+    from rawgraph.serve.process import EngineLink
+
+    ours, theirs = multiprocessing.Pipe()
+    link = EngineLink(ours, Metrics())
+    assert not link.ended and not link.admitting  # not started
+    theirs.send(("ready", {"kv_blocks_total": 7}))
+    link.start()
+    assert link.admitting and not link.ended and link.metrics.kv_blocks_total == 7
+    theirs.send(("draining",))
+    _wait(lambda: link.draining and not link.admitting)
+    with pytest.raises(APIError, match="shutting down"):
+        link.submit(Job(Request([5], 2), None))
+    theirs.close()  # the engine's process is gone: an HTTP process past the first then exits
+    _wait(lambda: link.ended)
+    link.stop()
+
+
 def test_a_stream_ends_quietly_when_its_client_goes_and_closes_its_events():
     # the streamed response alone, over a fake connection. The client leaves while the
     # events wait: the handler returns (no CancelledError escapes to the server). A send
