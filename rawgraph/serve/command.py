@@ -43,19 +43,28 @@ def _engine(args: argparse.Namespace, metrics: Metrics) -> tuple[Any, ModelInfo,
     return worker, info, close
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port that the server's other HTTP processes bind too
-    (SO_REUSEPORT: the kernel spreads new connections over them); ValueError when the
-    address is taken."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+def _bind(host: str, port: int, first: bool = False) -> socket.socket:
+    """A socket bound to host:port that the server's other HTTP processes bind too
+    (SO_REUSEPORT: the kernel spreads new connections over them); the server listens on it
+    once it serves (until then connections are refused, as with one process). `first`:
+    ValueError when anything holds the address, another server binding with SO_REUSEPORT
+    included (which would otherwise share the port silently)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
+        if first:
+            with socket.socket(family) as probe:  # no SO_REUSEPORT: fails where any holds it
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((host, port))
+        sock = socket.socket(family)
+    except OSError as e:
+        raise ValueError(f"--host {host} --port {port}: {e.strerror}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
     except OSError as e:
         sock.close()
         raise ValueError(f"--host {host} --port {port}: {e.strerror}") from None
-    sock.listen(2048)
     return sock
 
 
@@ -72,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     n = args.http_processes
-    sock = _listen(args.host, args.port) if n > 1 else None  # taken before the engine's built
+    sock = _bind(args.host, args.port, first=True) if n > 1 else None  # before the engine
     metrics = Metrics()
     block = http_block(n) if n > 1 else None
     if block is not None:
@@ -155,6 +164,6 @@ def _http_process(args: argparse.Namespace, conn: Connection, index: int, block:
             return await super().on_tick(counter)
 
     try:
-        Server(_config(app, args)).run(sockets=[_listen(args.host, args.port)])
+        Server(_config(app, args)).run(sockets=[_bind(args.host, args.port)])
     finally:
         link.drain_and_stop(args.grace)

@@ -475,14 +475,21 @@ def test_several_http_processes_serve_one_engine(checkpoint):
             proc.kill()
 
 
-def test_a_port_taken_is_one_line_and_exit_2_before_anything_starts(capsys):
+@pytest.mark.parametrize("holder", ["listening", "another server's SO_REUSEPORT"])
+def test_a_port_taken_is_one_line_and_exit_2_before_anything_starts(capsys, holder):
+    # several HTTP processes bind with SO_REUSEPORT, which would let a second such server
+    # share the port with the first: the main process checks that nothing holds it
     import socket
 
     from rawgraph.cli import main
 
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
+        if holder == "listening":
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+        else:
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]
         assert main(["serve", "--reference", "--http-processes", "2", "--port",
                      str(port)]) == 2
