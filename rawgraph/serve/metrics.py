@@ -110,6 +110,7 @@ class Metrics:
         self.host = {k: Histogram(HOST_BUCKETS) for k in KINDS}  # its prepare, patch, launch
         self.period = Histogram(STEP_BUCKETS)  # from one engine step's start to the next
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
+        self._in_recent = 0  # their tokens
         self._block: Any = None  # the HTTP processes' shared slots, and this one's
         self._slot = 0
 
@@ -150,13 +151,18 @@ class Metrics:
             self.generation_tokens += n
             now = time.monotonic()
             self._recent.append((now, n))
-            while self._recent and self._recent[0][0] < now - 10:
-                self._recent.popleft()
+            self._in_recent += n
+            self._trim(now)
 
     def tokens_per_s(self) -> float:
-        """Generated tokens per second over the last 10 s."""
-        now = time.monotonic()
-        return sum(n for t, n in self._recent if t >= now - 10) / 10
+        """Generated tokens per second over the last 10 s (a running total: with several
+        HTTP processes it is read on every engine message); the caller holds the lock."""
+        self._trim(time.monotonic())
+        return self._in_recent / 10
+
+    def _trim(self, now: float) -> None:
+        while self._recent and self._recent[0][0] < now - 10:
+            self._in_recent -= self._recent.popleft()[1]
 
     def render(self) -> str:
         """The exposition text."""
