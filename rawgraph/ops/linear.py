@@ -286,11 +286,9 @@ def plain_after(rows: int, n: int, k: int) -> bool:
     """Whether the kernel launched right after the projection of up to `rows` rows through
     an (n, k) weight should launch plainly (not programmatically): behind a wgmma skinny
     GEMM whose grid runs past one wave (two blocks an SM), a programmatic launch costs the
-    step more than it saves, and behind one wave or less it pays. H200, the down projection
-    behind gate_up, same run: 8B (gate_up 448 blocks) at 16 rows 5.19 ms plainly, 5.58 in
-    the chain, at 32 rows 6.07 / 6.45, at 64 8.00 / 8.29; 1B (256 blocks) at 32 rows 1.460
-    plainly, 1.436 in the chain, at 64 1.948 / 1.925 (benchmarks/NOTES.md, "The
-    programmatic chain"). Behind the other kernels the chain pays."""
+    step more than it saves (8B gate_up's 448 blocks, LM heads), and behind one wave or less
+    it pays (1B gate_up's 256 blocks, clustered grids): same-run A/B in benchmarks/NOTES.md,
+    "The programmatic chain". Behind the other kernels the chain pays."""
     if path(rows, n) != "skinny" or not skinny_wgmma(rows):
         return False
     return -(-n // SKINNY_ROWS) * skinny_cluster(n, k) > 2 * SMS  # its launch bounds' 2
