@@ -44,18 +44,12 @@ namespace {
 
 constexpr int kRows = 64, kBK = 64;  // W rows a block; k per tile (one 128-byte box row)
 constexpr int kThreads = 160;        // a consumer warpgroup and a producer warp
-// ring slots per x tile and cluster (ops.linear: SKINNY90_STAGES): two blocks an SM, or one
-// with the whole SM's shared memory in clusters of 2 (ops.linear.skinny_cluster gives their
-// grids at most one block an SM, so half the SM would hold nothing)
-template <int MX, int CS> __host__ __device__ constexpr int stages() {
-  if constexpr (CS == 2) return MX == 32 ? 18 : MX == 64 ? 13 : 8;
-  return MX == 32 ? 8 : MX == 64 ? 5 : 3;
-}
-
-template <typename T, int MX, int CS, bool SILU = false>
+// S, the ring's slots (the wrappers pass ops.linear's SKINNY90_STAGES): as many as two blocks
+// an SM hold, or as one block holds (the deep ring) for grids of at most one block an SM
+template <typename T, int MX, int CS, int S, bool SILU = false>
 __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual,
                               T* y, int m, int n, int k) {
-  constexpr int kStages = stages<MX, CS>();
+  constexpr int kStages = S;
   constexpr int kW = kRows * kBK * 2, kStage = (kRows + MX) * kBK * 2;  // bytes
   constexpr int kPart = kRows + 1;  // part[] row stride (floats): a bank per lane group
   // the ring's slots (1024-byte aligned, as the 128-byte swizzle needs), its full and empty
@@ -144,215 +138,287 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_f16_x32(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 1>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 32, 1, 8>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_f16_x32_d(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 32, 1, 18>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_f16_x32_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 2>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 32, 2, 18>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_f16_x32_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 4>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 32, 4, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_f16_x64(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 1>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 64, 1, 5>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_f16_x64_d(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 64, 1, 13>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_f16_x64_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 2>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 64, 2, 13>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_f16_x64_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 4>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 64, 4, 5>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_f16_x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 128, 1>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 128, 1, 3>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_f16_x128_d(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 1, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_f16_x128_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 128, 2>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 128, 2, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_f16_x128_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 128, 4, 3>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_bf16_x32(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 1>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 32, 1, 8>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_bf16_x32_d(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 1, 18>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_bf16_x32_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 2>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 32, 2, 18>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_bf16_x32_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 4>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 32, 4, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_bf16_x64(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 1>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 64, 1, 5>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_bf16_x64_d(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 1, 13>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_bf16_x64_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 2>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 64, 2, 13>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_bf16_x64_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 4>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 64, 4, 5>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_bf16_x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 128, 1>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 128, 1, 3>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_bf16_x128_d(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 1, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_bf16_x128_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 128, 2>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 128, 2, 8>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_bf16_x128_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 128, 4>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 128, 4, 3>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_f16_x32_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 32, 1, 8, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_f16_x32_d_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 32, 1, 18, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_f16_x32_c2_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 32, 2, 18, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_f16_x32_c4_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 32, 4, 8, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_f16_x64_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 64, 1, 5, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_f16_x64_d_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 64, 1, 13, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_f16_x64_c2_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 64, 2, 13, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_f16_x64_c4_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 64, 4, 5, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_f16_x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 128, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 128, 1, 3, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_f16_x128_d_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __half* residual, __half* y, int m, int n, int k) {
+  skinny90_impl<__half, 128, 1, 8, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_f16_x128_c2_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 128, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 128, 2, 8, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_f16_x128_c4_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 128, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__half, 128, 4, 3, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_bf16_x32_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 32, 1, 8, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_bf16_x32_d_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 32, 1, 18, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_bf16_x32_c2_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 32, 2, 18, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_bf16_x32_c4_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 32, 4, 8, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_bf16_x64_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 64, 1, 5, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_bf16_x64_d_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 64, 1, 13, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_bf16_x64_c2_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 64, 2, 13, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_bf16_x64_c4_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 64, 4, 5, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(kThreads, 2)
 skinny90_bf16_x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 128, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 128, 1, 3, true>(&xmap, &wmap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+skinny90_bf16_x128_d_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
+  skinny90_impl<__nv_bfloat16, 128, 1, 8, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 skinny90_bf16_x128_c2_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 128, 2, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 128, 2, 8, true>(&xmap, &wmap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kThreads, 2)
 skinny90_bf16_x128_c4_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 128, 4, true>(&xmap, &wmap, residual, y, m, n, k);
+  skinny90_impl<__nv_bfloat16, 128, 4, 3, true>(&xmap, &wmap, residual, y, m, n, k);
 }

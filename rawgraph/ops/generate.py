@@ -13,7 +13,15 @@ from rawgraph.cuda.generated import forward, splice, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import attention, gemv
-from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKINNY90_SILU
+from rawgraph.ops.linear import (
+    GEMM,
+    GEMM90,
+    GEMM90_SILU,
+    SKINNY,
+    SKINNY90,
+    SKINNY90_SILU,
+    SKINNY90_STAGES,
+)
 
 MODULE = "rawgraph/ops/generate.py"
 _GEMV_CALL = {  # gemv_impl's arguments after the template's, per form
@@ -61,10 +69,11 @@ def _skinny() -> list[str]:
 
 def _skinny90() -> list[str]:
     return [wrapper(k.name, k.declaration,
-                    _call(k, f"skinny90_impl<{_t(dt)}, {mx}, {c}{', true' if silu else ''}>"),
-                    _bounds("kThreads", 1 if c == 2 else 2, c))  # c = 2: one block an SM
+                    _call(k, f"skinny90_impl<{_t(dt)}, {mx}, {c}, "
+                             f"{SKINNY90_STAGES[mx, deep]}{', true' if silu else ''}>"),
+                    _bounds("kThreads", 1 if deep else 2, c))  # deep: one block an SM
             for silu, table in ((False, SKINNY90), (True, SKINNY90_SILU))
-            for (dt, mx, c), k in table.items()]
+            for (dt, mx, c, deep), k in table.items()]
 
 
 def _gemm() -> list[str]:

@@ -87,13 +87,18 @@ WGMMA_SKINNY_FROM = 1
 # gemv` shows it ahead of the split GEMM there (its "wgmma us" at 128 rows).
 WGMMA_SKINNY_TO = 64
 SKINNY90_ROWS, SKINNY90_THREADS = (32, 64, 128), 160
-# ring slots per (x tile, cluster): two blocks an SM, or in clusters of 2 (at most one block an
-# SM: skinny_cluster) one block with the SM's whole shared memory
-SKINNY90_STAGES = {(mx, c): deep if c == 2 else two
-                   for mx, two, deep in ((32, 8, 18), (64, 5, 13), (128, 3, 8)) for c in (1, 2, 4)}
-SKINNY90 = {(dt, mx, c): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else ""),
-                                _SIG90.format(t=t))
-            for dt, (s, t) in KERNEL_TYPES.items() for mx in SKINNY90_ROWS for c in (1, 2, 4)}
+# ring slots per (x tile, deep): as many as two blocks an SM hold, or (deep) as one block holds
+# with the SM's whole shared memory, for grids of at most one block an SM (`skinny90_deep`)
+SKINNY90_STAGES = {(mx, deep): slots for mx, two, one in ((32, 8, 18), (64, 5, 13), (128, 3, 8))
+                   for deep, slots in ((False, two), (True, one))}
+# (cluster, deep ring) forms: unclustered both ways; clusters of 2 always deep (their grids
+# hold at most one block an SM); clusters of 4 never (one block an SM, only 30 clusters of 4
+# are resident on the H200, and 1B's o and down are 32 of them)
+SKINNY90_FORMS = ((1, False), (1, True), (2, True), (4, False))
+SKINNY90 = {(dt, mx, c, deep): Kernel(
+    "skinny_sm90", f"skinny90_{s}_x{mx}" + (f"_c{c}" if c > 1 else "_d" if deep else ""),
+    _SIG90.format(t=t))
+    for dt, (s, t) in KERNEL_TYPES.items() for mx in SKINNY90_ROWS for c, deep in SKINNY90_FORMS}
 # The same with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
 SKINNY90_SILU = {key: Kernel("skinny_sm90", f"{k.name}_silu", k.declaration)
                  for key, k in SKINNY90.items()}
@@ -121,12 +126,20 @@ def skinny_cluster(n: int, k: int) -> int:
     return 1
 
 
-def skinny90_smem(mx: int, c: int = 1) -> int:
-    """Dynamic shared memory of the wgmma skinny GEMM with an x tile of `mx` rows in clusters
-    of `c`: each ring slot's 64 W rows and mx x rows of 128 bytes and its two 8-byte
-    barriers, then the block's fp32 sums (mx rows of 65)."""
-    return (SKINNY90_STAGES[mx, c] * ((SKINNY_ROWS + mx) * 128 + 16)
+def skinny90_smem(mx: int, deep: bool = False) -> int:
+    """Dynamic shared memory of the wgmma skinny GEMM with an x tile of `mx` rows and the
+    `deep` ring or not: each ring slot's 64 W rows and mx x rows of 128 bytes and its two
+    8-byte barriers, then the block's fp32 sums (mx rows of 65)."""
+    return (SKINNY90_STAGES[mx, deep] * ((SKINNY_ROWS + mx) * 128 + 16)
             + mx * (SKINNY_ROWS + 1) * 4)
+
+
+def skinny90_deep(n: int, c: int) -> bool:
+    """Whether the wgmma skinny GEMM through an n-row weight in clusters of c takes the deep
+    ring (one block an SM): in clusters of 2, and unclustered where the grid holds at most
+    one block an SM (8B qkv's 96 row blocks; with two blocks' rings half of each SM's shared
+    memory sat empty)."""
+    return c == 2 or (c == 1 and -(-n // SKINNY_ROWS) <= SMS)
 
 
 def skinny_wgmma(rows: int) -> bool:
@@ -155,8 +168,8 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = 
     blocks = -(-n // SKINNY_ROWS) * c
     if wgmma:
         mx = next(r for r in SKINNY90_ROWS if r >= rows)
-        table = SKINNY90_SILU if silu else SKINNY90
-        return table[dt, mx, c], blocks, SKINNY90_THREADS, skinny90_smem(mx, c), mx
+        table, deep = SKINNY90_SILU if silu else SKINNY90, skinny90_deep(n, c)
+        return table[dt, mx, c, deep], blocks, SKINNY90_THREADS, skinny90_smem(mx, deep), mx
     if silu:
         raise ValueError("the SiLU epilogue is the wgmma skinny GEMM's alone")
     return SKINNY[dt, c], blocks, 256, SKINNY_SMEM, 0

@@ -74,13 +74,15 @@ def _gate_up(stream, rng, dtype, m, inter, k):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("m", "inter", "k", "mx", "c"), [
-    (12, 8200, 264, 32, 1), (20, 1096, 1000, 32, 2), (40, 1000, 520, 64, 4),
-    (64, 72, 64, 64, 1), (100, 520, 256, 128, 4)])
-def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, monkeypatch, dtype, m, inter, k, mx,
-                                             c):
+@pytest.mark.parametrize(("m", "inter", "k", "form"), [
+    (12, 8200, 264, "_x32"), (20, 1096, 1000, "_x32_c2"), (40, 1000, 520, "_x64_c4"),
+    (64, 72, 64, "_x64_d"), (64, 8200, 264, "_x64"), (30, 3072, 4096, "_x32_d"),
+    (100, 520, 256, "_x128_c4")])
+def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, monkeypatch, dtype, m, inter, k,
+                                             form):
     # the wgmma skinny GEMM's _silu forms: x tiles of 32, 64 and 128 rows (m below the tile),
     # clusters of 1, 2 and 4 splitting k (each block finishing whole x rows of the pairs),
+    # the deep ring of grids of at most one block an SM (_d; 64 k tiles through 18 slots),
     # n past the last 64-row block; linear + silu_mul's bits, no row past m, gu untouched
     lin = importlib.import_module("rawgraph.ops.linear")
     if not lin.hopper():
@@ -89,7 +91,7 @@ def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, monkeypatch, dtype, m,
     monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
     assert linear_path(m, 2 * inter) == "skinny"
     kernel = lin.skinny_launch(dtype, m, 2 * inter, k, True, True)[0]
-    assert kernel.name.endswith(f"_x{mx}" + (f"_c{c}" if c > 1 else "") + "_silu")
+    assert kernel.name.endswith(form + "_silu")
     out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
     out = bits(out)
     np.testing.assert_array_equal(out[:m], want[:m])
@@ -173,13 +175,15 @@ def skinny_kernel(request, monkeypatch):
 @pytest.mark.parametrize(("m", "n", "k"), [(17, 2048, 2048), (32, 6144, 4096), (50, 520, 8192),
                                            (64, 3072, 2048), (33, 1000, 520), (20, 136, 64),
                                            (12, 16400, 264), (64, 16392, 256),
-                                           (24, 4096, 14336), (40, 4096, 4096)])
+                                           (24, 4096, 14336), (40, 4096, 4096),
+                                           (64, 6144, 4096)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_linear_skinny(stream, rng, skinny_kernel, dtype, m, n, k, fused):
     # x tiles of 32 and 64 rows (m below the tile: its other rows are not stored), clusters
     # of 1, 2 and 4 splitting k (a rank with fewer k tiles than the others), n and k past
-    # whole boxes (zero-filled by the TMA); clusters of 2 (their deep rings) going round
-    # several times (8B down_proj at 24 rows: 112 k tiles a rank through 18 slots)
+    # whole boxes (zero-filled by the TMA); the deep rings (clusters of 2, and unclustered
+    # grids of at most one block an SM: 6144 rows) going round several times (8B down_proj
+    # at 24 rows: 112 k tiles a rank through 18 slots)
     assert linear_path(m, n) == "skinny"
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
 

@@ -30,6 +30,7 @@ from rawgraph.ops.linear import (
     SPLIT_TILE,
     gemm_plan,
     gemm_smem,
+    skinny90_deep,
     skinny90_smem,
     skinny_cluster,
     skinny_launch,
@@ -87,19 +88,22 @@ def test_skinny_cluster_fills_the_sms():
 
 
 def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_fills_the_sm():
-    # x tiles of 32, 64 and 128 rows. Unclustered and in clusters of 4, the ring, barriers
-    # and sums of two blocks fit one SM's 228 KiB (1 KiB of each block reserved by the
-    # runtime), as __launch_bounds__(160, 2) says; in clusters of 2 (grids of at most one
-    # block an SM) one block takes a ring as deep as the 227 KiB a block may have
+    # x tiles of 32, 64 and 128 rows. Grids past one block an SM (unclustered) and clusters
+    # of 4: the ring, barriers and sums of two blocks fit one SM's 228 KiB (1 KiB of each
+    # block reserved by the runtime), as __launch_bounds__(160, 2) says. Clusters of 2 and
+    # unclustered grids of at most one block an SM: one block takes a ring as deep as the
+    # 227 KiB a block may have
     for rows, mx in ((9, 32), (17, 32), (32, 32), (33, 64), (64, 64), (65, 128), (128, 128)):
-        for n, k, c in ((28672, 4096, 1), (4096, 4096, 2), (2048, 2048, 4)):
+        for n, k, c, deep in ((28672, 4096, 1, False), (6144, 4096, 1, True),
+                              (4096, 4096, 2, True), (2048, 2048, 4, False)):
             kernel, blocks, threads, smem, got = skinny_launch("bfloat16", rows, n, k, True)
             assert skinny_cluster(n, k) == c and blocks == -(-n // 64) * c
+            assert skinny90_deep(n, c) == deep and kernel.name.endswith("_d") == (deep and c == 1)
             assert got == mx and kernel.name.startswith(f"skinny90_bf16_x{mx}")
-            assert threads == 160 and smem == skinny90_smem(mx, c)
-            if c == 2:
+            assert threads == 160 and smem == skinny90_smem(mx, deep)
+            if deep:
                 assert smem <= 227 * 1024 < smem + (64 + mx) * 128 + 16 and blocks <= 132
-                assert SKINNY90_STAGES[mx, 2] > 2 * SKINNY90_STAGES[mx, 1]
+                assert SKINNY90_STAGES[mx, True] > 2 * SKINNY90_STAGES[mx, False]
             else:
                 assert 2 * (smem + 1024) <= 228 * 1024
     kernel, blocks, threads, smem, mx = skinny_launch("float16", 40, 2048, 2048, False)
