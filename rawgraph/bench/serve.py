@@ -18,7 +18,9 @@ inter-token latency (p50, p99) against the decode step at that batch (`max_batch
 work's mean context, timed as `bench decode` times it, after the offline run; the offline
 run's median decode-only iteration beside it), the server's own iteration times (decode-only
 and mixed, p50 and p99 from its /metrics histograms) and its engine thread's period from one
-iteration to the next, and the fault counts: sent, completed, cancelled, refused, 429s,
+iteration to the next, the share of its iterations with decode rows that continued the last
+step on the device and the p99 of those fed from the host (the rows changed), and the fault
+counts: sent, completed, cancelled, refused, 429s,
 unexpected errors, tokens lost (a completed stream's tokens against its usage count: must be
 0), KV blocks leaked after the run (must be 0), and completed streams whose tokens differ
 from the offline run's. That last count is 0
@@ -54,7 +56,7 @@ from rawgraph.engine.request import Request
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.weights import random_weights
-from rawgraph.serve.metrics import quantile
+from rawgraph.serve.metrics import quantile, sample
 
 CLIENT_PROCS = 4
 
@@ -338,6 +340,15 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q))
 
 
+def _continued(text: str) -> float:
+    """The share of the server's iterations with decode rows that continued the last step
+    on the device (`iterations_continued_total` over their count)."""
+    kinds = [f'kind="{k}"' for k in ("decode", "mixed")]
+    steps = sum(sample(text, "iteration_seconds_count", k) for k in kinds)
+    return sum(sample(text, "iterations_continued_total", k) for k in kinds) / steps \
+        if steps else math.nan
+
+
 def measure(load: Load) -> dict[str, Any]:
     """One preset's row."""
     cfg = preset(load.preset)
@@ -379,6 +390,12 @@ def measure(load: Load) -> dict[str, Any]:
                                       ("mixed host", "iteration_host_seconds", 'kind="mixed"'),
                                       ("period", "iteration_period_seconds", ""))
            for q in (50, 99)},
+        # iterations with decode rows that continued the last step on the device, and the
+        # others' (fed from the host: the rows changed) times
+        "continued share": _continued(facts["metrics"]),
+        **{f"server fed {k} p99 ms": 1e3 * quantile(facts["metrics"], "iteration_fed_seconds",
+                                                     0.99, f'kind="{k}"')
+           for k in ("decode", "mixed")},
         "sent": len(results), "completed": len(done),
         "cancelled": sum(r["left"] for r in streams),
         "refused 4xx": sum(400 <= r["status"] < 500 and r["status"] != 429 for r in bad),

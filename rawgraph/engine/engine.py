@@ -217,6 +217,7 @@ class Engine:
                 nxt = self.runner.launch([p for _, p in plan.prefill], [r.slot for r in rows],
                                          None, follow=True)
                 self._prefilled(plan.prefill)
+                nxt.st.follow = True
                 self._ahead, st, plan = (rows, plan.prefill, nxt), nxt.st, None  # launched
             else:
                 self._ahead = None

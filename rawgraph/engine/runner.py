@@ -56,6 +56,7 @@ class IterStats:
     patch_us: float = 0.0     # ex.set calls alone
     patched: int = 0          # kernel nodes patched
     wall_ms: float = 0.0      # launch to tokens back on the host (Engine: its step's time)
+    follow: bool = False      # its decode step continued the last one on the device (Engine)
     eager: list[str] = field(default_factory=list)  # why parts ran eagerly
 
 

@@ -26,6 +26,7 @@ HOST_BUCKETS = (0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.00075, 0.001
                 0.005, 0.01)
 # an iteration's kind: decode rows alone, a prefill chunk alone, or both
 KINDS = ("decode", "prefill", "mixed")
+ROW_KINDS = ("decode", "mixed")  # the kinds with decode rows
 PREFIX = "rawgraph_"
 
 
@@ -77,6 +78,16 @@ def quantile(text: str, name: str, q: float, labels: str = "") -> float:
     return lo + (bounds[i] - lo) * ((rank - below) / inside if inside else 1.0)
 
 
+def sample(text: str, name: str, labels: str = "") -> float:
+    """The value of sample `name` (without the prefix; a counter, a gauge or a histogram's
+    `_count`) with exactly `labels` in exposition `text`; NaN if absent."""
+    head = f"{PREFIX}{name}{{{labels}}} " if labels else f"{PREFIX}{name} "
+    for line in text.splitlines():
+        if line.startswith(head):
+            return float(line[len(head):])
+    return float("nan")
+
+
 # a shared slot: the two histograms' bucket counts, sum and count, then the tokens out and
 # the tokens per second (float64 each: counts stay exact to 2**53)
 _HIST = len(BUCKETS) + 3
@@ -109,6 +120,10 @@ class Metrics:
         self.iteration = {k: Histogram(STEP_BUCKETS) for k in KINDS}  # Engine.step's time
         self.host = {k: Histogram(HOST_BUCKETS) for k in KINDS}  # its prepare, patch, launch
         self.period = Histogram(STEP_BUCKETS)  # from one engine step's start to the next
+        # iterations with decode rows: those that continued the last step on the device
+        # (counted), and the time of those fed from the host (the rows changed)
+        self.continued = dict.fromkeys(ROW_KINDS, 0)
+        self.fed = {k: Histogram(STEP_BUCKETS) for k in ROW_KINDS}
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
         self._in_recent = 0  # their tokens
         self._block: Any = None  # the HTTP processes' shared slots, and this one's
@@ -210,6 +225,16 @@ class Metrics:
                    "before the GPU runs them (metadata, patches, launches), by kind.",
                    [x for k, h in self.host.items()
                     for x in h.lines("iteration_host_seconds", f'kind="{k}"')])
+            metric("iterations_continued_total", "counter", "Iterations with decode rows "
+                   "whose step continued the last one on the device (the same rows: launched "
+                   "before the last one's tokens were read), by kind.",
+                   [f'iterations_continued_total{{kind="{k}"}} {v}'
+                    for k, v in self.continued.items()])
+            metric("iteration_fed_seconds", "histogram", "Iterations with decode rows fed "
+                   "from the host (the rows changed: the last step's tokens were read first), "
+                   "by kind: Engine.step's time.",
+                   [x for k, h in self.fed.items()
+                    for x in h.lines("iteration_fed_seconds", f'kind="{k}"')])
             metric("iteration_period_seconds", "histogram", "From one iteration's start to "
                    "the next's while requests run (the iteration, admission and publishing "
                    "its tokens): what a streaming client sees between tokens.",

@@ -38,7 +38,7 @@ log = logging.getLogger("rawgraph.serve")
 # the HTTP side)
 SHARED = ("requests", "prompt_tokens", "running", "waiting", "batch", "kv_blocks_used",
           "kv_blocks_total", "iterations", "decode_steps", "nodes_patched", "step_failures",
-          "iteration", "host", "period")
+          "iteration", "host", "period", "continued", "fed")
 
 
 def _wire(event: tuple) -> tuple:

@@ -246,6 +246,10 @@ class Worker:
                     "prefill" if it.prefill_tokens else "decode"
                 m.iteration[kind].observe(it.wall_ms / 1e3)
                 m.host[kind].observe(it.host_us / 1e6)
+                if kind in m.continued and it.follow:
+                    m.continued[kind] += 1
+                elif kind in m.fed:
+                    m.fed[kind].observe(it.wall_ms / 1e3)
         self._counted = st.iterations
         # after the metrics: a post across a process carries them (every iteration, events
         # or not, so the other side's view of the engine is never a step old)

@@ -41,3 +41,6 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http):
     # the reference decoder's host work is its whole iteration (each from its own buckets)
     assert 0 < row["server mixed host p50 ms"] < 2 * row["server mixed p99 ms"]
     assert row["server period p99 ms"] >= row["server decode p50 ms"]
+    # rows join and leave through the load: some decode steps were fed from the host, the
+    # others continued the last step on the device
+    assert 0 < row["continued share"] < 1 and row["server fed decode p99 ms"] > 0

@@ -27,7 +27,7 @@ from rawgraph.model.config import preset  # noqa: E402
 from rawgraph.model.tokenizer import Tokenizer  # noqa: E402
 from rawgraph.model.weights import random_weights  # noqa: E402
 from rawgraph.serve.app import ModelInfo, create_app  # noqa: E402
-from rawgraph.serve.metrics import Histogram, Metrics, quantile  # noqa: E402
+from rawgraph.serve.metrics import Histogram, Metrics, quantile, sample  # noqa: E402
 from rawgraph.serve.protocol import APIError  # noqa: E402
 from rawgraph.serve.text import ChatTemplate  # noqa: E402
 from rawgraph.serve.worker import Job, Worker  # noqa: E402
@@ -298,6 +298,17 @@ def test_metrics_are_prometheus_text(served):
     assert 'rawgraph_iteration_seconds_count{kind="mixed"} ' in text
     assert 0 < quantile(text, "iteration_host_seconds", 0.5, 'kind="decode"') < 1
     assert quantile(text, "iteration_period_seconds", 0.99) > 0
+    # an iteration with decode rows either continued the last step on the device or was fed
+    # from the host: the first step of the request's rows was fed, the same rows after it
+    # continued (the engine overlaps steps)
+    for kind in ('kind="decode"', 'kind="mixed"'):
+        assert (sample(text, "iterations_continued_total", kind)
+                + sample(text, "iteration_fed_seconds_count", kind)
+                == sample(text, "iteration_seconds_count", kind))
+    assert sample(text, "iteration_fed_seconds_count", 'kind="decode"') >= 1
+    assert sample(text, "iterations_continued_total", 'kind="decode"') >= 1
+    assert sample(text, "requests_running") >= 0
+    assert math.isnan(sample(text, "iterations_continued_total", 'kind="prefill"'))
 
 
 def test_http_processes_metrics_sum_over_their_shared_slots():
