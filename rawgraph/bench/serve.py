@@ -19,8 +19,9 @@ work's mean context, timed as `bench decode` times it, after the offline run; th
 run's median decode-only iteration beside it), the server's own iteration times (decode-only
 and mixed, p50 and p99 from its /metrics histograms) and its engine thread's period from one
 iteration to the next, the share of its iterations with decode rows that continued the last
-step on the device and the p99 of those fed from the host (the rows changed), and the fault
-counts: sent, completed, cancelled, refused, 429s,
+step on the device and the p99 of those fed from the host (the rows changed), the engine
+process's garbage collector (objects frozen at start-up, full passes and their p99), and the
+fault counts: sent, completed, cancelled, refused, 429s,
 unexpected errors, tokens lost (a completed stream's tokens against its usage count: must be
 0), KV blocks leaked after the run (must be 0), and completed streams whose tokens differ
 from the offline run's. That last count is 0
@@ -396,6 +397,12 @@ def measure(load: Load) -> dict[str, Any]:
         **{f"server fed {k} p99 ms": 1e3 * quantile(facts["metrics"], "iteration_fed_seconds",
                                                      0.99, f'kind="{k}"')
            for k in ("decode", "mixed")},
+        # the engine process's collector: objects frozen at start-up, full passes since
+        "gc frozen objects": int(sample(facts["metrics"], "gc_frozen_objects")),
+        "gc full passes": int(sample(facts["metrics"], "gc_pause_seconds_count",
+                                     'generation="2"')),
+        "gc full pass p99 ms": 1e3 * quantile(facts["metrics"], "gc_pause_seconds", 0.99,
+                                              'generation="2"'),
         "sent": len(results), "completed": len(done),
         "cancelled": sum(r["left"] for r in streams),
         "refused 4xx": sum(400 <= r["status"] < 500 and r["status"] != 429 for r in bad),

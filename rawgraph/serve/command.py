@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from rawgraph.serve.app import ModelInfo, create_app
+from rawgraph.serve.collector import freeze_startup_heap
 from rawgraph.serve.engine import build, model_info
 from rawgraph.serve.metrics import Metrics, http_block
 from rawgraph.serve.process import EngineLink, EngineProcess
@@ -90,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     worker.start()
     others = _start_http(args, worker, block) if n > 1 else []
     app = create_app(worker, info, timeout_s=args.request_timeout)
+    frozen = freeze_startup_heap()  # the engine (on a thread) and the app: built to stay
+    if args.engine != "process":  # else the engine's process reports its own
+        metrics.gc_frozen = frozen
 
     class Server(uvicorn.Server):
         """uvicorn's server, draining the engine when told to stop; a stop by signal is the
@@ -151,6 +155,7 @@ def _http_process(args: argparse.Namespace, conn: Connection, index: int, block:
     link = EngineLink(conn, metrics)
     link.start()
     app = create_app(link, model_info(args), timeout_s=args.request_timeout, process=index)
+    freeze_startup_heap()
 
     class Server(uvicorn.Server):
         """Ends when the engine drains or ends, or the main process goes; ignores signals."""

@@ -24,6 +24,10 @@ STEP_BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.006
 # seconds: an iteration's host work before the GPU runs it (prepare, patch, launch)
 HOST_BUCKETS = (0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002,
                 0.005, 0.01)
+# seconds: the garbage collector's passes in the engine's process, by generation
+GC_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+              0.1, 1.0)
+GENERATIONS = (0, 1, 2)
 # an iteration's kind: decode rows alone, a prefill chunk alone, or both
 KINDS = ("decode", "prefill", "mixed")
 ROW_KINDS = ("decode", "mixed")  # the kinds with decode rows
@@ -124,6 +128,9 @@ class Metrics:
         # (counted), and the time of those fed from the host (the rows changed)
         self.continued = dict.fromkeys(ROW_KINDS, 0)
         self.fed = {k: Histogram(STEP_BUCKETS) for k in ROW_KINDS}
+        # the engine process's collector: its passes, and the objects frozen at start-up
+        self.gc_pause = {g: Histogram(GC_BUCKETS) for g in GENERATIONS}
+        self.gc_frozen = 0
         self._recent: deque[tuple[float, int]] = deque()  # (time, tokens) of the last 10 s
         self._in_recent = 0  # their tokens
         self._block: Any = None  # the HTTP processes' shared slots, and this one's
@@ -235,6 +242,13 @@ class Metrics:
                    "by kind: Engine.step's time.",
                    [x for k, h in self.fed.items()
                     for x in h.lines("iteration_fed_seconds", f'kind="{k}"')])
+            metric("gc_pause_seconds", "histogram", "The garbage collector's passes in the "
+                   "engine's process, by generation (the engine's thread waits them out).",
+                   [x for g, h in self.gc_pause.items()
+                    for x in h.lines("gc_pause_seconds", f'generation="{g}"')])
+            metric("gc_frozen_objects", "gauge", "Objects the engine's process froze out of "
+                   "the collector's reach once it had started (gc.freeze).",
+                   [f"gc_frozen_objects {self.gc_frozen}"])
             metric("iteration_period_seconds", "histogram", "From one iteration's start to "
                    "the next's while requests run (the iteration, admission and publishing "
                    "its tokens): what a streaming client sees between tokens.",

@@ -27,6 +27,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from rawgraph.serve.collector import freeze_startup_heap
 from rawgraph.serve.engine import build
 from rawgraph.serve.metrics import Metrics
 from rawgraph.serve.protocol import APIError
@@ -38,7 +39,7 @@ log = logging.getLogger("rawgraph.serve")
 # the HTTP side)
 SHARED = ("requests", "prompt_tokens", "running", "waiting", "batch", "kv_blocks_used",
           "kv_blocks_total", "iterations", "decode_steps", "nodes_patched", "step_failures",
-          "iteration", "host", "period", "continued", "fed")
+          "iteration", "host", "period", "continued", "fed", "gc_pause", "gc_frozen")
 
 
 def _wire(event: tuple) -> tuple:
@@ -93,6 +94,7 @@ def _child(conns: list[Connection], args: argparse.Namespace) -> None:
         links.broadcast(("failed", f"{e}" if isinstance(e, ValueError) else f"{e!r}"))
         return
     metrics = Metrics()
+    metrics.gc_frozen = freeze_startup_heap()  # the engine and its graphs: built to stay
     jobs: dict[tuple[int, int], Job] = {}  # by (link, the job's id on that link)
 
     def post(events: list[tuple[Job, tuple]]) -> None:

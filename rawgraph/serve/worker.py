@@ -22,6 +22,7 @@ from typing import Any
 
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
+from rawgraph.serve.collector import PauseClock
 from rawgraph.serve.metrics import Metrics
 from rawgraph.serve.protocol import APIError
 
@@ -78,6 +79,7 @@ class Worker:
         self._jobs: list[Job] = []   # admitted, not finished
         self._counted = 0            # engine iterations counted into the metrics
         self._stepped = 0.0          # when the last step started (0: the engine was idle)
+        self._gc = PauseClock()      # this process's collector passes, into the metrics
         self._admitting = True
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rawgraph-engine", daemon=True)
@@ -146,6 +148,7 @@ class Worker:
             self._lock.notify()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join()
+        self._gc.close()
 
     # -- the engine's thread ---------------------------------------------------------------
 
@@ -250,6 +253,8 @@ class Worker:
                     m.continued[kind] += 1
                 elif kind in m.fed:
                     m.fed[kind].observe(it.wall_ms / 1e3)
+            for generation, seconds in self._gc.drain():
+                m.gc_pause[generation].observe(seconds)
         self._counted = st.iterations
         # after the metrics: a post across a process carries them (every iteration, events
         # or not, so the other side's view of the engine is never a step old)

@@ -44,3 +44,4 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http):
     # rows join and leave through the load: some decode steps were fed from the host, the
     # others continued the last step on the device
     assert 0 < row["continued share"] < 1 and row["server fed decode p99 ms"] > 0
+    assert row["gc frozen objects"] > 1000 and row["gc full passes"] >= 0

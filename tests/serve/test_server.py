@@ -5,6 +5,7 @@ OpenAI's error JSON, stop strings, a full queue, clients that leave, and SIGTERM
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -311,6 +312,19 @@ def test_metrics_are_prometheus_text(served):
     assert math.isnan(sample(text, "iterations_continued_total", 'kind="prefill"'))
 
 
+def test_the_engine_process_collector_passes_are_timed(served):
+    # the worker's thread times the collector's passes in its process (this one: the engine
+    # runs on a thread here) and folds them into /metrics when it publishes an iteration
+    before = sample(httpx.get(f"{served.url}/metrics").text, "gc_pause_seconds_count",
+                    'generation="2"')
+    gc.collect()
+    httpx.post(f"{served.url}/v1/completions", json={"prompt": [5], "max_tokens": 2})
+    text = httpx.get(f"{served.url}/metrics").text
+    assert sample(text, "gc_pause_seconds_count", 'generation="2"') >= before + 1
+    assert 0 < quantile(text, "gc_pause_seconds", 0.5, 'generation="2"') < 1
+    assert sample(text, "gc_frozen_objects") == 0  # nothing froze here: not `rawgraph serve`
+
+
 def test_http_processes_metrics_sum_over_their_shared_slots():
     from rawgraph.serve.metrics import http_block
 
@@ -444,6 +458,10 @@ def test_several_http_processes_serve_one_engine(checkpoint):
         assert _metric(text, "generation_tokens_total") == tokens
         assert 0 < _metric(text, "inter_token_latency_seconds_count") <= tokens - len(prompts)
         assert _metric(text, 'requests_total{status="completed"}') == len(prompts)
+        # the engine's process froze its start-up heap (engine, app) out of the collector's
+        # reach, and its passes since are timed (their counts come with the engine's posts)
+        assert _metric(text, "gc_frozen_objects") > 1000
+        assert 'rawgraph_gc_pause_seconds_count{generation="2"} ' in text
 
         def leave():  # read two events, then go
             with httpx.stream("POST", f"{url}/v1/completions", json={
