@@ -127,8 +127,8 @@ class Engine:
         self.steps = 0
         self.overlap = overlap
         # launched, tokens unread: its decode rows, its prefill pieces, the launch
-        self._ahead: tuple[list[Request], list[tuple[Request, PrefillPiece]], Pending] | None \
-            = None
+        self._ahead: tuple[list[Request | None], list[tuple[Request, PrefillPiece]],
+                           Pending] | None = None
         self._chained = True  # False after a rollback: the device no longer holds the hand-off
         self._aborts: list[Request] = []
         if graphs and capture == "upfront":
@@ -213,12 +213,14 @@ class Engine:
         st = None
         if self._ahead is not None:
             rows, pieces, pending = self._ahead
-            if self._chained and self._follows(plan, rows):
-                nxt = self.runner.launch([p for _, p in plan.prefill], [r.slot for r in rows],
+            layout = self._continued(plan, rows) if self._chained else None
+            if layout is not None:
+                nxt = self.runner.launch([p for _, p in plan.prefill],
+                                         [r.slot if r is not None else -1 for r in layout],
                                          None, follow=True)
                 self._prefilled(plan.prefill)
                 nxt.st.follow = True
-                self._ahead, st, plan = (rows, plan.prefill, nxt), nxt.st, None  # launched
+                self._ahead, st, plan = (layout, plan.prefill, nxt), nxt.st, None  # launched
             else:
                 self._ahead = None
             emitted += self._read(rows, pieces, pending, done)
@@ -240,12 +242,25 @@ class Engine:
             # first tokens is read when a later chunk reuses it)
         return st, emitted
 
-    def _follows(self, plan: Plan, rows: list[Request]) -> bool:
-        """Whether this iteration's decode step is one of exactly `rows` (in order), each
-        with room for the token after the one still on its way (a prefill chunk may go
-        beside it)."""
-        return (len(plan.decode) == len(rows) and all(a is b for a, b in zip(plan.decode, rows))
-                and all(len(r.output) + 2 <= r.max_new_tokens for r in rows))
+    def _continued(self, plan: Plan, rows: list[Request | None]) -> list[Request | None] | None:
+        """The rows of a decode step continuing the one on its way (`rows`; None: an empty
+        row), or None where it cannot. Each planned request keeps its place; a row whose
+        request is not planned (it finished or was aborted) or whose token on its way is its
+        last is left empty (a padding row: the others keep their places, so the sampler's
+        hand-off still feeds them). It cannot when a request joins (fed from the host, in an
+        iteration that reads the last step first and packs the rows), when no row is left, or
+        when the rows left would take a smaller bucket than the empty rows hold on to (a
+        prefill chunk may go beside it either way)."""
+        planned = {id(r) for r in plan.decode}
+        if not planned or not planned <= {id(r) for r in rows if r is not None}:
+            return None
+        layout = [r if r is not None and id(r) in planned
+                  and len(r.output) + 2 <= r.max_new_tokens else None for r in rows]
+        live = sum(r is not None for r in layout)
+
+        def bucket(n: int) -> int | None:
+            return next((b for b in self.runner.buckets if b >= n), None)
+        return layout if live and bucket(live) == bucket(len(rows)) else None
 
     @staticmethod
     def _prefilled(pieces: list[tuple[Request, PrefillPiece]]) -> None:
@@ -254,7 +269,7 @@ class Engine:
         for r, piece in pieces:
             r.prefilled += len(piece.tokens)
 
-    def _read(self, rows: list[Request], pieces: list[tuple[Request, PrefillPiece]],
+    def _read(self, rows: list[Request | None], pieces: list[tuple[Request, PrefillPiece]],
               pending: Pending, done: list[Request]) -> int:
         """Tokens of a launched iteration: the first token of each prompt a piece ended (the
         prompt's last logits), then the decode rows'; requests that finished meanwhile drop
@@ -262,7 +277,8 @@ class Engine:
         first, nxt, _ = self.runner.collect(pending)
         n = sum(self._emit(r, tok, done) for (r, piece), tok in zip(pieces, first)
                 if piece.final and not r.finish)
-        return n + sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt) if not r.finish)
+        return n + sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt)
+                       if r is not None and not r.finish)
 
     def _emit(self, r: Request, tok: int, done: list[Request]) -> int:
         r.output.append(tok)

@@ -50,7 +50,7 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 class IterStats:
     """What one iteration (a prefill chunk and/or a decode step) cost on the host."""
 
-    decode_rows: int = 0
+    decode_rows: int = 0      # rows with a sequence (a continued step may hold empty ones)
     prefill_tokens: int = 0
     host_us: float = 0.0      # prepare + patch + launch, before waiting for the GPU
     patch_us: float = 0.0     # ex.set calls alone
@@ -67,7 +67,7 @@ class Pending:
     pieces: list[PrefillPiece]
     firsts: tuple[int, Any] | None  # the pieces' half of the first-token pairs, and its event
     rows: int                   # decode rows
-    parity: Any                 # (rows,) each row's position % 2: its half of the token pair
+    parity: Any                 # (rows,) each row's position % 2 (its token's half); -1: empty
     done: Any                   # event recorded after the decode step
     st: IterStats
     t0: float
@@ -260,9 +260,11 @@ class Runner(Launched):
                tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
                *, follow: bool = False) -> Pending:
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
-        tokens. `follow`: a decode step of the same slots, in the same order, as the last
-        decode launch, fed the tokens that step samples on the device (`tokens` None;
-        `Model.prepare_follow` checks that it continues that step), with a prefill chunk
+        tokens. `follow`: a decode step of the same slots, in the same places, as the last
+        decode launch (or some of them -1: a row whose sequence has left, kept as a padding
+        row so the others keep their places), fed the tokens that step samples on the device
+        (`tokens` None; `Model.prepare_follow` checks that it continues that step; an empty
+        row's token is -1), with a prefill chunk
         beside it (or in a mixed iteration) or not: the host can prepare and launch it
         before it has read them, so its work hides behind the GPU's. Tokens this launch
         could overwrite are read first (waiting for them): only the last step's may stay
@@ -274,7 +276,8 @@ class Runner(Launched):
         elif tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
-        st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
+        st = IterStats(decode_rows=sum(s >= 0 for s in slots),
+                       prefill_tokens=sum(len(p.tokens) for p in pieces))
         b = self.bucket(len(slots)) if slots else None
         c = self.chunk(st.prefill_tokens) if pieces else None
         mixed = self.mixed and b is not None and c is not None
@@ -332,9 +335,7 @@ class Runner(Launched):
         if pieces and ps is not ds:
             self._prefill_done.record(cupy_stream(ps))
         st.host_us = (time.perf_counter() - t0) * 1e6
-        # each row's half of its token pair: the parity of its position (the lengths the step's
-        # record took; nothing since has grown them)
-        parity = (self._last_step.lens - 1) & 1 if slots else None
+        parity = self._parity() if slots else None
         return self._pending(pieces, firsts, len(slots), parity, done, st, t0)
 
     def _pending(self, pieces: Sequence[PrefillPiece], firsts: tuple[int, Any] | None,
@@ -388,13 +389,21 @@ class Runner(Launched):
         self._turn ^= 1
         firsts = self._copy_firsts(len(pieces), ds)
         st.host_us = (time.perf_counter() - t0) * 1e6
-        parity = (self._last_step.lens - 1) & 1
-        return self._pending(pieces, firsts, len(slots), parity, done, st, t0)
+        return self._pending(pieces, firsts, len(slots), self._parity(), done, st, t0)
+
+    def _parity(self) -> Any:
+        """Each row of the last decode step's half of its token pair (the parity of its
+        position, from the lengths the step's record took: nothing since has grown them);
+        -1 for an empty row (no token to read)."""
+        last = self._last_step
+        assert last is not None
+        return np.where(last.slots >= 0, (last.lens - 1) & 1, -1)
 
     def _settle(self, p: Pending) -> None:
         """Wait for a decode launch and read its tokens out of the shared pairs."""
         p.done.synchronize()
-        p.tokens = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), p.parity].tolist()
+        pairs = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), np.maximum(p.parity, 0)]
+        p.tokens = np.where(p.parity >= 0, pairs, -1).tolist()
         self._unread.remove(p)
 
     def _read_firsts(self, p: Pending) -> None:
@@ -431,7 +440,7 @@ class Runner(Launched):
         if both:
             raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
         need = m.blocks_needed({**{p.slot: len(p.tokens) for p in pieces},
-                                **dict.fromkeys(slots, 1)})
+                                **dict.fromkeys((s for s in slots if s >= 0), 1)})
         free = m.kv.tables.alloc.num_free
         if need > free:
             raise OutOfBlocks(f"this iteration needs {need} new KV blocks, {free} free")

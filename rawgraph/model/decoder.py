@@ -395,18 +395,26 @@ class Model:
         and cache lengths on, on the device. Here each sequence grows by the token on its way;
         a copy runs only for a new cache block or copy-on-write (tables), a sync of the
         lengths since that step, or sampling parameters set since. Returns the step's
-        longest context (`max_len`). ValueError (`step.check_follow`) if the slots, or their
-        sequences on the host, are not the ones that step left."""
+        longest context (`max_len`). A row of that step whose sequence has left (finished,
+        aborted) may be left empty (slot -1): it becomes a padding row in its place, so the
+        others keep theirs and their hand-off (a padding row's position is not moved on, so
+        its token pair's other half takes what it computes: the half holding the left
+        sequence's last token stays as it is until read). ValueError (`step.check_follow`) if
+        the slots, or their sequences on the host, are not the ones that step left."""
         t = self.kv.tables
         step.check_follow(last, slots, t, self.limits)
         assert last is not None
-        sl = last.slots
+        got = np.asarray(list(slots), np.int64)
+        sl = got[got >= 0]
         t.append_one(sl)  # all or nothing
-        if not self._sampling_pushed:  # only the sampling fields: ids and positions moved on
+        emptied = (got < 0) & (last.slots >= 0)
+        if not self._sampling_pushed or emptied.any():  # ids and positions moved on: kept
             h = self.dec_meta.begin()
             for name, arr in self.sampling.items():
-                h[name][:len(sl)] = arr[sl]
-            self.dec_meta.push(stream, self.dec_meta.offset("ids"))
+                h[name][:len(got)] = arr[np.maximum(got, 0)]
+            h["slots"][:len(got)] = got
+            self.dec_meta.push(stream, self.dec_meta.offset("ids"))  # sampling, then slots
+            self.dec_meta.push(stream, start=self.dec_meta.offset("slots"))
             self._sampling_pushed = True
         if t.changed or t.pending_copies or self.kv.syncs != last.syncs:
             self.kv.sync(stream)  # host lengths now equal what the device moved on to

@@ -73,34 +73,44 @@ class Chunk:
 class LastStep:
     """A decode step launched with `advance=1`: its sampler made its tokens the rows' next
     inputs and moved their positions and cache lengths on, on the device. A step continuing
-    it (`Model.prepare_follow`) takes the same rows in the same order, of the same sequences,
-    at the lengths that step left (`check_follow`)."""
+    it (`Model.prepare_follow`) takes the same rows in the same places, of the same
+    sequences, at the lengths that step left, or leaves a row's place empty (slot -1: a
+    padding row) (`check_follow`)."""
 
-    slots: np.ndarray    # (rows,) int64
-    lens: np.ndarray     # (rows,) their lengths after that step
+    slots: np.ndarray    # (rows,) int64; -1: an empty row
+    lens: np.ndarray     # (rows,) their lengths after that step (0 for empty rows)
     started: np.ndarray  # (rows,) tables.started[slots]: the sequences the slots held
     syncs: int           # the cache's table copies by then (a later one rewrote the lengths)
 
 
 def last_step(slots: Sequence[int], tables: BlockTables, syncs: int) -> LastStep:
-    """The record of a decode step of `slots` just prepared (`syncs`: the cache's copies)."""
+    """The record of a decode step of `slots` (-1: an empty row) just prepared (`syncs`: the
+    cache's copies)."""
     sl = np.asarray(slots, np.int64)
-    return LastStep(sl, tables.lens[sl].copy(), tables.started[sl].copy(), syncs)
+    live = sl >= 0
+    lens, started = np.zeros(len(sl), tables.lens.dtype), np.full(len(sl), -1,
+                                                                  tables.started.dtype)
+    lens[live], started[live] = tables.lens[sl[live]], tables.started[sl[live]]
+    return LastStep(sl, lens, started, syncs)
 
 
 def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTables,
                  limits: Limits) -> None:
     """ValueError unless a decode step of `slots` may continue `last` (None: no step to
-    continue); nothing changes."""
+    continue): each row the same slot as there, or -1 (its place left empty), and at least
+    one not; nothing changes."""
     if last is None:
         raise ValueError("no decode step to continue: the last one was not a decode step "
                          "launched with advance=1, or it was rolled back")
-    sl = last.slots
-    if list(slots) != sl.tolist():
-        raise ValueError(f"slots {list(slots)} are not the continued step's {sl.tolist()}")
-    if (not all(s in tables.active for s in slots) or (tables.lens[sl] != last.lens).any()
-            or (tables.started[sl] != last.started).any()):
-        raise ValueError(f"slots {list(slots)}: their sequences changed since the step this "
+    sl, got = last.slots, np.asarray(list(slots), np.int64)
+    if len(got) != len(sl) or ((got != sl) & (got != -1)).any() or not (got >= 0).any():
+        raise ValueError(f"slots {got.tolist()} are not the continued step's {sl.tolist()} "
+                         f"(or some of its rows left empty, -1)")
+    live = sl[got >= 0]
+    if (not all(int(s) in tables.active for s in live)
+            or (tables.lens[live] != last.lens[got >= 0]).any()
+            or (tables.started[live] != last.started[got >= 0]).any()):
+        raise ValueError(f"slots {got.tolist()}: their sequences changed since the step this "
                          f"one continues")
     check_context(int(last.lens.max()) + 1, limits)
 

@@ -264,6 +264,22 @@ def test_follow_launches_need_the_last_steps_rows():
     for toks in (want[0], None, [9, 9]):
         want.append(runner.run([], [0, 1], toks or want[-1])[1])
     assert got == want
+    # a row whose sequence has left may stay empty in its place (slot -1, a padding row):
+    # the other row goes on as when both are fed from the host, the empty one yields -1
+    fresh()
+    p1 = runner.launch([], [0, 1], [5, 6])
+    p2 = runner.launch([], [-1, 1], None, follow=True)
+    p3 = runner.launch([], [-1, 1], None, follow=True)
+    got = [runner.collect(p)[1] for p in (p1, p2, p3)]
+    fresh()
+    want = [runner.run([], [0, 1], [5, 6])[1]]
+    for _ in range(2):
+        want.append(runner.run([], [0, 1], want[-1])[1])
+    assert got[0] == want[0] and [g[1] for g in got[1:]] == [w[1] for w in want[1:]]
+    assert [g[0] for g in got[1:]] == [-1, -1]
+    with pytest.raises(ValueError, match="not the continued step's"):
+        runner.launch([], [0, 1], None, follow=True)  # an empty row takes nobody back
+    runner.run([], [0, 1], [5, 6])
     # a sequence changed on the host since: no continuation
     runner.run([PrefillPiece(0, [7], int(model.kv.tables.lens[0]))], [], [])
     with pytest.raises(ValueError, match="changed since the step"):

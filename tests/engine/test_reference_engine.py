@@ -47,6 +47,31 @@ def test_steps_with_a_chunk_beside_them_follow_on_the_device():
     assert (True, True, True) in launches
 
 
+def test_rows_that_finish_are_left_empty_and_the_others_go_on_on_the_device():
+    # three requests decode together and end one by one: each step after an end continues
+    # the last on the device with the ended row left empty (slot -1, a padding row), instead
+    # of reading the last step first and feeding every row from the host; tokens stay the
+    # reference's, and the empty rows' places are the ended requests'
+    engine, launches = _engine(), []
+    launch = engine.runner.launch
+
+    def spy(pieces, slots, tokens, sampling=None, *, follow=False):
+        launches.append((list(slots), follow))
+        return launch(pieces, slots, tokens, sampling, follow=follow)
+
+    engine.runner.launch = spy
+    requests = [Request(p, n) for p, n in zip(PROMPTS[:3], (4, 7, 10))]
+    engine.run(requests)
+    fw = float_weights(CFG, W)
+    assert [r.output for r in requests] == [greedy(CFG, fw, r.prompt, r.max_new_tokens)
+                                            for r in requests]
+    first = next(i for i, (slots, _) in enumerate(launches) if -1 in slots)
+    after = [(slots, follow) for slots, follow in launches[first:] if slots]
+    assert after and all(follow for _, follow in after)
+    assert after[-1][0].count(-1) == 2  # the last request alone, in its own place
+    assert engine.stats.iters[-1].decode_rows == 1
+
+
 @pytest.mark.parametrize("bad", [0, 33, 4.0, "8"])
 def test_a_decode_chunk_outside_the_chunks_is_refused(bad):
     with pytest.raises(ValueError, match=f"decode_chunk = {bad!r}: an int in \\[1, max_chunk = 32"):

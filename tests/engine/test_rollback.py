@@ -63,7 +63,7 @@ class FakeRunner(Launched):
             self.collect(self._unread[0])
         if follow:
             check_follow(self._last_step, slots, t, m.limits)  # as Model.prepare_follow
-            tokens = [self.last[s] for s in slots]
+            tokens = [self.last[s] if s >= 0 else -1 for s in slots]  # -1: an empty row
         for s in list(self.cache):  # the cache holds what the tables say
             self.cache[s] = self.cache[s][:int(t.lens[s])] if s in t.active else []
         first = []
@@ -76,13 +76,17 @@ class FakeRunner(Launched):
             first.append(_next(self.cache[p.slot]) if p.final else -1)
         out = []
         for s, tok in zip(slots, tokens):
+            if s < 0:
+                out.append(-1)
+                continue
             t.append(s, 1)
             self.cache[s].append(tok)
             out.append(_next(self.cache[s]))
-        self.last.update(zip(slots, out))
+        self.last.update((s, o) for s, o in zip(slots, out) if s >= 0)
         if slots:
             self._last_step = last_step(slots, t, 0)
-        st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
+        st = IterStats(decode_rows=sum(s >= 0 for s in slots),
+                       prefill_tokens=sum(len(p.tokens) for p in pieces))
         p = SimpleNamespace(rows=len(slots), st=st, first=first, out=out, tokens=None)
         if slots:
             self._unread.append(p)

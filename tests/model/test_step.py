@@ -118,6 +118,23 @@ def test_a_step_continues_only_the_same_rows_of_the_same_sequences():
         step.check_follow(step.last_step([1], t, syncs=0), [1], t, LIMITS)
 
 
+def test_a_continuing_step_may_leave_rows_empty_in_their_places():
+    t = _tables()
+    t.add(2)
+    t.append(2, 5)
+    last = step.last_step([2, -1, 0], t, syncs=0)  # a row already empty stays recorded so
+    assert last.lens.tolist() == [5, 0, 20] and last.started[1] == -1
+    step.check_follow(last, [-1, -1, 0], t, LIMITS)  # slot 2's sequence left: its row empty
+    step.check_follow(last, [2, -1, -1], t, LIMITS)
+    t.free(2)  # once it has ended, its own place may only be empty
+    step.check_follow(last, [-1, -1, 0], t, LIMITS)
+    for bad in ([-1, -1, -1], [0, -1, 2], [2, 0], [2, 1, 0], [2, -1, 0, -1]):
+        with pytest.raises(ValueError, match="not the continued step's"):
+            step.check_follow(last, bad, t, LIMITS)
+    with pytest.raises(ValueError, match="changed since"):  # the live row's sequence left
+        step.check_follow(last, [2, -1, 0], t, LIMITS)
+
+
 def test_the_model_checks_its_steps_through_them():
     # Model's host side without a GPU: a bare Model with block tables and limits only
     from types import SimpleNamespace
