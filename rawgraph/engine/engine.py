@@ -82,15 +82,17 @@ class Engine:
 
     `graphs=False` runs the same launches eagerly (the comparison baseline); `capture`
     ('upfront' or 'lazy') says when the graphs are made; `pdl`: decode kernels with programmatic
-    dependent launch (see Runner). `overlap`: while the same requests keep decoding, each step
-    (with a prefill chunk beside it, or in a mixed iteration, or not) is launched before the
-    previous step's tokens are read (they feed it on the device), so the host's work per step
-    hides behind the GPU's, and an iteration of prompt pieces alone that end no prompt is not
-    waited for (the next chunk is prepared while it runs); a chunk's pieces count as in the
-    cache from their launch, and a prompt's first token is emitted when its last piece's
-    iteration is read. A request that stops at a stop id has one step computed past it,
-    which is discarded. Tokens are the same either way. `mixed`: an iteration's prefill chunk
-    and decode step run as one (Runner).
+    dependent launch (see Runner). `overlap`: each step (with a prefill chunk beside it, or in
+    a mixed iteration, or not) is launched before the previous step's tokens are read (they
+    feed it on the device), so the host's work per step hides behind the GPU's; rows keep
+    their places across steps (a finished request's row stays empty, a joining one takes an
+    empty row, fed its token from the host) until a smaller bucket would do, when the rows
+    are packed in a step fed from the host; and an iteration of prompt pieces alone that
+    end no prompt is not waited for (the next chunk is prepared while it runs); a chunk's
+    pieces count as in the cache from their launch, and a prompt's first token is emitted
+    when its last piece's iteration is read. A request that stops at a stop id has one step
+    computed past it, which is discarded. Tokens are the same either way. `mixed`: an
+    iteration's prefill chunk and decode step run as one (Runner).
     `decode_chunk`: the most prompt tokens an iteration that also steps decoding sequences
     prefills (default: the largest chunk; a graph of that size is added to the chunks): the
     decoding users' next token waits for them, so a smaller one shortens the inter-token
@@ -213,11 +215,12 @@ class Engine:
         st = None
         if self._ahead is not None:
             rows, pieces, pending = self._ahead
-            layout = self._continued(plan, rows) if self._chained else None
-            if layout is not None:
+            cont = self._continued(plan, rows) if self._chained else None
+            if cont is not None:
+                layout, tokens = cont
                 nxt = self.runner.launch([p for _, p in plan.prefill],
                                          [r.slot if r is not None else -1 for r in layout],
-                                         None, follow=True)
+                                         tokens, follow=True)
                 self._prefilled(plan.prefill)
                 nxt.st.follow = True
                 self._ahead, st, plan = (layout, plan.prefill, nxt), nxt.st, None  # launched
@@ -242,25 +245,40 @@ class Engine:
             # first tokens is read when a later chunk reuses it)
         return st, emitted
 
-    def _continued(self, plan: Plan, rows: list[Request | None]) -> list[Request | None] | None:
+    def _continued(self, plan: Plan, rows: list[Request | None]
+                   ) -> tuple[list[Request | None], list[int] | None] | None:
         """The rows of a decode step continuing the one on its way (`rows`; None: an empty
-        row), or None where it cannot. Each planned request keeps its place; a row whose
-        request is not planned (it finished or was aborted) or whose token on its way is its
-        last is left empty (a padding row: the others keep their places, so the sampler's
-        hand-off still feeds them). It cannot when a request joins (fed from the host, in an
-        iteration that reads the last step first and packs the rows), when no row is left, or
-        when the rows left would take a smaller bucket than the empty rows hold on to (a
-        prefill chunk may go beside it either way)."""
+        row) and the tokens of the rows joining it (None if none does), or None where it
+        cannot. Each planned request of `rows` keeps its place; a row whose request is not
+        planned (it finished or was aborted) or whose token on its way is its last is left
+        empty (a padding row: the others keep their places, so the sampler's hand-off still
+        feeds them); a planned request not in `rows` (its prompt done, its first token read)
+        joins, fed from the host, in a row empty there or after the last. It cannot when no
+        row is left, or when the rows would take a smaller bucket than the empty rows hold
+        on to (then the rows are packed, fed from the host). A prefill chunk may go beside
+        it either way."""
         planned = {id(r) for r in plan.decode}
-        if not planned or not planned <= {id(r) for r in rows if r is not None}:
-            return None
         layout = [r if r is not None and id(r) in planned
                   and len(r.output) + 2 <= r.max_new_tokens else None for r in rows]
+        held = {id(r) for r in rows if r is not None}
+        # a prompt whose last piece is on its way has no token yet: it joins the step after
+        joining = [r for r in plan.decode if id(r) not in held and r.output]
+        free = [i for i, r in enumerate(rows) if r is None]  # empty there: no token to read
+        for r in joining:
+            if free:
+                layout[free.pop(0)] = r
+            else:
+                layout.append(r)
         live = sum(r is not None for r in layout)
 
         def bucket(n: int) -> int | None:
             return next((b for b in self.runner.buckets if b >= n), None)
-        return layout if live and bucket(live) == bucket(len(rows)) else None
+        if not live or bucket(live) != bucket(len(layout)):
+            return None
+        ids = {id(r) for r in joining}
+        tokens = [r.output[-1] if r is not None and id(r) in ids else -1
+                  for r in layout] if joining else None
+        return layout, tokens
 
     @staticmethod
     def _prefilled(pieces: list[tuple[Request, PrefillPiece]]) -> None:

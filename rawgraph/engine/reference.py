@@ -123,15 +123,16 @@ class ReferenceRunner(Launched):
                *, follow: bool = False) -> HostPending:
         """One iteration: a prefill chunk of `pieces` and a decode step of `slots` (`follow`:
         fed the tokens the last decode step of the same slots produced, some rows maybe left
-        empty, -1, as the GPU runner's: their token is -1). Its host time is the whole
-        computation (the reference has no device to hand it to)."""
+        empty, -1, or taking a joining sequence, as the GPU runner's). Its host time is the
+        whole computation (the reference has no device to hand it to)."""
         t0 = time.perf_counter()
         m, t = self.model, self.model.kv.tables
         while len(self._unread) > (1 if follow else 0):
             self.collect(self._unread[0])
-        if follow:
-            check_follow(self._last_step, slots, t, m.limits)  # as Model.prepare_follow
-            tokens = [self._last[s] if s >= 0 else -1 for s in slots]
+        if follow:  # as Model.prepare_follow: continued rows, empty ones, joining ones
+            joins = check_follow(self._last_step, slots, t, m.limits, tokens)
+            tokens = [int(tokens[i]) if j else self._last[s] if s >= 0 else -1  # type: ignore
+                      for i, (s, j) in enumerate(zip(slots, joins))]
         elif slots and tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
         first = []

@@ -260,19 +260,21 @@ class Runner(Launched):
                tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
                *, follow: bool = False) -> Pending:
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
-        tokens. `follow`: a decode step of the same slots, in the same places, as the last
-        decode launch (or some of them -1: a row whose sequence has left, kept as a padding
-        row so the others keep their places), fed the tokens that step samples on the device
-        (`tokens` None; `Model.prepare_follow` checks that it continues that step; an empty
-        row's token is -1), with a prefill chunk
-        beside it (or in a mixed iteration) or not: the host can prepare and launch it
-        before it has read them, so its work hides behind the GPU's. Tokens this launch
-        could overwrite are read first (waiting for them): only the last step's may stay
-        unread across a step that continues it."""
+        tokens. `follow`: a decode step continuing the last decode launch, its rows in
+        their places, fed the tokens that step samples on the device
+        (`Model.prepare_follow` checks it): each row the same slot as there, or -1 (a row
+        whose sequence has left, kept as a padding row so the others keep their places; its
+        token is -1), and a row that was empty there, or past its rows, may take a joining
+        sequence fed from the host (`tokens`: its token there and -1 elsewhere; None when
+        no row joins). With a prefill chunk beside it (or in a mixed iteration) or not: the
+        host can prepare and launch it before it has read the last step's tokens, so its
+        work hides behind the GPU's. Tokens this launch could overwrite are read first
+        (waiting for them): only the last step's may stay unread across a step that
+        continues it."""
         if follow:
-            if tokens is not None or sampling is not None or not slots:
-                raise ValueError("follow: a decode step, its tokens from the device and its "
-                                 "sampling parameters the slots' own")
+            if sampling is not None or not slots:
+                raise ValueError("follow: a decode step, its sampling parameters the slots' "
+                                 "own")
         elif tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
@@ -306,7 +308,7 @@ class Runner(Launched):
         if pieces:
             n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
-            max_len = m.prepare_follow(slots, self._last_step, ds)
+            max_len = m.prepare_follow(slots, self._last_step, ds, tokens)
         elif slots:  # its copy of the tables carries the prefill's too
             max_len = m.prepare_decode(slots, tokens, ds, sampling)
         else:
@@ -372,7 +374,7 @@ class Runner(Launched):
             cupy_stream(ds).wait_event(self._prefill_done)
         n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ds, sync=False)
         if follow:  # its tables carry the chunk's
-            max_len = m.prepare_follow(slots, self._last_step, ds)
+            max_len = m.prepare_follow(slots, self._last_step, ds, tokens)
         else:
             assert tokens is not None
             max_len = m.prepare_decode(slots, tokens, ds, sampling)
@@ -433,7 +435,7 @@ class Runner(Launched):
         checked first: the iteration is all or nothing."""
         m = self.model
         if follow:
-            check_follow(self._last_step, slots, m.kv.tables, m.limits)
+            check_follow(self._last_step, slots, m.kv.tables, m.limits, tokens)
         else:
             m.check_decode(slots, tokens)
         both = {p.slot for p in pieces} & set(slots)

@@ -95,24 +95,51 @@ def last_step(slots: Sequence[int], tables: BlockTables, syncs: int) -> LastStep
 
 
 def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTables,
-                 limits: Limits) -> None:
+                 limits: Limits, tokens: Sequence[int] | None = None) -> np.ndarray:
     """ValueError unless a decode step of `slots` may continue `last` (None: no step to
-    continue): each row the same slot as there, or -1 (its place left empty), and at least
-    one not; nothing changes."""
+    continue); nothing changes. Each of last's rows keeps its slot, or is left empty (-1);
+    a row that was empty there, or past its rows, may stay empty or take a sequence that
+    joins, fed from the host: `tokens` then holds that row's token and -1 for every other
+    row. At least one row has a sequence. Returns the joining rows' mask."""
     if last is None:
         raise ValueError("no decode step to continue: the last one was not a decode step "
                          "launched with advance=1, or it was rolled back")
     sl, got = last.slots, np.asarray(list(slots), np.int64)
-    if len(got) != len(sl) or ((got != sl) & (got != -1)).any() or not (got >= 0).any():
+    was = np.full(len(got), -1, np.int64)
+    was[:min(len(sl), len(got))] = sl[:len(got)]
+    joins = (got >= 0) & (was < 0)
+    if (len(got) < len(sl) or len(got) > limits.max_batch
+            or ((got != was) & (got >= 0) & (was >= 0)).any() or not (got >= 0).any()):
         raise ValueError(f"slots {got.tolist()} are not the continued step's {sl.tolist()} "
-                         f"(or some of its rows left empty, -1)")
-    live = sl[got >= 0]
+                         f"(or some of its rows left empty, -1, or empty rows taking a new "
+                         f"sequence)")
+    live = got[got >= 0]
+    if len(set(live.tolist())) < len(live) or live.max() >= limits.max_batch:
+        raise ValueError(f"slots {got.tolist()} must be distinct, in [0, {limits.max_batch})")
+    if np.isin(got[joins], sl[sl >= 0]).any():  # its token on the way is on the device
+        raise ValueError(f"slots {got.tolist()}: a sequence of the continued step may not "
+                         f"move to another row")
+    if tokens is None:
+        if joins.any():
+            raise ValueError(f"rows {np.flatnonzero(joins).tolist()} take a new sequence: "
+                             f"their tokens are needed")
+    else:
+        tok = np.asarray(list(tokens), np.int64)
+        if len(tok) != len(got) or (tok[~joins] != -1).any():
+            raise ValueError(f"tokens {tok.tolist()}: one per row, -1 but in the rows taking "
+                             f"a new sequence ({np.flatnonzero(joins).tolist()})")
+        if joins.any() and (tok[joins].min() < 0 or tok[joins].max() >= limits.vocab):
+            raise ValueError(f"token ids {tok[joins].tolist()} outside [0, {limits.vocab})")
+    kept = (got >= 0) & ~joins
+    cont = got[kept]
     if (not all(int(s) in tables.active for s in live)
-            or (tables.lens[live] != last.lens[got >= 0]).any()
-            or (tables.started[live] != last.started[got >= 0]).any()):
+            or (tables.lens[cont] != last.lens[kept[:len(sl)]]).any()
+            or (tables.started[cont] != last.started[kept[:len(sl)]]).any()):
         raise ValueError(f"slots {got.tolist()}: their sequences changed since the step this "
                          f"one continues")
-    check_context(int(last.lens.max()) + 1, limits)
+    top = max(int(last.lens.max()), int(tables.lens[got[joins]].max()) if joins.any() else 0)
+    check_context(top + 1, limits)
+    return joins
 
 
 def check_context(context: int, limits: Limits, where: str = "") -> None:

@@ -277,8 +277,29 @@ def test_follow_launches_need_the_last_steps_rows():
         want.append(runner.run([], [0, 1], want[-1])[1])
     assert got[0] == want[0] and [g[1] for g in got[1:]] == [w[1] for w in want[1:]]
     assert [g[0] for g in got[1:]] == [-1, -1]
-    with pytest.raises(ValueError, match="not the continued step's"):
-        runner.launch([], [0, 1], None, follow=True)  # an empty row takes nobody back
+    with pytest.raises(ValueError, match="tokens are needed"):
+        runner.launch([], [0, 1], None, follow=True)  # taking a sequence needs its token
+    runner.run([], [0, 1], [5, 6])
+    # the empty row takes a joining sequence fed from the host, the other goes on from the
+    # device: as when every row is fed from the host
+
+    def fresh3():
+        fresh()
+        model.kv.tables.add(2)
+        model.kv.tables.append(2, 3)
+
+    fresh3()
+    p1 = runner.launch([], [0, 1], [5, 6])
+    p2 = runner.launch([], [-1, 1], None, follow=True)
+    p3 = runner.launch([], [2, 1], [8, -1], follow=True)
+    p4 = runner.launch([], [2, 1], None, follow=True)
+    got = [runner.collect(p)[1] for p in (p1, p2, p3, p4)]
+    fresh3()
+    want = [runner.run([], [0, 1], [5, 6])[1]]
+    want.append(runner.run([], [0, 1], want[-1])[1])
+    want.append(runner.run([], [2, 1], [8, want[-1][1]])[1])
+    want.append(runner.run([], [2, 1], want[-1])[1])
+    assert got[0] == want[0] and got[1][1] == want[1][1] and got[2:] == want[2:]
     runner.run([], [0, 1], [5, 6])
     # a sequence changed on the host since: no continuation
     runner.run([PrefillPiece(0, [7], int(model.kv.tables.lens[0]))], [], [])

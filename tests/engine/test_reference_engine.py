@@ -72,6 +72,32 @@ def test_rows_that_finish_are_left_empty_and_the_others_go_on_on_the_device():
     assert engine.stats.iters[-1].decode_rows == 1
 
 
+def test_requests_join_the_rows_on_the_device_without_reading_the_last_step_first():
+    # requests arrive while others decode: once its prompt is done and its first token read,
+    # each joins a continued step in an empty row or after the last one, fed from the host
+    # (its token given), while the others go on from the device; tokens stay the reference's
+    engine, launches = _engine(), []
+    launch = engine.runner.launch
+
+    def spy(pieces, slots, tokens, sampling=None, *, follow=False):
+        launches.append((list(slots), None if tokens is None else list(tokens), follow))
+        return launch(pieces, slots, tokens, sampling, follow=follow)
+
+    engine.runner.launch = spy
+    specs = [(PROMPTS[0], 12, 0), (PROMPTS[2], 3, 0), (PROMPTS[3], 8, 2), (PROMPTS[1], 6, 5)]
+    requests = [Request(p, n, arrival=a) for p, n, a in specs]
+    engine.run(requests)
+    fw = float_weights(CFG, W)
+    assert [r.output for r in requests] == [greedy(CFG, fw, r.prompt, r.max_new_tokens)
+                                            for r in requests]
+    joined = [(slots, tokens) for slots, tokens, follow in launches if follow and tokens]
+    assert len(joined) >= 2  # the two late requests joined on the device
+    for slots, tokens in joined:  # a token only in a row that takes a sequence
+        assert all(s >= 0 for s, t in zip(slots, tokens) if t >= 0)
+    fed = [slots for slots, tokens, follow in launches if slots and not follow]
+    assert len(fed) == 1  # only the very first decode step read nothing before it
+
+
 @pytest.mark.parametrize("bad", [0, 33, 4.0, "8"])
 def test_a_decode_chunk_outside_the_chunks_is_refused(bad):
     with pytest.raises(ValueError, match=f"decode_chunk = {bad!r}: an int in \\[1, max_chunk = 32"):

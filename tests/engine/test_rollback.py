@@ -61,9 +61,10 @@ class FakeRunner(Launched):
         t, m = self.model.kv.tables, self.model
         while len(self._unread) > (1 if follow else 0):  # as the real one: read, then reuse
             self.collect(self._unread[0])
-        if follow:
-            check_follow(self._last_step, slots, t, m.limits)  # as Model.prepare_follow
-            tokens = [self.last[s] if s >= 0 else -1 for s in slots]  # -1: an empty row
+        if follow:  # as Model.prepare_follow: continued rows, empty (-1) and joining ones
+            joins = check_follow(self._last_step, slots, t, m.limits, tokens)
+            tokens = [tokens[i] if j else self.last[s] if s >= 0 else -1
+                      for i, (s, j) in enumerate(zip(slots, joins))]
         for s in list(self.cache):  # the cache holds what the tables say
             self.cache[s] = self.cache[s][:int(t.lens[s])] if s in t.active else []
         first = []
