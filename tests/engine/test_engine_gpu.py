@@ -277,8 +277,11 @@ def test_follow_launches_need_the_last_steps_rows():
         want.append(runner.run([], [0, 1], want[-1])[1])
     assert got[0] == want[0] and [g[1] for g in got[1:]] == [w[1] for w in want[1:]]
     assert [g[0] for g in got[1:]] == [-1, -1]
+    fresh()  # a step with row 0 empty, then row 0 taken again: that needs its token
+    runner.launch([], [0, 1], [5, 6])
+    runner.launch([], [-1, 1], None, follow=True)
     with pytest.raises(ValueError, match="tokens are needed"):
-        runner.launch([], [0, 1], None, follow=True)  # taking a sequence needs its token
+        runner.launch([], [0, 1], None, follow=True)
     runner.run([], [0, 1], [5, 6])
     # the empty row takes a joining sequence fed from the host, the other goes on from the
     # device: as when every row is fed from the host
