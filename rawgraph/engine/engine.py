@@ -86,8 +86,9 @@ class Engine:
     a mixed iteration, or not) is launched before the previous step's tokens are read (they
     feed it on the device), so the host's work per step hides behind the GPU's; rows keep
     their places across steps (a finished request's row stays empty, a joining one takes an
-    empty row, fed its token from the host) until a smaller bucket would do, when the rows
-    are packed in a step fed from the host; and an iteration of prompt pieces alone that
+    empty row, fed its first token on the device from the chunk that ended its prompt, or
+    from the host once read) until a smaller bucket would do, when the rows are packed in a
+    step fed from the host; and an iteration of prompt pieces alone that
     end no prompt is not waited for (the next chunk is prepared while it runs); a chunk's
     pieces count as in the cache from their launch, and a prompt's first token is emitted
     when its last piece's iteration is read. A request that stops at a stop id has one step
@@ -215,12 +216,12 @@ class Engine:
         st = None
         if self._ahead is not None:
             rows, pieces, pending = self._ahead
-            cont = self._continued(plan, rows) if self._chained else None
+            cont = self._continued(plan, rows, pieces) if self._chained else None
             if cont is not None:
-                layout, tokens = cont
+                layout, tokens, fed = cont
                 nxt = self.runner.launch([p for _, p in plan.prefill],
                                          [r.slot if r is not None else -1 for r in layout],
-                                         tokens, follow=True)
+                                         tokens, follow=True, fed=fed)
                 self._prefilled(plan.prefill)
                 nxt.st.follow = True
                 self._ahead, st, plan = (layout, plan.prefill, nxt), nxt.st, None  # launched
@@ -245,24 +246,30 @@ class Engine:
             # first tokens is read when a later chunk reuses it)
         return st, emitted
 
-    def _continued(self, plan: Plan, rows: list[Request | None]
-                   ) -> tuple[list[Request | None], list[int] | None] | None:
+    def _continued(self, plan: Plan, rows: list[Request | None],
+                   pieces: list[tuple[Request, PrefillPiece]]
+                   ) -> tuple[list[Request | None], list[int] | None, list[int] | None] | None:
         """The rows of a decode step continuing the one on its way (`rows`; None: an empty
-        row) and the tokens of the rows joining it (None if none does), or None where it
-        cannot. Each planned request of `rows` keeps its place; a row whose request is not
-        planned (it finished or was aborted) or whose token on its way is its last is left
-        empty (a padding row: the others keep their places, so the sampler's hand-off still
-        feeds them); a planned request not in `rows` (its prompt done, its first token read)
-        joins, fed from the host, in a row empty there or after the last. It cannot when no
-        row is left, or when the rows would take a smaller bucket than the empty rows hold
-        on to (then the rows are packed, fed from the host). A prefill chunk may go beside
-        it either way."""
+        row; `pieces`: the chunk launched with it), the tokens of the rows joining it from
+        the host (None if none does) and the chunk's pieces whose first tokens feed the
+        rows joining on the device (None if none does), or None where it cannot. Each
+        planned request of `rows` keeps its place; a row whose request is not planned (it
+        finished or was aborted) or whose token on its way is its last is left empty (a
+        padding row: the others keep their places, so the sampler's hand-off still feeds
+        them); a planned request not in `rows` joins in a row empty there or after the
+        last: fed from the host if its first token has been read, else (its prompt ended
+        in that chunk, unread) with that token on the device, so it joins when a run
+        without overlap would take it. It cannot when no row is left, or when the rows
+        would take a smaller bucket than the empty rows hold on to (then the rows are
+        packed, fed from the host). A prefill chunk may go beside it either way."""
         planned = {id(r) for r in plan.decode}
         layout = [r if r is not None and id(r) in planned
                   and len(r.output) + 2 <= r.max_new_tokens else None for r in rows]
         held = {id(r) for r in rows if r is not None}
-        # a prompt whose last piece is on its way has no token yet: it joins the step after
-        joining = [r for r in plan.decode if id(r) not in held and r.output]
+        ended = {id(r): j for j, (r, p) in enumerate(pieces) if p.final}
+        # a prompt that ended in the unread chunk joins if its first token is not its last
+        joining = [r for r in plan.decode if id(r) not in held
+                   and (r.output or (id(r) in ended and r.max_new_tokens >= 2))]
         free = [i for i, r in enumerate(rows) if r is None]  # empty there: no token to read
         for r in joining:
             if free:
@@ -275,10 +282,13 @@ class Engine:
             return next((b for b in self.runner.buckets if b >= n), None)
         if not live or bucket(live) != bucket(len(layout)):
             return None
-        ids = {id(r) for r in joining}
-        tokens = [r.output[-1] if r is not None and id(r) in ids else -1
-                  for r in layout] if joining else None
-        return layout, tokens
+        host = {id(r) for r in joining if r.output}
+        dev = {id(r) for r in joining if not r.output}
+        tokens = [r.output[-1] if r is not None and id(r) in host else -1
+                  for r in layout] if host else None
+        fed = [ended[id(r)] if r is not None and id(r) in dev else -1
+               for r in layout] if dev else None
+        return layout, tokens, fed
 
     @staticmethod
     def _prefilled(pieces: list[tuple[Request, PrefillPiece]]) -> None:

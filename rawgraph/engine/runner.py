@@ -104,6 +104,23 @@ class Launched:
         self._turn = 0
         self._first_turn = 0  # whose turn it is of the two halves of a chunk's first tokens
         self._last_step: LastStep | None = None  # the last decode step, if it may be continued
+        self._chunk: list[PrefillPiece] = []  # the last launch's pieces (their first tokens)
+
+    def _check_fed(self, slots: Sequence[int], fed: Sequence[int] | None) -> list[int] | None:
+        """`fed` (per row: the index of the last launch's piece whose first token feeds the
+        row, its sequence's prompt ended there; -1 elsewhere) checked against that launch;
+        None for none. ValueError before anything changes."""
+        if fed is None:
+            return None
+        fed = [int(j) for j in fed]
+        if len(fed) != len(slots):
+            raise ValueError(f"fed {fed}: one per row of {len(slots)}")
+        for i, j in enumerate(fed):
+            if j >= 0 and not (j < len(self._chunk) and self._chunk[j].final
+                               and self._chunk[j].slot == slots[i]):
+                raise ValueError(f"fed {fed}: row {i} (slot {slots[i]}) names no piece of the "
+                                 f"last launch's chunk that ended its prompt")
+        return fed
 
     def state(self) -> tuple[list, int, int]:
         """What an engine's rollback restores: the launched iterations not read yet, and
@@ -119,6 +136,7 @@ class Launched:
         # the device's step inputs may be a rolled-back step's: the next decode step copies
         # them from the host
         self._last_step = None
+        self._chunk = []
 
 
 class Runner(Launched):
@@ -258,7 +276,7 @@ class Runner(Launched):
 
     def launch(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
-               *, follow: bool = False) -> Pending:
+               *, follow: bool = False, fed: Sequence[int] | None = None) -> Pending:
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
         tokens. `follow`: a decode step continuing the last decode launch, its rows in
         their places, fed the tokens that step samples on the device
@@ -266,17 +284,22 @@ class Runner(Launched):
         whose sequence has left, kept as a padding row so the others keep their places; its
         token is -1), and a row that was empty there, or past its rows, may take a joining
         sequence fed from the host (`tokens`: its token there and -1 elsewhere; None when
-        no row joins). With a prefill chunk beside it (or in a mixed iteration) or not: the
-        host can prepare and launch it before it has read the last step's tokens, so its
-        work hides behind the GPU's. Tokens this launch could overwrite are read first
-        (waiting for them): only the last step's may stay unread across a step that
-        continues it."""
+        no row joins) or with the first token the last launch's chunk made for it, on the
+        device (`fed`: the index of the piece that ended its prompt there, -1 elsewhere;
+        that launch need not have been read). With a prefill chunk beside it (or in a mixed
+        iteration) or not: the host can prepare and launch it before it has read the last
+        step's tokens, so its work hides behind the GPU's. Tokens this launch could
+        overwrite are read first (waiting for them): only the last step's may stay unread
+        across a step that continues it."""
         if follow:
             if sampling is not None or not slots:
                 raise ValueError("follow: a decode step, its sampling parameters the slots' "
                                  "own")
+            fed = self._check_fed(slots, fed)
         elif tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
+        elif fed is not None:
+            raise ValueError("fed: only a step that follows the last one")
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
         st = IterStats(decode_rows=sum(s >= 0 for s in slots),
                        prefill_tokens=sum(len(p.tokens) for p in pieces))
@@ -293,7 +316,7 @@ class Runner(Launched):
         if slots and b is None:
             self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
         if pieces and slots:
-            self._check_both(pieces, slots, tokens, follow)
+            self._check_both(pieces, slots, tokens, follow, fed)
         if slots:  # tokens this step's sampler could overwrite are read first: a continuing
             # step writes the other half of the last step's pairs, anything else may not
             while len(self._unread) > (1 if follow else 0):
@@ -302,13 +325,13 @@ class Runner(Launched):
         if mixed:
             assert b is not None and c is not None
             return self._launch_mixed(pieces, slots, tokens, sampling, b, c, mix_ex, st, t0,
-                                      follow)
+                                      follow, fed)
         if ps is not ds:  # the tables' copy below waits for a chunk still reading them
             cupy_stream(ds).wait_event(self._prefill_done)
         if pieces:
             n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
-            max_len = m.prepare_follow(slots, self._last_step, ds, tokens)
+            max_len = m.prepare_follow(slots, self._last_step, ds, tokens, fed)
         elif slots:  # its copy of the tables carries the prefill's too
             max_len = m.prepare_decode(slots, tokens, ds, sampling)
         else:
@@ -344,6 +367,7 @@ class Runner(Launched):
                  rows: int, parity: Any, done: Any, st: IterStats, t0: float) -> Pending:
         """A launch's Pending, recorded as the owner of what it left in the shared halves."""
         p = Pending(list(pieces), firsts, rows, parity, done, st, t0)
+        self._chunk = list(pieces)  # whose first tokens a following step may take
         if rows:
             self._unread.append(p)
         if firsts is not None:
@@ -366,15 +390,16 @@ class Runner(Launched):
     def _launch_mixed(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                       tokens: Sequence[int] | None,
                       sampling: Sequence[SamplingParams] | None, b: int, c: int, ex: Any,
-                      st: IterStats, t0: float, follow: bool) -> Pending:
+                      st: IterStats, t0: float, follow: bool,
+                      fed: Sequence[int] | None) -> Pending:
         """`launch`'s mixed iteration: the chunk and the step in one graph (or eagerly, the
-        same launches) on the decode stream; `follow` as `launch`'s."""
+        same launches) on the decode stream; `follow` and `fed` as `launch`'s."""
         m, ds = self.model, self.decode_stream
         if self.prefill_stream is not ds:  # the tables' copy waits for a chunk reading them
             cupy_stream(ds).wait_event(self._prefill_done)
         n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ds, sync=False)
         if follow:  # its tables carry the chunk's
-            max_len = m.prepare_follow(slots, self._last_step, ds, tokens)
+            max_len = m.prepare_follow(slots, self._last_step, ds, tokens, fed)
         else:
             assert tokens is not None
             max_len = m.prepare_decode(slots, tokens, ds, sampling)
@@ -430,12 +455,14 @@ class Runner(Launched):
         return p.first or [], p.tokens or [], p.st
 
     def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-                    tokens: Sequence[int] | None, follow: bool = False) -> None:
+                    tokens: Sequence[int] | None, follow: bool = False,
+                    fed: Sequence[int] | None = None) -> None:
         """What could make the decode half fail once the prefill half has changed the cache,
         checked first: the iteration is all or nothing."""
         m = self.model
         if follow:
-            check_follow(self._last_step, slots, m.kv.tables, m.limits, tokens)
+            check_follow(self._last_step, slots, m.kv.tables, m.limits, tokens,
+                         None if fed is None else [j >= 0 for j in fed])
         else:
             m.check_decode(slots, tokens)
         both = {p.slot for p in pieces} & set(slots)

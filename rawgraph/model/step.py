@@ -95,12 +95,15 @@ def last_step(slots: Sequence[int], tables: BlockTables, syncs: int) -> LastStep
 
 
 def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTables,
-                 limits: Limits, tokens: Sequence[int] | None = None) -> np.ndarray:
+                 limits: Limits, tokens: Sequence[int] | None = None,
+                 fed: Sequence[bool] | None = None) -> np.ndarray:
     """ValueError unless a decode step of `slots` may continue `last` (None: no step to
     continue); nothing changes. Each of last's rows keeps its slot, or is left empty (-1);
     a row that was empty there, or past its rows, may stay empty or take a sequence that
-    joins, fed from the host: `tokens` then holds that row's token and -1 for every other
-    row. At least one row has a sequence. Returns the joining rows' mask."""
+    joins, fed its token from the host (`tokens`: that row's token, -1 in every other row)
+    or on the device (`fed`: True in that row: the first token its prompt's last chunk
+    left there; its entry in `tokens` is -1). At least one row has a sequence. Returns the
+    joining rows' mask."""
     if last is None:
         raise ValueError("no decode step to continue: the last one was not a decode step "
                          "launched with advance=1, or it was rolled back")
@@ -119,17 +122,22 @@ def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTable
     if np.isin(got[joins], sl[sl >= 0]).any():  # its token on the way is on the device
         raise ValueError(f"slots {got.tolist()}: a sequence of the continued step may not "
                          f"move to another row")
+    dev = np.zeros(len(got), bool) if fed is None else np.asarray(list(fed), bool)
+    if len(dev) != len(got) or (dev & ~joins).any():
+        raise ValueError(f"fed {dev.tolist()}: one per row, True only in rows taking a new "
+                         f"sequence ({np.flatnonzero(joins).tolist()})")
+    host = joins & ~dev
     if tokens is None:
-        if joins.any():
-            raise ValueError(f"rows {np.flatnonzero(joins).tolist()} take a new sequence: "
+        if host.any():
+            raise ValueError(f"rows {np.flatnonzero(host).tolist()} take a new sequence: "
                              f"their tokens are needed")
     else:
         tok = np.asarray(list(tokens), np.int64)
-        if len(tok) != len(got) or (tok[~joins] != -1).any():
+        if len(tok) != len(got) or (tok[~host] != -1).any():
             raise ValueError(f"tokens {tok.tolist()}: one per row, -1 but in the rows taking "
-                             f"a new sequence ({np.flatnonzero(joins).tolist()})")
-        if joins.any() and (tok[joins].min() < 0 or tok[joins].max() >= limits.vocab):
-            raise ValueError(f"token ids {tok[joins].tolist()} outside [0, {limits.vocab})")
+                             f"a new sequence from the host ({np.flatnonzero(host).tolist()})")
+        if host.any() and (tok[host].min() < 0 or tok[host].max() >= limits.vocab):
+            raise ValueError(f"token ids {tok[host].tolist()} outside [0, {limits.vocab})")
     kept = (got >= 0) & ~joins
     cont = got[kept]
     if (not all(int(s) in tables.active for s in live)

@@ -303,6 +303,17 @@ def test_follow_launches_need_the_last_steps_rows():
     want.append(runner.run([], [2, 1], [8, want[-1][1]])[1])
     want.append(runner.run([], [2, 1], want[-1])[1])
     assert got[0] == want[0] and got[1][1] == want[1][1] and got[2:] == want[2:]
+    # a sequence whose prompt ends in the chunk beside a step joins the next step with the
+    # first token that chunk left on the device (unread): as when it is read and fed
+    fresh()
+    p1 = runner.launch([PrefillPiece(2, [7, 8, 9], 0)], [0, 1], [5, 6])
+    p2 = runner.launch([], [0, 1, 2], None, follow=True, fed=[-1, -1, 0])
+    p3 = runner.launch([], [0, 1, 2], None, follow=True)
+    got = [runner.collect(p)[:2] for p in (p1, p2, p3)]
+    fresh()
+    first, a, _ = runner.run([PrefillPiece(2, [7, 8, 9], 0)], [0, 1], [5, 6])
+    b = runner.run([], [0, 1, 2], [*a, first[0]])[1]
+    assert got == [(first, a), ([], b), ([], runner.run([], [0, 1, 2], b)[1])]
     runner.run([], [0, 1], [5, 6])
     # a sequence changed on the host since: no continuation
     runner.run([PrefillPiece(0, [7], int(model.kv.tables.lens[0]))], [], [])

@@ -136,6 +136,15 @@ def test_a_continuing_step_keeps_rows_in_place_leaves_them_empty_or_fills_empty_
         [False, False, False, True]
     with pytest.raises(ValueError, match="tokens are needed"):
         step.check_follow(last, [2, 3, 0], t, LIMITS)
+    # or fed on the device (its first token where its prompt's last chunk left it): no token
+    fed = [False, True, False]
+    assert step.check_follow(last, [2, 3, 0], t, LIMITS, None, fed).tolist() == fed
+    assert step.check_follow(last, [2, 3, 0], t, LIMITS, [-1, -1, -1], fed).tolist() == fed
+    for tokens, bad_fed, match in (([-1, 7, -1], fed, "token"),  # both ways at once
+                                   (None, [True, True, False], "True only in rows"),
+                                   (None, [False, True], "one per row")):
+        with pytest.raises(ValueError, match=match):
+            step.check_follow(last, [2, 3, 0], t, LIMITS, tokens, bad_fed)
     for bad_tokens in ([-1, 100, -1], [5, 7, -1], [-1, 7]):
         with pytest.raises(ValueError, match="token"):
             step.check_follow(last, [2, 3, 0], t, LIMITS, bad_tokens)
