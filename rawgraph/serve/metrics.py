@@ -196,6 +196,9 @@ class Metrics:
                 lines.extend([f"# HELP {PREFIX}{name} {help_}", f"# TYPE {PREFIX}{name} {kind}"])
                 lines.extend(f"{PREFIX}{v}" for v in values)
 
+            def by(name: str, label: str, hists: dict[Any, Histogram]) -> list[str]:
+                return [x for k, h in hists.items() for x in h.lines(name, f'{label}="{k}"')]
+
             metric("requests_total", "counter", "Requests by how they ended (aborted: ended "
                    "early for a client gone, a stop string, a deadline or a shutdown).",
                    [f'requests_total{{status="{k}"}} {v}' for k, v in self.requests.items()])
@@ -226,12 +229,10 @@ class Metrics:
                    [f"step_failures_total {self.step_failures}"])
             metric("iteration_seconds", "histogram", "Engine iterations by kind: decode "
                    "rows alone, a prefill chunk alone, or both.",
-                   [x for k, h in self.iteration.items()
-                    for x in h.lines("iteration_seconds", f'kind="{k}"')])
+                   by("iteration_seconds", "kind", self.iteration))
             metric("iteration_host_seconds", "histogram", "Engine iterations' host work "
                    "before the GPU runs them (metadata, patches, launches), by kind.",
-                   [x for k, h in self.host.items()
-                    for x in h.lines("iteration_host_seconds", f'kind="{k}"')])
+                   by("iteration_host_seconds", "kind", self.host))
             metric("iterations_continued_total", "counter", "Iterations with decode rows "
                    "whose step continued the last one on the device (the same rows: launched "
                    "before the last one's tokens were read), by kind.",
@@ -240,12 +241,10 @@ class Metrics:
             metric("iteration_fed_seconds", "histogram", "Iterations with decode rows fed "
                    "from the host (the rows changed: the last step's tokens were read first), "
                    "by kind: Engine.step's time.",
-                   [x for k, h in self.fed.items()
-                    for x in h.lines("iteration_fed_seconds", f'kind="{k}"')])
+                   by("iteration_fed_seconds", "kind", self.fed))
             metric("gc_pause_seconds", "histogram", "The garbage collector's passes in the "
                    "engine's process, by generation (the engine's thread waits them out).",
-                   [x for g, h in self.gc_pause.items()
-                    for x in h.lines("gc_pause_seconds", f'generation="{g}"')])
+                   by("gc_pause_seconds", "generation", self.gc_pause))
             metric("gc_frozen_objects", "gauge", "Objects the engine's process froze out of "
                    "the collector's reach once it had started (gc.freeze).",
                    [f"gc_frozen_objects {self.gc_frozen}"])
