@@ -21,13 +21,13 @@ and mixed, p50 and p99 from its /metrics histograms) and its engine thread's per
 iteration to the next, the share of its iterations with decode rows that continued the last
 step on the device and the p99 of those fed from the host (the rows changed), the engine
 process's garbage collector (objects frozen at start-up, full passes and their p99), and the
-fault counts: sent, completed, cancelled, refused, 429s,
-unexpected errors, tokens lost (a completed stream's tokens against its usage count: must be
-0), KV blocks leaked after the run (must be 0), and completed streams whose tokens differ
-from the offline run's. That last count is 0
-on the float32 reference decoder; on the GPU a stream's rounding depends on the rows that
-share its steps (the GEMV variant of the batch's bucket, the chunk its prompt landed in), and
-random weights leave many near-ties among the top logits, so some greedy streams part ways.
+fault counts: sent, completed, cancelled, refused, 429s, unexpected errors, tokens lost (a
+completed stream's tokens against its usage count: must be 0), KV blocks leaked after the
+run (must be 0), and completed streams whose tokens differ from the offline run's. That
+last count is 0 on the float32 reference decoder; on the GPU a stream's rounding depends on
+the rows that share its steps (the GEMV variant of the batch's bucket, the chunk its prompt
+landed in), and random weights leave many near-ties among the top logits, so some greedy
+streams part ways.
 """
 
 from __future__ import annotations
