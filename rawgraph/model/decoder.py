@@ -23,6 +23,7 @@ import numpy as np
 
 from rawgraph import ops
 from rawgraph.cuda.device import multiprocessors
+from rawgraph.cuda.kernel import precompile
 from rawgraph.cuda.launch import programmatic
 from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.dtypes import storage_dtype
@@ -216,6 +217,7 @@ class Model:
                num_blocks: int | None, files: dict[str, Any]) -> None:
         cfg, max_batch, max_context = self.cfg, self.max_batch, self.max_context
         max_chunk, max_chunk_seqs = self.max_chunk, self.max_chunk_seqs
+        precompile()  # all kernels on all CPUs now, not one module at a time on first use
         self._load(tensors, seed, files)
         blocks_per_seq = math.ceil(max_context / block_size)
         self.kv = PagedKVCache(layers=cfg.layers, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
