@@ -9,6 +9,7 @@ import pytest
 from rawgraph.dtypes import to_float32
 from rawgraph.engine import Engine
 from rawgraph.engine.runner import Runner
+from rawgraph.model import decoder
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import PrefillPiece
 from tests.engine.test_engine_gpu import CFG, TENSORS, _model, _reference, _stream
@@ -51,7 +52,9 @@ def _iterations(graphs):
     return out, seqs, prompts
 
 
-def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit():
+@pytest.mark.parametrize("chained", [False, True])
+def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit(chained, monkeypatch):
+    monkeypatch.setattr(decoder, "CHAINED_ATTENTION", chained)  # decode attention in the chain
     got, seqs, prompts = _iterations(graphs=True)
     eager, eager_seqs, _ = _iterations(graphs=False)
     assert seqs == eager_seqs
