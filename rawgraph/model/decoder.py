@@ -54,8 +54,9 @@ RUNS_UP_TO = 256
 # Decode attention in the programmatic chain (its combine then ends it; ops.decode_attention
 # launches that plainly), so its blocks request the older tokens' K/V while the QKV
 # projection ends, or launched plainly (False: the chain ends at attention). Fixed at
-# capture, so a graph keeps what it was captured with.
-CHAINED_ATTENTION = False
+# capture, so a graph keeps what it was captured with. On: 1-4% off every step measured, 1B
+# and 8B, B=1 to 32, 1k to 64k tokens (benchmarks/NOTES.md, "The programmatic chain").
+CHAINED_ATTENTION = True
 
 # (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
 # norm's output (`ops.fold_norm`, at load), so a decode step's norm is the GEMV's scale per
