@@ -59,7 +59,10 @@ from rawgraph.model.decoder import Model
 from rawgraph.model.weights import random_weights
 from rawgraph.serve.metrics import quantile, sample
 
-CLIENT_PROCS = 4
+# client processes: with 4, each parsing a quarter of every step's SSE events one after
+# another, the clients' ITL p99 sat 1.2 ms above the server's own (1B, 64-token budget: 4.83
+# vs 3.64 ms); with 12 they agree (3.40 vs 3.44; benchmarks/NOTES.md, "Serving")
+CLIENT_PROCS = 12
 
 
 @dataclass

@@ -75,6 +75,34 @@ def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit(chained, m
     assert _err(to_float32(p2[0], CFG.dtype), want(prompts[3])) < TOL  # after its two pieces
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize(("rows", "start"), [(1, 137), (2, 130), (3, 141), (1, 144)])
+def test_a_long_prompts_last_piece_beside_decode_rows_follows_the_reference(rows, start,
+                                                                             graphs):
+    """A 150-token prompt's last piece (6 to 20 tokens, its context past 128) in a mixed
+    iteration beside 1 to 3 decoding rows: the chunk head's logits are the prompt's. (On
+    `wip/holes` such first tokens came out 0 in the engine; this pins main's path.)"""
+    rng = np.random.default_rng(11)
+    long = [int(t) for t in rng.integers(0, CFG.vocab, 150)]
+    short = [[int(t) for t in rng.integers(0, CFG.vocab, 5)] for _ in range(rows)]
+    model = _model()
+    runner = Runner(model, graphs=graphs, buckets=[1, 2, 4], chunks=[16, 24, 32, 64],
+                    mixed=True)
+    first, _, _ = runner.run([PrefillPiece(1 + i, p, 0) for i, p in enumerate(short)], [], [])
+    at = 0
+    while at < start:  # the long prompt up to `start`, in chunks of its own
+        k = min(64, start - at)
+        runner.run([PrefillPiece(0, long[at:at + k], at, final=False)], [], [])
+        at += k
+    last, _, _ = runner.run([PrefillPiece(0, long[start:], start)], list(range(1, rows + 1)),
+                            first)
+    got = to_float32(model.pre["logits"][:1].get()[0], CFG.dtype)
+    want = forward(CFG, float_weights(CFG, TENSORS), np.asarray(long), KVState())[-1]
+    runner.close()
+    model.close()
+    assert last[0] >= 0 and _err(got, want) < TOL
+
+
 @pytest.mark.parametrize("decode_chunk", [None, 24])
 def test_an_engine_of_mixed_iterations_matches_eager_and_the_reference(decode_chunk):
     outs = []
