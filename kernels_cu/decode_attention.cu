@@ -33,8 +33,10 @@
 //   flight. At the end the 4 warps' (max, sum, accumulator) meet in shared memory in a fixed
 //   order, and the block writes (m, l, unnormalised accumulator) per head; an empty split
 //   writes m = -inf, l = 0.
-//   Reads that earlier kernels wrote (q, tables, lengths) are coherent loads: under PDL this
-//   kernel may start while the previous one still writes.
+//   Under PDL this kernel may start while the projection ahead of it still writes q and
+//   the newest token's K/V: it reads the lengths, tables and slots (written before the
+//   step's first kernel, which launches plainly) and requests the K/V of every older token
+//   before its wait, q and the newest token's chunk after it, with coherent loads.
 //
 //   extern "C" decode_attention_combine_{f16,bf16}_d{64,128}(
 //       const float* partial, T* out,   // out: (batch, q_heads, D)
@@ -75,7 +77,7 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
                        const int* seq_lens, const int* seq_slots, float* partial, int batch,
                        int q_heads, int kv_heads, int block_size, int max_blocks,
                        int max_splits, float scale, int q_stride) {
-  rg::pdl_start();
+  rg::pdl_trigger();  // K/V of all but the newest token are requested before the wait (below)
   constexpr int RC = D / 8, S = stages<D>(), kBytes = kChunk * D * 2;  // one K or V chunk
   extern __shared__ __align__(128) char smem[];
   char* qs = smem;                // 16 x D: the group's query rows, zero-padded
@@ -93,14 +95,6 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   const int begin = min(split * split_len, len), end = min(begin + split_len, len);
   const int row_stride = kv_heads * D;
   const int* table = block_tables + static_cast<long long>(slot) * max_blocks;
-
-  for (int i = tid; i < 16 * RC; i += kThreads) {
-    const int r = i / RC, c = i % RC;
-    const bool ok = r < G;
-    const T* src = ok ? q + static_cast<long long>(b) * q_stride + (h * G + r) * D + c * 8 : q;
-    rg::cp_async16(qs + swz<D>(r, c), src, ok);
-  }
-  rg::cp_async_commit();
 
   char* mine = ring + warp * S * 2 * kBytes;
   const int chunks = begin < end ? (end - begin + kChunk - 1) / kChunk : 0;
@@ -142,12 +136,35 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
       rg::cp_async16(ks + kBytes + swz<D>(r, pcol), v_cache + (ok ? at[u] : 0), ok);
     }
   };
+  // Before the PDL wait: the lengths, tables and slots were written before this step's
+  // first kernel started (it launches plainly), and every cached token but the newest
+  // (len - 1, appended by the QKV projection this kernel follows) by earlier steps. So the
+  // first S - 1 chunks are requested now, but the one holding the newest token, which
+  // follows the wait in a group of its own (`late`): launched in the chain, attention's
+  // first bytes are in flight while the projection ends.
+  int late = -1;  // the warp's chunk (< S - 1) that holds token len - 1, if any
 #pragma unroll
   for (int i = 0; i < S - 1; ++i) {
-    if (i < n) load(i, i);
+    if (i < n) {
+      const int t0 = begin + (warp + i * kWarps) * kChunk;
+      if (min(t0 + kChunk, end) < len) load(i, i);
+      else late = i;
+    }
     rg::cp_async_commit();
   }
-  rg::cp_async_wait<S - 1>();  // the query tile (the oldest group) landed
+  rg::pdl_wait();
+  if (late >= 0) {
+    load(late, late);
+    rg::cp_async_commit();
+  }
+  for (int i = tid; i < 16 * RC; i += kThreads) {  // the group's query rows, zero-padded
+    const int r = i / RC, c = i % RC;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < G)  // a plain (coherent) load: the projection wrote q
+      v = *reinterpret_cast<const uint4*>(q + static_cast<long long>(b) * q_stride +
+                                          (h * G + r) * D + c * 8);
+    *reinterpret_cast<uint4*>(qs + swz<D>(r, c)) = v;
+  }
   __syncthreads();
   unsigned qf[D / 16][4];
 #pragma unroll
@@ -161,8 +178,11 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   for (int i = 0; i < n; ++i) {
     if (i + S - 1 < n) load(i + S - 1, (i + S - 1) % S);  // the stage chunk i - 1 used
     rg::cp_async_commit();
-    rg::cp_async_wait<S - 1>();  // chunk i landed (this lane's pieces) ...
-    __syncwarp();                // ... and every lane's
+    if (i == late)  // the newest token's chunk: its group came after the others
+      rg::cp_async_wait<0>();
+    else
+      rg::cp_async_wait<S - 1>();  // chunk i landed (this lane's pieces) ...
+    __syncwarp();                  // ... and every lane's
     const char* ks = mine + (i % S) * 2 * kBytes;
     const char* vs = ks + kBytes;
 

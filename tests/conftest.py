@@ -17,11 +17,26 @@ def _gpu() -> tuple[bool, str]:
     return available()
 
 
+@functools.cache
+def _precompiled() -> None:
+    """Every kernels_cu module compiled at once on all CPUs before the first GPU test (a
+    fresh machine otherwise compiles them one at a time as tests first launch them). A
+    module that fails to compile is left to the tests that launch it to report."""
+    from rawgraph.cuda.check import CompileError
+    from rawgraph.cuda.kernel import precompile
+
+    try:
+        precompile()
+    except CompileError:
+        pass
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if "gpu" in item.keywords:
         ok, why = _gpu()
         if not ok:
             pytest.skip(f"needs a CUDA device: {why}")
+        _precompiled()
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 For each preset (random weights, the engine in its own process; again with mixed iterations and
 a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 128`; llama-1b a third
 time with `--engine thread` and a fourth with `--http-processes 4`): `rawgraph serve` starts as
-a subprocess; clients in `CLIENT_PROCS` processes send `requests` streaming, greedy requests
+a subprocess; clients in `Load.clients` processes send `requests` streaming, greedy requests
 with Poisson arrivals (prompts and outputs of random lengths), and in the same run: a fifth of
 the clients disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge
 max_tokens, prompts past the context) that must get a 4xx. `--max-queue` is the number of
@@ -21,13 +21,13 @@ and mixed, p50 and p99 from its /metrics histograms) and its engine thread's per
 iteration to the next, the share of its iterations with decode rows that continued the last
 step on the device and the p99 of those fed from the host (the rows changed), the engine
 process's garbage collector (objects frozen at start-up, full passes and their p99), and the
-fault counts: sent, completed, cancelled, refused, 429s,
-unexpected errors, tokens lost (a completed stream's tokens against its usage count: must be
-0), KV blocks leaked after the run (must be 0), and completed streams whose tokens differ
-from the offline run's. That last count is 0
-on the float32 reference decoder; on the GPU a stream's rounding depends on the rows that
-share its steps (the GEMV variant of the batch's bucket, the chunk its prompt landed in), and
-random weights leave many near-ties among the top logits, so some greedy streams part ways.
+fault counts: sent, completed, cancelled, refused, 429s, unexpected errors, tokens lost (a
+completed stream's tokens against its usage count: must be 0), KV blocks leaked after the
+run (must be 0), and completed streams whose tokens differ from the offline run's. That
+last count is 0 on the float32 reference decoder; on the GPU a stream's rounding depends on
+the rows that share its steps (the GEMV variant of the batch's bucket, the chunk its prompt
+landed in), and random weights leave many near-ties among the top logits, so some greedy
+streams part ways.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ from rawgraph.model.decoder import Model
 from rawgraph.model.weights import random_weights
 from rawgraph.serve.metrics import quantile, sample
 
-CLIENT_PROCS = 4
+# client processes: with 4, each parsing a quarter of every step's SSE events one after
+# another, the clients' ITL p99 sat 1.2 ms above the server's own (1B, 64-token budget: 4.83
+# vs 3.64 ms); with 12 they agree (3.40 vs 3.44; benchmarks/NOTES.md, "Serving")
+CLIENT_PROCS = 12
 
 
 @dataclass
@@ -82,6 +85,7 @@ class Load:
     mixed: bool = False               # `rawgraph serve --mixed` (and offline the same)
     decode_chunk: int | None = None   # `rawgraph serve --decode-chunk` (and offline the same)
     http_processes: int = 1           # `rawgraph serve --http-processes`
+    clients: int = CLIENT_PROCS       # client processes (the streams dealt among them)
 
     @property
     def max_queue(self) -> int:
@@ -256,7 +260,7 @@ def _metric(text: str, name: str) -> float:
 def _send(pool: Any, url: str, work: list[Plan], load: Load
           ) -> tuple[list[dict[str, Any]], float]:
     """`work` from the client processes; (results, seconds from the first planned send)."""
-    shares = [work[k::CLIENT_PROCS] for k in range(CLIENT_PROCS)]
+    shares = [work[k::load.clients] for k in range(load.clients)]
     t0 = time.monotonic() + 1.0  # the client processes start within a second
     out = [r for share in pool.map(_clients, [(url, s, load, t0) for s in shares])
            for r in share]
@@ -271,7 +275,7 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
     proc, url = spawn_server(load.server_args())
     _progress(f"{load.preset}: server up in {time.monotonic() - t0:.1f} s")
     try:
-        with multiprocessing.get_context("spawn").Pool(CLIENT_PROCS) as pool:
+        with multiprocessing.get_context("spawn").Pool(load.clients) as pool:
             results, wall = _send(pool, url, plans(load, vocab), load)
             _progress(f"{load.preset}: {len(results)} requests served in {wall:.1f} s")
             more, _ = _send(pool, url, burst(load), load)
@@ -374,7 +378,7 @@ def measure(load: Load) -> dict[str, Any]:
     itl_p99 = _pct(itl, 99) * 1e3
     return {
         "preset": load.preset, "engine": load.engine, "mixed": load.mixed,
-        "HTTP processes": load.http_processes,
+        "HTTP processes": load.http_processes, "client processes": load.clients,
         "decode chunk": load.decode_chunk or min(256, load.max_context),
         "requests": load.requests, "batch": load.max_batch,
         "served tok/s": served_tokens / facts["wall_s"], "offline tok/s": offline_tps,
@@ -383,13 +387,16 @@ def measure(load: Load) -> dict[str, Any]:
         "ITL p50 ms": _pct(itl, 50) * 1e3, "ITL p99 ms": itl_p99,
         "offline decode-only iteration ms": iteration_ms,
         "decode step ms": step_ms, "ITL p99 / step": itl_p99 / step_ms if step_ms else math.nan,
-        # the server's own view (its /metrics after the run): the engine's iterations and
-        # its thread's period, against which the clients' ITL shows the HTTP side's share
+        # the server's own view (its /metrics after the run): the engine's iterations, its
+        # thread's period and the ITL as the HTTP side relays tokens, against which the
+        # clients' ITL shows the share of the sockets and the clients
         **{f"server {what} p{q} ms": 1e3 * quantile(facts["metrics"], name, q / 100, labels)
            for what, name, labels in (("decode", "iteration_seconds", 'kind="decode"'),
                                       ("mixed", "iteration_seconds", 'kind="mixed"'),
                                       ("mixed host", "iteration_host_seconds", 'kind="mixed"'),
-                                      ("period", "iteration_period_seconds", ""))
+                                      ("period", "iteration_period_seconds", ""),
+                                      # as the HTTP side hands each stream its tokens
+                                      ("ITL", "inter_token_latency_seconds", ""))
            for q in (50, 99)},
         # iterations with decode rows that continued the last step on the device, and the
         # others' (fed from the host: the rows changed) times

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import cupy
-from cuda.bindings import driver
+from cuda.bindings import driver, runtime
 
 from rawgraph.cuda.check import CompileError, check
 from rawgraph.cuda.device import compute_capability, ensure_context, multiprocessors
@@ -85,6 +87,48 @@ def load_module(op: str) -> cupy.RawModule:
     return cupy.RawModule(code=module_source(op), options=opts)
 
 
+def compiled(op: str) -> cupy.RawModule:
+    """load_module(op), compiled and loaded now (CuPy's `module` is lazy: it compiles on
+    first access, once); CompileError with NVRTC's log if the source does not compile."""
+    mod = load_module(op)
+    try:
+        _ = mod.module
+    except cupy.cuda.compiler.CompileException as e:
+        raise CompileError("NVRTC_ERROR_COMPILATION", f"compiling {op}.cu",
+                           log=str(e)) from None
+    return mod
+
+
+def loadable_ops() -> list[str]:
+    """The kernels_cu modules this device can load: every .cu but the ARCH_SPECIFIC ones
+    of another architecture."""
+    cc = compute_capability()
+    return sorted(p.stem for p in KERNELS_DIR.glob("*.cu")
+                  if ARCH_SPECIFIC.get(p.stem, cc) == cc)
+
+
+def precompile(ops: Iterable[str] | None = None, workers: int | None = None) -> None:
+    """Compile and load kernels_cu modules (default: `loadable_ops()`) on `workers` threads
+    (default: one a CPU), so that first launches find them loaded. NVRTC compiles without
+    the GIL and a module is its unit: loaded one by one as launches first need them, a
+    cold start compiled for about a minute, its longest module about 12 s. Modules already
+    loaded, or found in CuPy's disk cache, cost a lookup. CompileError names the first
+    module that fails."""
+    ensure_context()
+    todo = list(ops) if ops is not None else loadable_ops()
+    workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+
+    def build(op: str) -> None:
+        # a thread has no current context until a runtime call makes the primary one
+        # current (the one ensure_context made current for the caller)
+        check(runtime.cudaFree(0), "make the primary context current")
+        compiled(op)
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for f in [pool.submit(build, op) for op in todo]:
+            f.result()
+
+
 def kernel_for_handle(handle: int) -> Kernel | None:
     """The rawgraph Kernel whose CUfunction is `handle`, if any was loaded."""
     return _BY_HANDLE.get(handle)
@@ -116,12 +160,8 @@ class Kernel:
     def raw(self) -> cupy.RawKernel:
         """The CuPy RawKernel (compiles on first use)."""
         if self._raw is None:
-            try:
-                self._raw = load_module(self.op).get_function(self.name)
-                handle = self._raw.kernel.ptr
-            except cupy.cuda.compiler.CompileException as e:
-                raise CompileError("NVRTC_ERROR_COMPILATION", f"compiling {self.op}.cu",
-                                   log=str(e)) from None
+            self._raw = compiled(self.op).get_function(self.name)
+            handle = self._raw.kernel.ptr
             self._function = driver.CUfunction(handle)
             self._check_param_info()
             _BY_HANDLE[int(handle)] = self

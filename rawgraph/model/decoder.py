@@ -23,6 +23,7 @@ import numpy as np
 
 from rawgraph import ops
 from rawgraph.cuda.device import multiprocessors
+from rawgraph.cuda.kernel import precompile
 from rawgraph.cuda.launch import programmatic
 from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.dtypes import storage_dtype
@@ -49,6 +50,13 @@ from rawgraph.symbols import scope as symbols_scope
 # alone leave most of the GPU idle; above it one run loses to a block per head
 # (benchmarks/NOTES.md, "Prefill").
 RUNS_UP_TO = 256
+
+# Decode attention in the programmatic chain (its combine then ends it; ops.decode_attention
+# launches that plainly), so its blocks request the older tokens' K/V while the QKV
+# projection ends, or launched plainly (False: the chain ends at attention). Fixed at
+# capture, so a graph keeps what it was captured with. On: 1-4% off every step measured, 1B
+# and 8B, B=1 to 32, 1k to 64k tokens (benchmarks/NOTES.md, "The programmatic chain").
+CHAINED_ATTENTION = True
 
 # (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
 # norm's output (`ops.fold_norm`, at load), so a decode step's norm is the GEMV's scale per
@@ -146,6 +154,12 @@ def _on(stream: Any, symbols: Symbols | None) -> Iterator[None]:
         yield
 
 
+def _attention_launch() -> contextlib.AbstractContextManager:
+    """How decode attention launches: in the caller's chain with CHAINED_ATTENTION (if the
+    caller's launches are programmatic), else plainly."""
+    return contextlib.nullcontext() if CHAINED_ATTENTION else programmatic(False)
+
+
 def chunk_sizes(max_chunk: int) -> tuple[int, ...]:
     """The default prefill chunk sizes of a model whose largest chunk is `max_chunk`."""
     return (*[c for c in PREFILL_CHUNKS if c < max_chunk], max_chunk)
@@ -216,6 +230,7 @@ class Model:
                num_blocks: int | None, files: dict[str, Any]) -> None:
         cfg, max_batch, max_context = self.cfg, self.max_batch, self.max_context
         max_chunk, max_chunk_seqs = self.max_chunk, self.max_chunk_seqs
+        precompile()  # all kernels on all CPUs now, not one module at a time on first use
         self._load(tensors, seed, files)
         blocks_per_seq = math.ceil(max_context / block_size)
         self.kv = PagedKVCache(layers=cfg.layers, kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
@@ -565,11 +580,12 @@ class Model:
         q3 = a["q"]
 
         def attend(kc: Any, vc: Any) -> None:
-            # Attention launches as an ordinary kernel, ending the programmatic chain once a
-            # layer: an unbroken chain of PDL launches ran the small-batch step up to 26%
-            # slower (benchmarks/NOTES.md, "The programmatic chain"); breaking it at any
-            # one kernel from attention to gate_up recovered that, here costs least.
-            with programmatic(False):
+            # The programmatic chain ends once a layer: unbroken, it ran the small-batch step
+            # up to 26% slower (benchmarks/NOTES.md, "The programmatic chain"); breaking it
+            # at any one kernel from attention to gate_up recovered that. It ends at
+            # attention, or with CHAINED_ATTENTION at its combine (ops.decode_attention
+            # launches that plainly), attention then requesting its K/V during the wait.
+            with _attention_launch():
                 ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
                                      m["slots"], a["attn"].reshape(q3.shape), self.workspace,
                                      max_len, scale=cfg.attention_scale,
@@ -678,11 +694,12 @@ class Model:
         rows = batch + n
 
         def attend(kc: Any, vc: Any) -> None:
-            with programmatic(False):  # ends the chain once a layer, as decode's does
+            with _attention_launch():  # ends the chain once a layer, as decode's does
                 ops.decode_attention(q3[:batch], kc, vc, self.kv.block_tables,
                                      self.kv.seq_lens, dm["slots"][:batch], out3[:batch],
                                      self.workspace, max_len, scale=cfg.attention_scale,
                                      splits=self.splits[batch - 1])
+            with programmatic(False):
                 self._chunk_attention(q3[batch:batch + chunk], out3[batch:batch + chunk], kc,
                                       vc, n, num_seqs, max_q_len, pre_len, chunk)
 

@@ -302,9 +302,12 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
                           batch, q_heads, kv_heads, block_size, block_tables.shape[1],
                           splits, float(s), q_stride), stream,
                          smem=decode_smem(d), symbols=symbols)
+    # the combine launches plainly whatever the caller's default: programmatic behind
+    # attention it cost the 1B B=1 step 0.2 ms (benchmarks/NOTES.md, "The programmatic
+    # chain"), and a plain launch here ends the chain once a layer when attention is in it
     COMBINE[dt, d].launch(batch * q_heads, d, (workspace, out, seq_slots, batch, q_heads,
                                                n_splits, splits), stream,
-                          smem=4 * splits, symbols=symbols)
+                          smem=4 * splits, pdl=False, symbols=symbols)
 
 
 def grouped_rows(max_q_len: int, group: int) -> int:

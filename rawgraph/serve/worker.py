@@ -23,7 +23,7 @@ from typing import Any
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.serve.collector import PauseClock
-from rawgraph.serve.metrics import Metrics
+from rawgraph.serve.metrics import GENERATIONS, Metrics
 from rawgraph.serve.protocol import APIError
 
 log = logging.getLogger("rawgraph.serve")
@@ -253,8 +253,8 @@ class Worker:
                     m.continued[kind] += 1
                 elif kind in m.fed:
                     m.fed[kind].observe(it.wall_ms / 1e3)
-            for generation, seconds in self._gc.drain():
-                m.gc_pause[generation].observe(seconds)
+            for generation, seconds in self._gc.drain():  # an interpreter with more
+                m.gc_pause[min(generation, GENERATIONS[-1])].observe(seconds)  # goes oldest
         self._counted = st.iterations
         # after the metrics: a post across a process carries them (every iteration, events
         # or not, so the other side's view of the engine is never a step old)

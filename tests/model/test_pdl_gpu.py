@@ -8,8 +8,10 @@ import hashlib
 
 import pytest
 
+from rawgraph.cuda.launch import observers
 from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
+from rawgraph.model import decoder
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
@@ -58,6 +60,26 @@ def _loop(m, pdl):
 
 def test_pdl_decode_is_bit_identical_at_llama_1b_shapes(model):
     want = _host(model, pdl=False)
+    for _ in range(3):
+        assert _host(model, pdl=True) == want
+    for _ in range(2):
+        assert _loop(model, pdl=True) == want[0]
+
+
+def test_chained_attention_is_bit_identical(model, monkeypatch):
+    """Decode attention in the chain (its older tokens' K/V requested before its PDL wait,
+    the newest token's chunk after it) gives the plain launches' logits and tokens."""
+    want = _host(model, pdl=False)
+    monkeypatch.setattr(decoder, "CHAINED_ATTENTION", True)
+    seen = []  # (kernel, programmatic) of one eager step's launches
+    observers().append(lambda _, launch: seen.append((launch.kernel.name, launch.pdl)))
+    try:
+        model.launch_decode(1, model.prepare_decode(_context(model), [1], None), None,
+                            pdl=True)
+    finally:
+        observers().pop()
+    modes = {"combine" in name: pdl for name, pdl in seen if name.startswith("decode_attention")}
+    assert modes == {False: True, True: False}  # attention in the chain, its combine plain
     for _ in range(3):
         assert _host(model, pdl=True) == want
     for _ in range(2):

@@ -20,13 +20,15 @@ def test_the_plan_is_seeded_and_mixes_streams_faults_and_a_burst():
     assert all(load.prompt[0] <= len(p.prompt) <= load.prompt[1] for p in a if not p.bad)
 
 
-@pytest.mark.parametrize(("decode_chunk", "http"), [(None, 1), (8, 1), (None, 2)])
-def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http):
+@pytest.mark.parametrize(("decode_chunk", "http", "clients"), [(None, 1, 4), (8, 1, 4),
+                                                                 (None, 2, 2)])
+def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http, clients):
     load = Load(preset="tiny", reference=True, requests=24, rate=100.0, prompt=(4, 40),
                 output=(4, 24), max_batch=4, max_context=96, burst_extra=16, malformed=8,
-                decode_chunk=decode_chunk, http_processes=http)
+                decode_chunk=decode_chunk, http_processes=http, clients=clients)
     row = measure(load)
     assert row["decode chunk"] == (decode_chunk or 96) and row["HTTP processes"] == http
+    assert row["client processes"] == clients
     assert row["completed"] + row["cancelled"] == 24 and row["cancelled"] > 0
     assert row["refused 4xx"] == 8 and row["unexpected"] == 0
     assert row["burst 429"] + row["burst ok"] == 24 + 16 and row["burst 429"] > 0
@@ -41,6 +43,8 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http):
     # the reference decoder's host work is its whole iteration (each from its own buckets)
     assert 0 < row["server mixed host p50 ms"] < 2 * row["server mixed p99 ms"]
     assert row["server period p99 ms"] >= row["server decode p50 ms"]
+    # the ITL as the HTTP side relays tokens: from the HTTP processes' summed histograms
+    assert 0 < row["server ITL p50 ms"] <= row["server ITL p99 ms"]
     # rows join and leave through the load: some decode steps were fed from the host, the
     # others continued the last step on the device
     assert 0 < row["continued share"] < 1 and row["server fed decode p99 ms"] > 0

@@ -350,7 +350,11 @@ def test_http_processes_metrics_sum_over_their_shared_slots():
         assert _metric(text, name) == want
     assert _metric(text, "inter_token_latency_seconds_sum") == pytest.approx(0.06)
     assert 'inter_token_latency_seconds_bucket{le="0.005"} 5' in text
-    assert 'inter_token_latency_seconds_bucket{le="0.025"} 7' in text
+    assert 'inter_token_latency_seconds_bucket{le="0.003"} 0' in text
+    assert 'inter_token_latency_seconds_bucket{le="0.015"} 5' in text
+    assert 'inter_token_latency_seconds_bucket{le="0.02"} 7' in text
+    assert 'time_to_first_token_seconds_bucket{le="0.0025"} 1' in text
+    assert 'time_to_first_token_seconds_bucket{le="0.5"} 2' in text
     assert _metric(text, "generation_tokens_per_second") == pytest.approx(0.9)
     assert _metric(c.render(), "generation_tokens_total") == 9  # any process renders all
 
