@@ -1,17 +1,18 @@
 """`rawgraph bench serve`: the server under load and faults, against the same work offline.
 
 For each preset (random weights, the engine in its own process; again with mixed iterations and
-a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 128`; llama-1b a third
-time with `--engine thread` and a fourth with `--http-processes 4`): `rawgraph serve` starts as
-a subprocess; clients in `Load.clients` processes send `requests` streaming, greedy requests
-with Poisson arrivals (prompts and outputs of random lengths), and in the same run: a fifth of
-the clients disconnect mid-stream, malformed requests arrive (bad JSON, unknown fields, a huge
-max_tokens, prompts past the context) that must get a 4xx. `--max-queue` is the number of
-requests, so none of them is turned away; once they are done, a burst of tiny requests 64 past
-it overflows the queue (429 expected), then one more request must succeed (recovery). The
-server is then stopped by SIGTERM (exit 0 expected) and the same work runs again offline
-through `Engine.run`: every request the server took, those whose clients left cut to the tokens
-they had received (the server prefilled their prompts and decoded those tokens too).
+a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 64`, 128 on llama-8b;
+llama-1b a third time with `--engine thread` and a fourth with `--http-processes 4`):
+`rawgraph serve` starts as a subprocess; clients in `Load.clients` processes send `requests`
+streaming, greedy requests with Poisson arrivals (prompts and outputs of random lengths), and
+in the same run: a fifth of the clients disconnect mid-stream, malformed requests arrive (bad
+JSON, unknown fields, a huge max_tokens, prompts past the context) that must get a 4xx.
+`--max-queue` is the number of requests, so none of them is turned away; once they are done, a
+burst of tiny requests 64 past it overflows the queue (429 expected), then one more request
+must succeed (recovery). The server is then stopped by SIGTERM (exit 0 expected) and the same
+work runs again offline through `Engine.run`: every request the server took, those whose
+clients left cut to the tokens they had received (the server prefilled their prompts and
+decoded those tokens too).
 
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the decode step at that batch (`max_batch` rows at the
@@ -425,19 +426,23 @@ def measure(load: Load) -> dict[str, Any]:
     }
 
 
-LATENCY_CHUNK = 128  # the latency rows' --decode-chunk
+# the latency rows' --decode-chunk: the most prompt tokens beside decoding rows for which
+# the preset's ITL p99 came nearest 2x its step (1B 2.34x at 64, 3.1x at 128; 8B 2.0-2.1x
+# at 128; benchmarks/NOTES.md, "Serving")
+LATENCY_CHUNK = {"llama-1b": 64, "llama-8b": 128}
 HTTP_PROCESSES = 4  # the several-event-loops row's --http-processes (llama-1b: most tokens/s)
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
     """llama-1b and llama-8b (or the presets whose names contain `only`), the engine in its
     own process as `rawgraph serve` starts it, then tuned for inter-token latency (`--mixed
-    --decode-chunk LATENCY_CHUNK`: at most that many prompt tokens ride along with the
-    decoding rows, in one pass over the weights); llama-1b (the shortest steps) also with
-    the engine on the server's thread, and with HTTP_PROCESSES event loops."""
+    --decode-chunk N`, N the preset's LATENCY_CHUNK: at most that many prompt tokens ride
+    along with the decoding rows, in one pass over the weights); llama-1b (the shortest
+    steps) also with the engine on the server's thread, and with HTTP_PROCESSES event
+    loops."""
     names = [n for n in ("llama-1b", "llama-8b") if only in n]
     loads = [Load(preset=n) for n in names]
-    loads += [Load(preset=n, mixed=True, decode_chunk=LATENCY_CHUNK) for n in names]
+    loads += [Load(preset=n, mixed=True, decode_chunk=LATENCY_CHUNK[n]) for n in names]
     loads += [Load(preset=n, engine="thread") for n in ("llama-1b",) if only in n]
     loads += [Load(preset=n, http_processes=HTTP_PROCESSES) for n in ("llama-1b",) if only in n]
     return [measure(load) for load in loads]

@@ -55,7 +55,7 @@ RUNS_UP_TO = 256
 # launches that plainly), so its blocks request the older tokens' K/V while the QKV
 # projection ends, or launched plainly (False: the chain ends at attention). Fixed at
 # capture, so a graph keeps what it was captured with. On: 1-4% off every step measured, 1B
-# and 8B, B=1 to 32, 1k to 64k tokens (benchmarks/NOTES.md, "The programmatic chain").
+# and 8B, B=1 to 32, 1k to 64k tokens (benchmarks/NOTES.md, "Decode attention").
 CHAINED_ATTENTION = True
 
 # (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
@@ -694,7 +694,7 @@ class Model:
         rows = batch + n
 
         def attend(kc: Any, vc: Any) -> None:
-            with _attention_launch():  # ends the chain once a layer, as decode's does
+            with _attention_launch():  # as decode's: the chain ends once a layer
                 ops.decode_attention(q3[:batch], kc, vc, self.kv.block_tables,
                                      self.kv.seq_lens, dm["slots"][:batch], out3[:batch],
                                      self.workspace, max_len, scale=cfg.attention_scale,

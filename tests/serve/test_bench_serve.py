@@ -24,14 +24,16 @@ def test_the_plan_is_seeded_and_mixes_streams_faults_and_a_burst():
                                                                  (None, 2, 2)])
 def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http, clients):
     load = Load(preset="tiny", reference=True, requests=24, rate=100.0, prompt=(4, 40),
-                output=(4, 24), max_batch=4, max_context=96, burst_extra=16, malformed=8,
+                output=(4, 24), max_batch=4, max_context=96, burst_extra=80, malformed=8,
                 decode_chunk=decode_chunk, http_processes=http, clients=clients)
     row = measure(load)
     assert row["decode chunk"] == (decode_chunk or 96) and row["HTTP processes"] == http
     assert row["client processes"] == clients
     assert row["completed"] + row["cancelled"] == 24 and row["cancelled"] > 0
     assert row["refused 4xx"] == 8 and row["unexpected"] == 0
-    assert row["burst 429"] + row["burst ok"] == 24 + 16 and row["burst 429"] > 0
+    # a burst well past the queue: even sent slowly (a loaded machine's clients took 40 in
+    # as fast as the engine drained them) it overflows
+    assert row["burst 429"] + row["burst ok"] == 24 + 80 and row["burst 429"] > 0
     assert row["tokens lost"] == 0 and row["KV blocks leaked"] == 0
     assert row["streams unlike offline"] == 0  # one float32 decoder: batch-invariant
     assert row["recovered"] and row["exit"] == 0
