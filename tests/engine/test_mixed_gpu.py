@@ -80,8 +80,7 @@ def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit(chained, m
 def test_a_long_prompts_last_piece_beside_decode_rows_follows_the_reference(rows, start,
                                                                              graphs):
     """A 150-token prompt's last piece (6 to 20 tokens, its context past 128) in a mixed
-    iteration beside 1 to 3 decoding rows: the chunk head's logits are the prompt's. (On
-    `wip/holes` such first tokens came out 0 in the engine; this pins main's path.)"""
+    iteration beside 1 to 3 decoding rows: the chunk head's logits are the prompt's."""
     rng = np.random.default_rng(11)
     long = [int(t) for t in rng.integers(0, CFG.vocab, 150)]
     short = [[int(t) for t in rng.integers(0, CFG.vocab, 5)] for _ in range(rows)]
