@@ -408,8 +408,9 @@ class Model:
         step before, launched with `advance=1`) on the same slots in the same order: that
         step's sampler already made its tokens these rows' inputs and moved their positions
         and cache lengths on, on the device. Here each sequence grows by the token on its way;
-        a copy runs only for a new cache block or copy-on-write (tables), a sync of the
-        lengths since that step, or sampling parameters set since. Returns the step's
+        a copy runs only for a new cache block or copy-on-write (tables), lengths moved on the
+        host (a prefill chunk prepared beside it) or synced since that step, or sampling
+        parameters set since. Returns the step's
         longest context (`max_len`). ValueError (`step.check_follow`) if the slots, or their
         sequences on the host, are not the ones that step left."""
         t = self.kv.tables
@@ -423,7 +424,7 @@ class Model:
                 h[name][:len(sl)] = arr[sl]
             self.dec_meta.push(stream, self.dec_meta.offset("ids"))
             self._sampling_pushed = True
-        if t.changed or t.pending_copies or self.kv.syncs != last.syncs:
+        if t.changed or t.pending_copies or t.lens_moved or self.kv.syncs != last.syncs:
             self.kv.sync(stream)  # host lengths now equal what the device moved on to
         return int(t.lens[sl].max())
 

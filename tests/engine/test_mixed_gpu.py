@@ -102,6 +102,37 @@ def test_a_long_prompts_last_piece_beside_decode_rows_follows_the_reference(rows
     assert last[0] >= 0 and _err(got, want) < TOL
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_long_prompt_in_pieces_beside_continued_steps_follows_the_reference(mixed, graphs):
+    """A 150-token prompt prefilled in 24-token pieces beside two decoding rows, each step
+    continuing the last on the device (`follow`): most pieces end in the cache block they
+    began in, so no table row changes, and the device must still be told the prompt's new
+    length before its chunk attends (it once attended to the length before the piece).
+    The prompt's last logits are the reference's."""
+    rng = np.random.default_rng(17)
+    long = [int(t) for t in rng.integers(0, CFG.vocab, 150)]
+    short = [[int(t) for t in rng.integers(0, CFG.vocab, 5)] for _ in range(2)]
+    model = _model()
+    runner = Runner(model, graphs=graphs, buckets=[2, 4], chunks=[16, 24, 32, 64],
+                    mixed=mixed)
+    first, _, _ = runner.run([PrefillPiece(0, short[0], 0), PrefillPiece(1, short[1], 0)],
+                             [], [])
+    p = runner.launch([PrefillPiece(2, long[:24], 0, final=False)], [0, 1], first)
+    at = 24
+    while at < 150:
+        k = min(24, 150 - at)
+        p = runner.launch([PrefillPiece(2, long[at:at + k], at, final=at + k == 150)], [0, 1],
+                          None, follow=True)
+        at += k
+    last = runner.collect(p)[0][0]
+    got = to_float32(model.pre["logits"][:1].get()[0], CFG.dtype)
+    want = forward(CFG, float_weights(CFG, TENSORS), np.asarray(long), KVState())[-1]
+    runner.close()
+    model.close()
+    assert last >= 0 and _err(got, want) < TOL
+
+
 @pytest.mark.parametrize("decode_chunk", [None, 24])
 def test_an_engine_of_mixed_iterations_matches_eager_and_the_reference(decode_chunk):
     outs = []
