@@ -66,6 +66,9 @@ class BlockTables:
     by copy-on-write are queued in `pending_copies` for the device side to run, and the rows
     of `table` changed since the device last copied them are in `changed` (most steps change
     lengths only: a row changes when its sequence starts, ends or enters a new block).
+    `lens_moved` says a length changed since then other than by `append_one`'s one token a
+    sequence (a decode step's, which a step continuing it moves on by itself, on the device):
+    a prefill piece's tokens, say, which the device cannot know of until a copy.
     """
 
     def __init__(self, allocator: BlockAllocator, block_size: int, max_seqs: int,
@@ -81,6 +84,7 @@ class BlockTables:
         # never written; copying them would read uninitialized memory)
         self.pending_copies: list[tuple[int, int, int]] = []
         self.changed: set[int] = set(range(max_seqs))  # rows the device has not seen
+        self.lens_moved = True  # lengths the device has not seen (the copy clears both)
 
     @property
     def max_tokens(self) -> int:
@@ -103,6 +107,7 @@ class BlockTables:
         self.active.add(s)
         self.started[s] += 1
         self.lens[s] = 0
+        self.lens_moved = True
 
     def append(self, s: int, n: int = 1) -> None:
         """Make room for n more tokens of sequence s (new blocks, copy-on-write of a shared
@@ -123,6 +128,7 @@ class BlockTables:
             self.table[s, have - 1] = copy
         self.table[s, have:have + fresh] = got
         self.lens[s] = new
+        self.lens_moved = True
         if got or cow:
             self.changed.add(s)
 
@@ -172,6 +178,7 @@ class BlockTables:
         self.alloc.release([int(b) for b in self.table[s, keep:have]])
         self.table[s, keep:have] = -1
         self.lens[s] = n
+        self.lens_moved = True
         self.changed.add(s)
 
     def fork(self, src: int, dst: int) -> None:
@@ -185,6 +192,7 @@ class BlockTables:
         self.table[dst] = -1
         self.table[dst, :len(blocks)] = blocks
         self.lens[dst] = self.lens[src]
+        self.lens_moved = True
         self.changed.add(dst)
 
     def free(self, s: int) -> None:
@@ -194,4 +202,5 @@ class BlockTables:
         self.table[s] = -1
         self.lens[s] = 0
         self.active.discard(s)
+        self.lens_moved = True
         self.changed.add(s)

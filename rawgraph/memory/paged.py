@@ -84,6 +84,7 @@ class PagedKVCache:
             h["lens"][slot] = length
         rows = np.fromiter(t.changed, np.int64, len(t.changed))
         t.changed.clear()
+        t.lens_moved = False
         mirror = h["tables"].reshape(t.table.shape)
         mirror[rows] = t.table[rows]  # the pinned mirror's other rows already match
         upto = int(rows.max()) + 1 if len(rows) else 0  # table rows this copy carries

@@ -409,12 +409,13 @@ class Model:
         step before, launched with `advance=1`), its rows in their places: that step's
         sampler already made its tokens these rows' inputs and moved their positions and
         cache lengths on, on the device. Here each sequence grows by the token on its way;
-        a copy runs only for what changed: a new cache block or copy-on-write (tables), a
-        sync of the lengths since that step, sampling parameters set since, rows left empty
-        or taken. A row whose sequence has left (finished, aborted) may be left empty (slot
-        -1): it becomes a padding row in its place, so the others keep theirs and their
-        hand-off (a padding row's position is not moved on, so it writes the other half of
-        its token pair: the half holding the left sequence's last token stays until read).
+        a copy runs only for what changed: a new cache block or copy-on-write (tables),
+        lengths moved on the host (a prefill chunk prepared beside it) or synced since that
+        step, sampling parameters set since, rows left empty or taken. A row whose sequence
+        has left (finished, aborted) may be left empty (slot -1): it becomes a padding row
+        in its place, so the others keep theirs and their hand-off (a padding row's position
+        is not moved on, so it writes the other half of its token pair: the half holding the
+        left sequence's last token stays until read).
         A row empty in `last`, or past its rows, may take a joining sequence, fed from the
         host (`tokens`: its token there, -1 in every other row) or on the device (`fed`: in
         that row the index j of its piece in the last prefill chunk, which ended its
@@ -457,7 +458,8 @@ class Model:
                 ids[i:i + 1].data.copy_from_device_async(self.pre["next"][j:j + 1].data, 4,
                                                          cupy_stream(stream))
             self._sampling_pushed = True
-        if joins.any() or t.changed or t.pending_copies or self.kv.syncs != last.syncs:
+        if (joins.any() or t.changed or t.pending_copies or t.lens_moved
+                or self.kv.syncs != last.syncs):
             self.kv.sync(stream)  # host lengths now equal what the device moved on to
         return int(t.lens[sl].max())
 

@@ -80,8 +80,7 @@ def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit(chained, m
 def test_a_long_prompts_last_piece_beside_decode_rows_follows_the_reference(rows, start,
                                                                              graphs):
     """A 150-token prompt's last piece (6 to 20 tokens, its context past 128) in a mixed
-    iteration beside 1 to 3 decoding rows: the chunk head's logits are the prompt's. (On
-    `wip/holes` such first tokens came out 0 in the engine; this pins main's path.)"""
+    iteration beside 1 to 3 decoding rows: the chunk head's logits are the prompt's."""
     rng = np.random.default_rng(11)
     long = [int(t) for t in rng.integers(0, CFG.vocab, 150)]
     short = [[int(t) for t in rng.integers(0, CFG.vocab, 5)] for _ in range(rows)]
@@ -145,6 +144,37 @@ def test_a_join_growing_the_bucket_beside_a_long_prompt_leaves_its_cache_alone(f
     ref = forward(CFG, w, np.asarray([*short[2], f2]), KVState())[-1]
     top = np.sort(ref)
     assert joined == int(np.argmax(ref)) or top[-1] - top[-2] < NEAR_TIE
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_long_prompt_in_pieces_beside_continued_steps_follows_the_reference(mixed, graphs):
+    """A 150-token prompt prefilled in 24-token pieces beside two decoding rows, each step
+    continuing the last on the device (`follow`): most pieces end in the cache block they
+    began in, so no table row changes, and the device must still be told the prompt's new
+    length before its chunk attends (it once attended to the length before the piece).
+    The prompt's last logits are the reference's."""
+    rng = np.random.default_rng(17)
+    long = [int(t) for t in rng.integers(0, CFG.vocab, 150)]
+    short = [[int(t) for t in rng.integers(0, CFG.vocab, 5)] for _ in range(2)]
+    model = _model()
+    runner = Runner(model, graphs=graphs, buckets=[2, 4], chunks=[16, 24, 32, 64],
+                    mixed=mixed)
+    first, _, _ = runner.run([PrefillPiece(0, short[0], 0), PrefillPiece(1, short[1], 0)],
+                             [], [])
+    p = runner.launch([PrefillPiece(2, long[:24], 0, final=False)], [0, 1], first)
+    at = 24
+    while at < 150:
+        k = min(24, 150 - at)
+        p = runner.launch([PrefillPiece(2, long[at:at + k], at, final=at + k == 150)], [0, 1],
+                          None, follow=True)
+        at += k
+    last = runner.collect(p)[0][0]
+    got = to_float32(model.pre["logits"][:1].get()[0], CFG.dtype)
+    want = forward(CFG, float_weights(CFG, TENSORS), np.asarray(long), KVState())[-1]
+    runner.close()
+    model.close()
+    assert last >= 0 and _err(got, want) < TOL
 
 
 @pytest.mark.parametrize("decode_chunk", [None, 24])

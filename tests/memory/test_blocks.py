@@ -177,3 +177,46 @@ def test_a_step_in_the_same_blocks_changes_no_row():
     t.append_one(np.array([0]))
     t.append_one(np.array([0]))  # token 5 opens block 1
     assert t.changed == {0} and list(t.table[0][:2]) == [0, 1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "append", "append_one", "fork", "free",
+                                           "truncate", "reset"]),
+                          st.integers(0, 5), st.integers(0, 5), st.integers(1, 9)), max_size=40))
+def test_a_device_moving_decode_rows_on_copies_lengths_only_when_told(ops):
+    # a device that moves each decode row's length on by itself (a step continuing the last
+    # one) and copies the lengths only when rows changed or `lens_moved` says so (as
+    # `Model.prepare_follow` does) always has the host's lengths
+    t = _tables(num_blocks=12, bs=4, seqs=6, per_seq=5)
+    device = t.lens.copy()
+    t.changed.clear()
+    t.lens_moved = False
+    for op, a, b, n in ops:
+        rows = np.array(sorted(t.active)[:b + 1], np.int64)
+        call = {"add": (t.add, a), "append": (t.append, a, n), "fork": (t.fork, a, b),
+                "free": (t.free, a), "truncate": (t.truncate, a, n % 4), "reset": (t.reset,),
+                "append_one": (t.append_one, rows)}[op]
+        try:
+            call[0](*call[1:])
+        except (ValueError, OutOfBlocks):
+            pass
+        else:
+            if op == "append_one":
+                device[rows] += 1
+        if t.changed or t.lens_moved:
+            device[:] = t.lens
+            t.changed.clear()
+            t.lens_moved = False
+        assert np.array_equal(device, t.lens)
+
+
+def test_a_prefill_piece_in_the_same_block_is_a_length_the_device_must_be_told():
+    t = _tables()
+    t.add(0)
+    t.append(0, 2)
+    t.changed.clear()
+    t.lens_moved = False
+    t.append_one(np.array([0]))  # a decode token: the continuing step moves it on itself
+    assert not t.lens_moved and not t.changed
+    t.append(0, 1)  # a piece's token in the same block: no row changed, the length did
+    assert t.lens_moved and not t.changed

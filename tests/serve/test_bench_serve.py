@@ -31,8 +31,8 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http, clients):
     assert row["client processes"] == clients
     assert row["completed"] + row["cancelled"] == 24 and row["cancelled"] > 0
     assert row["refused 4xx"] == 8 and row["unexpected"] == 0
-    # a burst well past the queue: even sent slowly (a loaded machine's clients took 40 in
-    # as fast as the engine drained them) it overflows
+    # a burst well past the queue, so that it overflows even when a loaded machine's clients
+    # send it no faster than the engine drains it
     assert row["burst 429"] + row["burst ok"] == 24 + 80 and row["burst 429"] > 0
     assert row["tokens lost"] == 0 and row["KV blocks leaked"] == 0
     assert row["streams unlike offline"] == 0  # one float32 decoder: batch-invariant
