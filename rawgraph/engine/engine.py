@@ -82,15 +82,18 @@ class Engine:
 
     `graphs=False` runs the same launches eagerly (the comparison baseline); `capture`
     ('upfront' or 'lazy') says when the graphs are made; `pdl`: decode kernels with programmatic
-    dependent launch (see Runner). `overlap`: while the same requests keep decoding, each step
-    (with a prefill chunk beside it, or in a mixed iteration, or not) is launched before the
-    previous step's tokens are read (they feed it on the device), so the host's work per step
-    hides behind the GPU's, and an iteration of prompt pieces alone that end no prompt is not
-    waited for (the next chunk is prepared while it runs); a chunk's pieces count as in the
-    cache from their launch, and a prompt's first token is emitted when its last piece's
-    iteration is read. A request that stops at a stop id has one step computed past it,
-    which is discarded. Tokens are the same either way. `mixed`: an iteration's prefill chunk
-    and decode step run as one (Runner).
+    dependent launch (see Runner). `overlap`: each step (with a prefill chunk beside it, or in
+    a mixed iteration, or not) is launched before the previous step's tokens are read (they
+    feed it on the device), so the host's work per step hides behind the GPU's; rows keep
+    their places across steps (a finished request's row stays empty, a joining one takes an
+    empty row, fed its first token on the device from the chunk that ended its prompt, or
+    from the host once read) until a smaller bucket would do, when the rows are packed in a
+    step fed from the host; and an iteration of prompt pieces alone that
+    end no prompt is not waited for (the next chunk is prepared while it runs); a chunk's
+    pieces count as in the cache from their launch, and a prompt's first token is emitted
+    when its last piece's iteration is read. A request that stops at a stop id has one step
+    computed past it, which is discarded. Tokens are the same either way. `mixed`: an
+    iteration's prefill chunk and decode step run as one (Runner).
     `decode_chunk`: the most prompt tokens an iteration that also steps decoding sequences
     prefills (default: the largest chunk; a graph of that size is added to the chunks): the
     decoding users' next token waits for them, so a smaller one shortens the inter-token
@@ -127,8 +130,8 @@ class Engine:
         self.steps = 0
         self.overlap = overlap
         # launched, tokens unread: its decode rows, its prefill pieces, the launch
-        self._ahead: tuple[list[Request], list[tuple[Request, PrefillPiece]], Pending] | None \
-            = None
+        self._ahead: tuple[list[Request | None], list[tuple[Request, PrefillPiece]],
+                           Pending] | None = None
         self._chained = True  # False after a rollback: the device no longer holds the hand-off
         self._aborts: list[Request] = []
         if graphs and capture == "upfront":
@@ -213,12 +216,15 @@ class Engine:
         st = None
         if self._ahead is not None:
             rows, pieces, pending = self._ahead
-            if self._chained and self._follows(plan, rows):
-                nxt = self.runner.launch([p for _, p in plan.prefill], [r.slot for r in rows],
-                                         None, follow=True)
+            cont = self._continued(plan, rows, pieces) if self._chained else None
+            if cont is not None:
+                layout, tokens, fed = cont
+                nxt = self.runner.launch([p for _, p in plan.prefill],
+                                         [r.slot if r is not None else -1 for r in layout],
+                                         tokens, follow=True, fed=fed)
                 self._prefilled(plan.prefill)
                 nxt.st.follow = True
-                self._ahead, st, plan = (rows, plan.prefill, nxt), nxt.st, None  # launched
+                self._ahead, st, plan = (layout, plan.prefill, nxt), nxt.st, None  # launched
             else:
                 self._ahead = None
             emitted += self._read(rows, pieces, pending, done)
@@ -240,12 +246,49 @@ class Engine:
             # first tokens is read when a later chunk reuses it)
         return st, emitted
 
-    def _follows(self, plan: Plan, rows: list[Request]) -> bool:
-        """Whether this iteration's decode step is one of exactly `rows` (in order), each
-        with room for the token after the one still on its way (a prefill chunk may go
-        beside it)."""
-        return (len(plan.decode) == len(rows) and all(a is b for a, b in zip(plan.decode, rows))
-                and all(len(r.output) + 2 <= r.max_new_tokens for r in rows))
+    def _continued(self, plan: Plan, rows: list[Request | None],
+                   pieces: list[tuple[Request, PrefillPiece]]
+                   ) -> tuple[list[Request | None], list[int] | None, list[int] | None] | None:
+        """The rows of a decode step continuing the one on its way (`rows`; None: an empty
+        row; `pieces`: the chunk launched with it), the tokens of the rows joining it from
+        the host (None if none does) and the chunk's pieces whose first tokens feed the
+        rows joining on the device (None if none does), or None where it cannot. Each
+        planned request of `rows` keeps its place; a row whose request is not planned (it
+        finished or was aborted) or whose token on its way is its last is left empty (a
+        padding row: the others keep their places, so the sampler's hand-off still feeds
+        them); a planned request not in `rows` joins in a row empty there or after the
+        last: fed from the host if its first token has been read, else (its prompt ended
+        in that chunk, unread) with that token on the device, so it joins when a run
+        without overlap would take it. It cannot when no row is left, or when the rows
+        would take a smaller bucket than the empty rows hold on to (then the rows are
+        packed, fed from the host). A prefill chunk may go beside it either way."""
+        planned = {id(r) for r in plan.decode}
+        layout = [r if r is not None and id(r) in planned
+                  and len(r.output) + 2 <= r.max_new_tokens else None for r in rows]
+        held = {id(r) for r in rows if r is not None}
+        ended = {id(r): j for j, (r, p) in enumerate(pieces) if p.final}
+        # a prompt that ended in the unread chunk joins if its first token is not its last
+        joining = [r for r in plan.decode if id(r) not in held
+                   and (r.output or (id(r) in ended and r.max_new_tokens >= 2))]
+        free = [i for i, r in enumerate(rows) if r is None]  # empty there: no token to read
+        for r in joining:
+            if free:
+                layout[free.pop(0)] = r
+            else:
+                layout.append(r)
+        live = sum(r is not None for r in layout)
+
+        def bucket(n: int) -> int | None:
+            return next((b for b in self.runner.buckets if b >= n), None)
+        if not live or bucket(live) != bucket(len(layout)):
+            return None
+        host = {id(r) for r in joining if r.output}
+        dev = {id(r) for r in joining if not r.output}
+        tokens = [r.output[-1] if r is not None and id(r) in host else -1
+                  for r in layout] if host else None
+        fed = [ended[id(r)] if r is not None and id(r) in dev else -1
+               for r in layout] if dev else None
+        return layout, tokens, fed
 
     @staticmethod
     def _prefilled(pieces: list[tuple[Request, PrefillPiece]]) -> None:
@@ -254,7 +297,7 @@ class Engine:
         for r, piece in pieces:
             r.prefilled += len(piece.tokens)
 
-    def _read(self, rows: list[Request], pieces: list[tuple[Request, PrefillPiece]],
+    def _read(self, rows: list[Request | None], pieces: list[tuple[Request, PrefillPiece]],
               pending: Pending, done: list[Request]) -> int:
         """Tokens of a launched iteration: the first token of each prompt a piece ended (the
         prompt's last logits), then the decode rows'; requests that finished meanwhile drop
@@ -262,7 +305,8 @@ class Engine:
         first, nxt, _ = self.runner.collect(pending)
         n = sum(self._emit(r, tok, done) for (r, piece), tok in zip(pieces, first)
                 if piece.final and not r.finish)
-        return n + sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt) if not r.finish)
+        return n + sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt)
+                       if r is not None and not r.finish)
 
     def _emit(self, r: Request, tok: int, done: list[Request]) -> int:
         r.output.append(tok)

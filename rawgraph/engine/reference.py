@@ -113,6 +113,7 @@ class ReferenceRunner(Launched):
         self.decode_stream = self.prefill_stream = None
         super().__init__()
         self._last: dict[int, int] = {}  # each slot's token from its last decode step
+        self._chunk_first: list[int] = []  # the last launch's pieces' first tokens
 
     def capture_all(self, progress: bool = True) -> dict[str, Any]:
         """No graphs on the host."""
@@ -120,19 +121,27 @@ class ReferenceRunner(Launched):
 
     def launch(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
-               *, follow: bool = False) -> HostPending:
+               *, follow: bool = False, fed: Sequence[int] | None = None) -> HostPending:
         """One iteration: a prefill chunk of `pieces` and a decode step of `slots` (`follow`:
-        fed the tokens the last decode step of the same slots produced). Its host time is
-        the whole computation (the reference has no device to hand it to)."""
+        fed the tokens the last decode step of the same slots produced, some rows maybe left
+        empty, -1, or taking a joining sequence, as the GPU runner's). Its host time is the
+        whole computation (the reference has no device to hand it to)."""
         t0 = time.perf_counter()
         m, t = self.model, self.model.kv.tables
         while len(self._unread) > (1 if follow else 0):
             self.collect(self._unread[0])
-        if follow:
-            check_follow(self._last_step, slots, t, m.limits)  # as Model.prepare_follow
-            tokens = [self._last[s] for s in slots]
+        if follow:  # as Model.prepare_follow: continued rows, empty ones, joining ones
+            fed = self._check_fed(slots, fed)
+            src = [-1] * len(slots) if fed is None else fed
+            joins = check_follow(self._last_step, slots, t, m.limits, tokens,
+                                 [j >= 0 for j in src])
+            tokens = [self._chunk_first[j] if j >= 0 else int(tokens[i])  # type: ignore
+                      if k else self._last[s] if s >= 0 else -1
+                      for i, (s, k, j) in enumerate(zip(slots, joins, src))]
         elif slots and tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
+        elif fed is not None:
+            raise ValueError("fed: only a step that follows the last one")
         first = []
         for p in pieces:
             if p.slot not in t.active:
@@ -143,13 +152,18 @@ class ReferenceRunner(Launched):
             first.append(pick(logits, p.sampling, p.start + len(p.tokens)) if p.final else -1)
         out = []
         for i, (s, tok) in enumerate(zip(slots, tokens or [])):
+            if s < 0:  # an empty row: a padding row, no token
+                out.append(-1)
+                continue
             t.append(s, 1)
             params = sampling[i] if sampling is not None else m.sampling[s]
             out.append(pick(m.logits(s, [tok]), params, int(t.lens[s])))
-        self._last.update(zip(slots, out))
+        self._last.update((s, tok) for s, tok in zip(slots, out) if s >= 0)
+        self._chunk, self._chunk_first = list(pieces), first  # a following step's joins
         if slots:
             self._last_step = last_step(slots, t, 0)
-        st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces),
+        st = IterStats(decode_rows=sum(s >= 0 for s in slots),
+                       prefill_tokens=sum(len(p.tokens) for p in pieces),
                        host_us=(time.perf_counter() - t0) * 1e6,
                        eager=["the reference decoder on the host"])
         pending = HostPending(list(pieces), len(slots), st, final_tokens(first, pieces), out)

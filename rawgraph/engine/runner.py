@@ -50,7 +50,7 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 class IterStats:
     """What one iteration (a prefill chunk and/or a decode step) cost on the host."""
 
-    decode_rows: int = 0
+    decode_rows: int = 0      # rows with a sequence (a continued step may hold empty ones)
     prefill_tokens: int = 0
     host_us: float = 0.0      # prepare + patch + launch, before waiting for the GPU
     patch_us: float = 0.0     # ex.set calls alone
@@ -67,7 +67,7 @@ class Pending:
     pieces: list[PrefillPiece]
     firsts: tuple[int, Any] | None  # the pieces' half of the first-token pairs, and its event
     rows: int                   # decode rows
-    parity: Any                 # (rows,) each row's position % 2: its half of the token pair
+    parity: Any                 # (rows,) each row's position % 2 (its token's half); -1: empty
     done: Any                   # event recorded after the decode step
     st: IterStats
     t0: float
@@ -104,6 +104,23 @@ class Launched:
         self._turn = 0
         self._first_turn = 0  # whose turn it is of the two halves of a chunk's first tokens
         self._last_step: LastStep | None = None  # the last decode step, if it may be continued
+        self._chunk: list[PrefillPiece] = []  # the last launch's pieces (their first tokens)
+
+    def _check_fed(self, slots: Sequence[int], fed: Sequence[int] | None) -> list[int] | None:
+        """`fed` (per row: the index of the last launch's piece whose first token feeds the
+        row, its sequence's prompt ended there; -1 elsewhere) checked against that launch;
+        None for none. ValueError before anything changes."""
+        if fed is None:
+            return None
+        fed = [int(j) for j in fed]
+        if len(fed) != len(slots):
+            raise ValueError(f"fed {fed}: one per row of {len(slots)}")
+        for i, j in enumerate(fed):
+            if j >= 0 and not (j < len(self._chunk) and self._chunk[j].final
+                               and self._chunk[j].slot == slots[i]):
+                raise ValueError(f"fed {fed}: row {i} (slot {slots[i]}) names no piece of the "
+                                 f"last launch's chunk that ended its prompt")
+        return fed
 
     def state(self) -> tuple[list, int, int]:
         """What an engine's rollback restores: the launched iterations not read yet, and
@@ -119,6 +136,7 @@ class Launched:
         # the device's step inputs may be a rolled-back step's: the next decode step copies
         # them from the host
         self._last_step = None
+        self._chunk = []
 
 
 class Runner(Launched):
@@ -258,23 +276,33 @@ class Runner(Launched):
 
     def launch(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                tokens: Sequence[int] | None, sampling: Sequence[SamplingParams] | None = None,
-               *, follow: bool = False) -> Pending:
+               *, follow: bool = False, fed: Sequence[int] | None = None) -> Pending:
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
-        tokens. `follow`: a decode step of the same slots, in the same order, as the last
-        decode launch, fed the tokens that step samples on the device (`tokens` None;
-        `Model.prepare_follow` checks that it continues that step), with a prefill chunk
-        beside it (or in a mixed iteration) or not: the host can prepare and launch it
-        before it has read them, so its work hides behind the GPU's. Tokens this launch
-        could overwrite are read first (waiting for them): only the last step's may stay
-        unread across a step that continues it."""
+        tokens. `follow`: a decode step continuing the last decode launch, its rows in
+        their places, fed the tokens that step samples on the device
+        (`Model.prepare_follow` checks it): each row the same slot as there, or -1 (a row
+        whose sequence has left, kept as a padding row so the others keep their places; its
+        token is -1), and a row that was empty there, or past its rows, may take a joining
+        sequence fed from the host (`tokens`: its token there and -1 elsewhere; None when
+        no row joins) or with the first token the last launch's chunk made for it, on the
+        device (`fed`: the index of the piece that ended its prompt there, -1 elsewhere;
+        that launch need not have been read). With a prefill chunk beside it (or in a mixed
+        iteration) or not: the host can prepare and launch it before it has read the last
+        step's tokens, so its work hides behind the GPU's. Tokens this launch could
+        overwrite are read first (waiting for them): only the last step's may stay unread
+        across a step that continues it."""
         if follow:
-            if tokens is not None or sampling is not None or not slots:
-                raise ValueError("follow: a decode step, its tokens from the device and its "
-                                 "sampling parameters the slots' own")
+            if sampling is not None or not slots:
+                raise ValueError("follow: a decode step, its sampling parameters the slots' "
+                                 "own")
+            fed = self._check_fed(slots, fed)
         elif tokens is None:
             raise ValueError("tokens are needed unless the step follows the last one")
+        elif fed is not None:
+            raise ValueError("fed: only a step that follows the last one")
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
-        st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
+        st = IterStats(decode_rows=sum(s >= 0 for s in slots),
+                       prefill_tokens=sum(len(p.tokens) for p in pieces))
         b = self.bucket(len(slots)) if slots else None
         c = self.chunk(st.prefill_tokens) if pieces else None
         mixed = self.mixed and b is not None and c is not None
@@ -288,7 +316,7 @@ class Runner(Launched):
         if slots and b is None:
             self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
         if pieces and slots:
-            self._check_both(pieces, slots, tokens, follow)
+            self._check_both(pieces, slots, tokens, follow, fed)
         if slots:  # tokens this step's sampler could overwrite are read first: a continuing
             # step writes the other half of the last step's pairs, anything else may not
             while len(self._unread) > (1 if follow else 0):
@@ -297,13 +325,13 @@ class Runner(Launched):
         if mixed:
             assert b is not None and c is not None
             return self._launch_mixed(pieces, slots, tokens, sampling, b, c, mix_ex, st, t0,
-                                      follow)
+                                      follow, fed)
         if ps is not ds:  # the tables' copy below waits for a chunk still reading them
             cupy_stream(ds).wait_event(self._prefill_done)
         if pieces:
             n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ps, sync=False)
         if follow:
-            max_len = m.prepare_follow(slots, self._last_step, ds)
+            max_len = m.prepare_follow(slots, self._last_step, ds, tokens, fed)
         elif slots:  # its copy of the tables carries the prefill's too
             max_len = m.prepare_decode(slots, tokens, ds, sampling)
         else:
@@ -332,15 +360,14 @@ class Runner(Launched):
         if pieces and ps is not ds:
             self._prefill_done.record(cupy_stream(ps))
         st.host_us = (time.perf_counter() - t0) * 1e6
-        # each row's half of its token pair: the parity of its position (the lengths the step's
-        # record took; nothing since has grown them)
-        parity = (self._last_step.lens - 1) & 1 if slots else None
+        parity = self._parity() if slots else None
         return self._pending(pieces, firsts, len(slots), parity, done, st, t0)
 
     def _pending(self, pieces: Sequence[PrefillPiece], firsts: tuple[int, Any] | None,
                  rows: int, parity: Any, done: Any, st: IterStats, t0: float) -> Pending:
         """A launch's Pending, recorded as the owner of what it left in the shared halves."""
         p = Pending(list(pieces), firsts, rows, parity, done, st, t0)
+        self._chunk = list(pieces)  # whose first tokens a following step may take
         if rows:
             self._unread.append(p)
         if firsts is not None:
@@ -363,15 +390,16 @@ class Runner(Launched):
     def _launch_mixed(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                       tokens: Sequence[int] | None,
                       sampling: Sequence[SamplingParams] | None, b: int, c: int, ex: Any,
-                      st: IterStats, t0: float, follow: bool) -> Pending:
+                      st: IterStats, t0: float, follow: bool,
+                      fed: Sequence[int] | None) -> Pending:
         """`launch`'s mixed iteration: the chunk and the step in one graph (or eagerly, the
-        same launches) on the decode stream; `follow` as `launch`'s."""
+        same launches) on the decode stream; `follow` and `fed` as `launch`'s."""
         m, ds = self.model, self.decode_stream
         if self.prefill_stream is not ds:  # the tables' copy waits for a chunk reading them
             cupy_stream(ds).wait_event(self._prefill_done)
         n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ds, sync=False)
         if follow:  # its tables carry the chunk's
-            max_len = m.prepare_follow(slots, self._last_step, ds)
+            max_len = m.prepare_follow(slots, self._last_step, ds, tokens, fed)
         else:
             assert tokens is not None
             max_len = m.prepare_decode(slots, tokens, ds, sampling)
@@ -388,13 +416,21 @@ class Runner(Launched):
         self._turn ^= 1
         firsts = self._copy_firsts(len(pieces), ds)
         st.host_us = (time.perf_counter() - t0) * 1e6
-        parity = (self._last_step.lens - 1) & 1
-        return self._pending(pieces, firsts, len(slots), parity, done, st, t0)
+        return self._pending(pieces, firsts, len(slots), self._parity(), done, st, t0)
+
+    def _parity(self) -> Any:
+        """Each row of the last decode step's half of its token pair (the parity of its
+        position, from the lengths the step's record took: nothing since has grown them);
+        -1 for an empty row (no token to read)."""
+        last = self._last_step
+        assert last is not None
+        return np.where(last.slots >= 0, (last.lens - 1) & 1, -1)
 
     def _settle(self, p: Pending) -> None:
         """Wait for a decode launch and read its tokens out of the shared pairs."""
         p.done.synchronize()
-        p.tokens = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), p.parity].tolist()
+        pairs = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), np.maximum(p.parity, 0)]
+        p.tokens = np.where(p.parity >= 0, pairs, -1).tolist()
         self._unread.remove(p)
 
     def _read_firsts(self, p: Pending) -> None:
@@ -419,19 +455,21 @@ class Runner(Launched):
         return p.first or [], p.tokens or [], p.st
 
     def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-                    tokens: Sequence[int] | None, follow: bool = False) -> None:
+                    tokens: Sequence[int] | None, follow: bool = False,
+                    fed: Sequence[int] | None = None) -> None:
         """What could make the decode half fail once the prefill half has changed the cache,
         checked first: the iteration is all or nothing."""
         m = self.model
         if follow:
-            check_follow(self._last_step, slots, m.kv.tables, m.limits)
+            check_follow(self._last_step, slots, m.kv.tables, m.limits, tokens,
+                         None if fed is None else [j >= 0 for j in fed])
         else:
             m.check_decode(slots, tokens)
         both = {p.slot for p in pieces} & set(slots)
         if both:
             raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
         need = m.blocks_needed({**{p.slot: len(p.tokens) for p in pieces},
-                                **dict.fromkeys(slots, 1)})
+                                **dict.fromkeys((s for s in slots if s >= 0), 1)})
         free = m.kv.tables.alloc.num_free
         if need > free:
             raise OutOfBlocks(f"this iteration needs {need} new KV blocks, {free} free")

@@ -55,14 +55,15 @@ class Staging:
         """Byte offset of field `name` in the buffer (fields lie in the order given)."""
         return self._offsets[name]
 
-    def push(self, stream: Any, nbytes: int | None = None) -> None:
-        """Copy every field (or the buffer's first `nbytes`) to the device on `stream`, in one
-        transfer."""
+    def push(self, stream: Any, nbytes: int | None = None, *, start: int = 0) -> None:
+        """Copy every field (or the buffer's bytes [start, nbytes): fields lie in the order
+        given, `offset` finds them) to the device on `stream`, in one transfer."""
         nbytes = self.nbytes if nbytes is None else nbytes
-        if not 0 < nbytes <= self.nbytes:
-            raise ValueError(f"nbytes = {nbytes} outside (0, {self.nbytes}]")
+        if not 0 <= start < nbytes <= self.nbytes:
+            raise ValueError(f"bytes [{start}, {nbytes}) outside [0, {self.nbytes}] or empty")
         s = cupy_stream(stream)
-        self.buffer.data.copy_from_host_async(self._pinned.ptr, nbytes, s)
+        (self.buffer.data + start).copy_from_host_async(self._pinned.ptr + start,
+                                                        nbytes - start, s)
         self._copied.record(s)
 
 

@@ -403,28 +403,63 @@ class Model:
         return int(lens.max())
 
     def prepare_follow(self, slots: Sequence[int], last: step.LastStep | None,
-                       stream: Any) -> int:
+                       stream: Any, tokens: Sequence[int] | None = None,
+                       fed: Sequence[int] | None = None) -> int:
         """Host side of a decode step that continues `last` (`step.last_step` of the decode
-        step before, launched with `advance=1`) on the same slots in the same order: that
-        step's sampler already made its tokens these rows' inputs and moved their positions
-        and cache lengths on, on the device. Here each sequence grows by the token on its way;
-        a copy runs only for a new cache block or copy-on-write (tables), lengths moved on the
-        host (a prefill chunk prepared beside it) or synced since that step, or sampling
-        parameters set since. Returns the step's
-        longest context (`max_len`). ValueError (`step.check_follow`) if the slots, or their
-        sequences on the host, are not the ones that step left."""
+        step before, launched with `advance=1`), its rows in their places: that step's
+        sampler already made its tokens these rows' inputs and moved their positions and
+        cache lengths on, on the device. Here each sequence grows by the token on its way;
+        a copy runs only for what changed: a new cache block or copy-on-write (tables),
+        lengths moved on the host (a prefill chunk prepared beside it) or synced since that
+        step, sampling parameters set since, rows left empty or taken. A row whose sequence
+        has left (finished, aborted) may be left empty (slot -1): it becomes a padding row
+        in its place, so the others keep theirs and their hand-off (a padding row's position
+        is not moved on, so it writes the other half of its token pair: the half holding the
+        left sequence's last token stays until read).
+        A row empty in `last`, or past its rows, may take a joining sequence, fed from the
+        host (`tokens`: its token there, -1 in every other row) or on the device (`fed`: in
+        that row the index j of its piece in the last prefill chunk, which ended its
+        prompt: pre["next"][j], copied after that chunk; -1 in every other row); its
+        position, slot and sampling fields are copied, its cache length synced. Returns the
+        step's longest context (`max_len`). ValueError (`step.check_follow`) if the slots,
+        tokens or their sequences on the host are not ones that may continue that step."""
         t = self.kv.tables
-        step.check_follow(last, slots, t, self.limits)
+        src = np.full(len(slots), -1, np.int64) if fed is None else np.asarray(fed, np.int64)
+        if len(src) != len(slots) or src.max(initial=-1) >= self.max_chunk_seqs:
+            raise ValueError(f"fed {src.tolist()}: one per row, a chunk's piece index in "
+                             f"[0, {self.max_chunk_seqs}) or -1")
+        joins = step.check_follow(last, slots, t, self.limits, tokens, src >= 0)
         assert last is not None
-        sl = last.slots
+        got = np.asarray(list(slots), np.int64)
+        sl = got[got >= 0]
         t.append_one(sl)  # all or nothing
-        if not self._sampling_pushed:  # only the sampling fields: ids and positions moved on
+        was = np.full(len(got), -1, np.int64)
+        was[:len(last.slots)] = last.slots
+        moved = ((got < 0) & (was >= 0)) | joins  # rows left empty or taken now
+        if not self._sampling_pushed or moved.any():  # continued ids and positions: kept
             h = self.dec_meta.begin()
             for name, arr in self.sampling.items():
-                h[name][:len(sl)] = arr[sl]
-            self.dec_meta.push(stream, self.dec_meta.offset("ids"))
+                h[name][:len(got)] = arr[np.maximum(got, 0)]
+            h["slots"][:len(got)] = got
+            self.dec_meta.push(stream, self.dec_meta.offset("ids"))  # sampling, then slots
+            self.dec_meta.push(stream, start=self.dec_meta.offset("slots"))
+            for i in np.flatnonzero(joins):  # a joining row's id and position, alone
+                h["pos"][i] = t.lens[got[i]] - 1
+                names = ("pos",) if src[i] >= 0 else ("ids", "pos")
+                if src[i] < 0:
+                    assert tokens is not None
+                    h["ids"][i] = tokens[i]
+                for name in names:
+                    at = self.dec_meta.offset(name) + 4 * int(i)
+                    self.dec_meta.push(stream, at + 4, start=at)
+            ids = self.dec_meta.dev["ids"]
+            for i in np.flatnonzero(src >= 0):  # its first token, where the chunk left it
+                j = int(src[i])
+                ids[i:i + 1].data.copy_from_device_async(self.pre["next"][j:j + 1].data, 4,
+                                                         cupy_stream(stream))
             self._sampling_pushed = True
-        if t.changed or t.pending_copies or t.lens_moved or self.kv.syncs != last.syncs:
+        if (joins.any() or t.changed or t.pending_copies or t.lens_moved
+                or self.kv.syncs != last.syncs):
             self.kv.sync(stream)  # host lengths now equal what the device moved on to
         return int(t.lens[sl].max())
 

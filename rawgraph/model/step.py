@@ -73,36 +73,81 @@ class Chunk:
 class LastStep:
     """A decode step launched with `advance=1`: its sampler made its tokens the rows' next
     inputs and moved their positions and cache lengths on, on the device. A step continuing
-    it (`Model.prepare_follow`) takes the same rows in the same order, of the same sequences,
-    at the lengths that step left (`check_follow`)."""
+    it (`Model.prepare_follow`) takes the same rows in the same places, of the same
+    sequences, at the lengths that step left, or leaves a row's place empty (slot -1: a
+    padding row) (`check_follow`)."""
 
-    slots: np.ndarray    # (rows,) int64
-    lens: np.ndarray     # (rows,) their lengths after that step
+    slots: np.ndarray    # (rows,) int64; -1: an empty row
+    lens: np.ndarray     # (rows,) their lengths after that step (0 for empty rows)
     started: np.ndarray  # (rows,) tables.started[slots]: the sequences the slots held
     syncs: int           # the cache's table copies by then (a later one rewrote the lengths)
 
 
 def last_step(slots: Sequence[int], tables: BlockTables, syncs: int) -> LastStep:
-    """The record of a decode step of `slots` just prepared (`syncs`: the cache's copies)."""
+    """The record of a decode step of `slots` (-1: an empty row) just prepared (`syncs`: the
+    cache's copies)."""
     sl = np.asarray(slots, np.int64)
-    return LastStep(sl, tables.lens[sl].copy(), tables.started[sl].copy(), syncs)
+    live = sl >= 0
+    lens, started = np.zeros(len(sl), tables.lens.dtype), np.full(len(sl), -1,
+                                                                  tables.started.dtype)
+    lens[live], started[live] = tables.lens[sl[live]], tables.started[sl[live]]
+    return LastStep(sl, lens, started, syncs)
 
 
 def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTables,
-                 limits: Limits) -> None:
+                 limits: Limits, tokens: Sequence[int] | None = None,
+                 fed: Sequence[bool] | None = None) -> np.ndarray:
     """ValueError unless a decode step of `slots` may continue `last` (None: no step to
-    continue); nothing changes."""
+    continue); nothing changes. Each of last's rows keeps its slot, or is left empty (-1);
+    a row that was empty there, or past its rows, may stay empty or take a sequence that
+    joins, fed its token from the host (`tokens`: that row's token, -1 in every other row)
+    or on the device (`fed`: True in that row: the first token its prompt's last chunk
+    left there; its entry in `tokens` is -1). At least one row has a sequence. Returns the
+    joining rows' mask."""
     if last is None:
         raise ValueError("no decode step to continue: the last one was not a decode step "
                          "launched with advance=1, or it was rolled back")
-    sl = last.slots
-    if list(slots) != sl.tolist():
-        raise ValueError(f"slots {list(slots)} are not the continued step's {sl.tolist()}")
-    if (not all(s in tables.active for s in slots) or (tables.lens[sl] != last.lens).any()
-            or (tables.started[sl] != last.started).any()):
-        raise ValueError(f"slots {list(slots)}: their sequences changed since the step this "
+    sl, got = last.slots, np.asarray(list(slots), np.int64)
+    was = np.full(len(got), -1, np.int64)
+    was[:min(len(sl), len(got))] = sl[:len(got)]
+    joins = (got >= 0) & (was < 0)
+    if (len(got) < len(sl) or len(got) > limits.max_batch
+            or ((got != was) & (got >= 0) & (was >= 0)).any() or not (got >= 0).any()):
+        raise ValueError(f"slots {got.tolist()} are not the continued step's {sl.tolist()} "
+                         f"(or some of its rows left empty, -1, or empty rows taking a new "
+                         f"sequence)")
+    live = got[got >= 0]
+    if len(set(live.tolist())) < len(live) or live.max() >= limits.max_batch:
+        raise ValueError(f"slots {got.tolist()} must be distinct, in [0, {limits.max_batch})")
+    if np.isin(got[joins], sl[sl >= 0]).any():  # its token on the way is on the device
+        raise ValueError(f"slots {got.tolist()}: a sequence of the continued step may not "
+                         f"move to another row")
+    dev = np.zeros(len(got), bool) if fed is None else np.asarray(list(fed), bool)
+    if len(dev) != len(got) or (dev & ~joins).any():
+        raise ValueError(f"fed {dev.tolist()}: one per row, True only in rows taking a new "
+                         f"sequence ({np.flatnonzero(joins).tolist()})")
+    host = joins & ~dev
+    if tokens is None:
+        if host.any():
+            raise ValueError(f"rows {np.flatnonzero(host).tolist()} take a new sequence: "
+                             f"their tokens are needed")
+    else:
+        tok = np.asarray(list(tokens), np.int64)
+        if len(tok) != len(got) or (tok[~host] != -1).any():
+            raise ValueError(f"tokens {tok.tolist()}: one per row, -1 but in the rows taking "
+                             f"a new sequence from the host ({np.flatnonzero(host).tolist()})")
+        if host.any() and (tok[host].min() < 0 or tok[host].max() >= limits.vocab):
+            raise ValueError(f"token ids {tok[host].tolist()} outside [0, {limits.vocab})")
+    kept = (got >= 0) & ~joins
+    cont = got[kept]
+    if (not all(int(s) in tables.active for s in live)
+            or (tables.lens[cont] != last.lens[kept[:len(sl)]]).any()
+            or (tables.started[cont] != last.started[kept[:len(sl)]]).any()):
+        raise ValueError(f"slots {got.tolist()}: their sequences changed since the step this "
                          f"one continues")
-    check_context(int(last.lens.max()) + 1, limits)
+    top = max(int(last.lens.max()), int(tables.lens[got[joins]].max()) if joins.any() else 0)
+    check_context(top + 1, limits)
+    return joins
 
 
 def check_context(context: int, limits: Limits, where: str = "") -> None:

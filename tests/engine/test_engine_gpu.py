@@ -264,6 +264,57 @@ def test_follow_launches_need_the_last_steps_rows():
     for toks in (want[0], None, [9, 9]):
         want.append(runner.run([], [0, 1], toks or want[-1])[1])
     assert got == want
+    # a row whose sequence has left may stay empty in its place (slot -1, a padding row):
+    # the other row goes on as when both are fed from the host, the empty one yields -1
+    fresh()
+    p1 = runner.launch([], [0, 1], [5, 6])
+    p2 = runner.launch([], [-1, 1], None, follow=True)
+    p3 = runner.launch([], [-1, 1], None, follow=True)
+    got = [runner.collect(p)[1] for p in (p1, p2, p3)]
+    fresh()
+    want = [runner.run([], [0, 1], [5, 6])[1]]
+    for _ in range(2):
+        want.append(runner.run([], [0, 1], want[-1])[1])
+    assert got[0] == want[0] and [g[1] for g in got[1:]] == [w[1] for w in want[1:]]
+    assert [g[0] for g in got[1:]] == [-1, -1]
+    fresh()  # a step with row 0 empty, then row 0 taken again: that needs its token
+    runner.launch([], [0, 1], [5, 6])
+    runner.launch([], [-1, 1], None, follow=True)
+    with pytest.raises(ValueError, match="tokens are needed"):
+        runner.launch([], [0, 1], None, follow=True)
+    runner.run([], [0, 1], [5, 6])
+    # the empty row takes a joining sequence fed from the host, the other goes on from the
+    # device: as when every row is fed from the host
+
+    def fresh3():
+        fresh()
+        model.kv.tables.add(2)
+        model.kv.tables.append(2, 3)
+
+    fresh3()
+    p1 = runner.launch([], [0, 1], [5, 6])
+    p2 = runner.launch([], [-1, 1], None, follow=True)
+    p3 = runner.launch([], [2, 1], [8, -1], follow=True)
+    p4 = runner.launch([], [2, 1], None, follow=True)
+    got = [runner.collect(p)[1] for p in (p1, p2, p3, p4)]
+    fresh3()
+    want = [runner.run([], [0, 1], [5, 6])[1]]
+    want.append(runner.run([], [0, 1], want[-1])[1])
+    want.append(runner.run([], [2, 1], [8, want[-1][1]])[1])
+    want.append(runner.run([], [2, 1], want[-1])[1])
+    assert got[0] == want[0] and got[1][1] == want[1][1] and got[2:] == want[2:]
+    # a sequence whose prompt ends in the chunk beside a step joins the next step with the
+    # first token that chunk left on the device (unread): as when it is read and fed
+    fresh()
+    p1 = runner.launch([PrefillPiece(2, [7, 8, 9], 0)], [0, 1], [5, 6])
+    p2 = runner.launch([], [0, 1, 2], None, follow=True, fed=[-1, -1, 0])
+    p3 = runner.launch([], [0, 1, 2], None, follow=True)
+    got = [runner.collect(p)[:2] for p in (p1, p2, p3)]
+    fresh()
+    first, a, _ = runner.run([PrefillPiece(2, [7, 8, 9], 0)], [0, 1], [5, 6])
+    b = runner.run([], [0, 1, 2], [*a, first[0]])[1]
+    assert got == [(first, a), ([], b), ([], runner.run([], [0, 1, 2], b)[1])]
+    runner.run([], [0, 1], [5, 6])
     # a sequence changed on the host since: no continuation
     runner.run([PrefillPiece(0, [7], int(model.kv.tables.lens[0]))], [], [])
     with pytest.raises(ValueError, match="changed since the step"):

@@ -12,7 +12,7 @@ from rawgraph.engine.runner import Runner
 from rawgraph.model import decoder
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import PrefillPiece
-from tests.engine.test_engine_gpu import CFG, TENSORS, _model, _reference, _stream
+from tests.engine.test_engine_gpu import CFG, NEAR_TIE, TENSORS, _model, _reference, _stream
 
 pytestmark = pytest.mark.gpu
 TOL = 0.02  # logits error relative to their scale (float16; as tests/model/test_model_gpu)
@@ -100,6 +100,50 @@ def test_a_long_prompts_last_piece_beside_decode_rows_follows_the_reference(rows
     runner.close()
     model.close()
     assert last[0] >= 0 and _err(got, want) < TOL
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+@pytest.mark.parametrize("fed", [False, True])
+def test_a_join_growing_the_bucket_beside_a_long_prompt_leaves_its_cache_alone(fed, graphs):
+    """Rows in place's fault (2) at the runner: a 150-token prompt prefilled in pieces
+    beside two decoding rows continued on the device, a third sequence joining them midway
+    (its first token from the host, or on the device from the chunk that ended its prompt;
+    the bucket growing 2 -> 4 in a continued step): the prompt's last logits are the
+    reference's, and the joined row's next token is the reference's greedy one."""
+    rng = np.random.default_rng(13)
+    long = [int(t) for t in rng.integers(0, CFG.vocab, 150)]
+    short = [[int(t) for t in rng.integers(0, CFG.vocab, 5)] for _ in range(3)]
+    model = _model()
+    runner = Runner(model, graphs=graphs, buckets=[1, 2, 4], chunks=[16, 24, 32, 64],
+                    mixed=True)
+    first, _, _ = runner.run([PrefillPiece(0, short[0], 0), PrefillPiece(1, short[1], 0)],
+                             [], [])
+    runner.launch([PrefillPiece(3, long[:24], 0, final=False)], [0, 1], first)
+    ended = runner.launch([PrefillPiece(2, short[2], 0),  # slot 2's prompt ends here
+                           PrefillPiece(3, long[24:43], 24, final=False)], [0, 1], None,
+                          follow=True)
+    piece = [PrefillPiece(3, long[43:67], 43, final=False)]
+    if fed:  # its first token not read yet: taken on the device
+        join = runner.launch(piece, [0, 1, 2], None, follow=True, fed=[-1, -1, 0])
+    else:
+        join = runner.launch(piece, [0, 1, 2], [-1, -1, runner.collect(ended)[0][0]],
+                             follow=True)
+    at = 67
+    while at < 150:  # the rest of the long prompt beside the three rows, on the device
+        k = min(24, 150 - at)
+        p = runner.launch([PrefillPiece(3, long[at:at + k], at, final=at + k == 150)],
+                          [0, 1, 2], None, follow=True)
+        at += k
+    last = runner.collect(p)[0][0]
+    got = to_float32(model.pre["logits"][:1].get()[0], CFG.dtype)
+    f2, joined = runner.collect(ended)[0][0], runner.collect(join)[1][2]
+    runner.close()
+    model.close()
+    w = float_weights(CFG, TENSORS)
+    assert last >= 0 and _err(got, forward(CFG, w, np.asarray(long), KVState())[-1]) < TOL
+    ref = forward(CFG, w, np.asarray([*short[2], f2]), KVState())[-1]
+    top = np.sort(ref)
+    assert joined == int(np.argmax(ref)) or top[-1] - top[-2] < NEAR_TIE
 
 
 @pytest.mark.parametrize("graphs", [False, True])

@@ -53,17 +53,22 @@ class FakeRunner(Launched):
         super().__init__()
         self.cache: dict[int, list[int]] = {}
         self.last: dict[int, int] = {}
+        self.first: list[int] = []  # the last launch's pieces' first tokens
 
     def capture_all(self, progress=True):
         return {}
 
-    def launch(self, pieces, slots, tokens, sampling=None, *, follow=False):
+    def launch(self, pieces, slots, tokens, sampling=None, *, follow=False, fed=None):
         t, m = self.model.kv.tables, self.model
         while len(self._unread) > (1 if follow else 0):  # as the real one: read, then reuse
             self.collect(self._unread[0])
-        if follow:
-            check_follow(self._last_step, slots, t, m.limits)  # as Model.prepare_follow
-            tokens = [self.last[s] for s in slots]
+        if follow:  # as Model.prepare_follow: continued rows, empty (-1) and joining ones
+            src = self._check_fed(slots, fed) or [-1] * len(slots)
+            joins = check_follow(self._last_step, slots, t, m.limits, tokens,
+                                 [j >= 0 for j in src])
+            tokens = [self.first[j] if j >= 0 else tokens[i] if k else
+                      self.last[s] if s >= 0 else -1
+                      for i, (s, k, j) in enumerate(zip(slots, joins, src))]
         for s in list(self.cache):  # the cache holds what the tables say
             self.cache[s] = self.cache[s][:int(t.lens[s])] if s in t.active else []
         first = []
@@ -76,13 +81,18 @@ class FakeRunner(Launched):
             first.append(_next(self.cache[p.slot]) if p.final else -1)
         out = []
         for s, tok in zip(slots, tokens):
+            if s < 0:
+                out.append(-1)
+                continue
             t.append(s, 1)
             self.cache[s].append(tok)
             out.append(_next(self.cache[s]))
-        self.last.update(zip(slots, out))
+        self.last.update((s, o) for s, o in zip(slots, out) if s >= 0)
+        self._chunk, self.first = list(pieces), first
         if slots:
             self._last_step = last_step(slots, t, 0)
-        st = IterStats(decode_rows=len(slots), prefill_tokens=sum(len(p.tokens) for p in pieces))
+        st = IterStats(decode_rows=sum(s >= 0 for s in slots),
+                       prefill_tokens=sum(len(p.tokens) for p in pieces))
         p = SimpleNamespace(rows=len(slots), st=st, first=first, out=out, tokens=None)
         if slots:
             self._unread.append(p)

@@ -118,6 +118,49 @@ def test_a_step_continues_only_the_same_rows_of_the_same_sequences():
         step.check_follow(step.last_step([1], t, syncs=0), [1], t, LIMITS)
 
 
+def test_a_continuing_step_keeps_rows_in_place_leaves_them_empty_or_fills_empty_ones():
+    t = _tables()
+    t.add(2)
+    t.append(2, 5)
+    t.add(3)
+    t.append(3, 9)
+    last = step.last_step([2, -1, 0], t, syncs=0)  # a row already empty stays recorded so
+    assert last.lens.tolist() == [5, 0, 20] and last.started[1] == -1
+    none = [False] * 3
+    assert step.check_follow(last, [-1, -1, 0], t, LIMITS).tolist() == none  # 2 left
+    assert step.check_follow(last, [2, -1, -1, -1], t, LIMITS).tolist() == [*none, False]
+    # slot 3 (its prompt done) joins in the empty row, or past the last one, fed its token
+    joins = step.check_follow(last, [2, 3, 0], t, LIMITS, [-1, 7, -1])
+    assert joins.tolist() == [False, True, False]
+    assert step.check_follow(last, [-1, -1, 0, 3], t, LIMITS, [-1, -1, -1, 7]).tolist() == \
+        [False, False, False, True]
+    with pytest.raises(ValueError, match="tokens are needed"):
+        step.check_follow(last, [2, 3, 0], t, LIMITS)
+    # or fed on the device (its first token where its prompt's last chunk left it): no token
+    fed = [False, True, False]
+    assert step.check_follow(last, [2, 3, 0], t, LIMITS, None, fed).tolist() == fed
+    assert step.check_follow(last, [2, 3, 0], t, LIMITS, [-1, -1, -1], fed).tolist() == fed
+    for tokens, bad_fed, match in (([-1, 7, -1], fed, "token"),  # both ways at once
+                                   (None, [True, True, False], "True only in rows"),
+                                   (None, [False, True], "one per row")):
+        with pytest.raises(ValueError, match=match):
+            step.check_follow(last, [2, 3, 0], t, LIMITS, tokens, bad_fed)
+    for bad_tokens in ([-1, 100, -1], [5, 7, -1], [-1, 7]):
+        with pytest.raises(ValueError, match="token"):
+            step.check_follow(last, [2, 3, 0], t, LIMITS, bad_tokens)
+    with pytest.raises(ValueError, match="may not move"):  # 2's token is on the device
+        step.check_follow(last, [-1, 2, 0], t, LIMITS, [-1, 7, -1])
+    with pytest.raises(ValueError, match="distinct"):
+        step.check_follow(last, [2, -1, 0, 0], t, LIMITS, [-1, -1, -1, 7])
+    for bad in ([-1, -1, -1], [0, -1, 2], [2, 0], [2, -1, 0, -1, -1]):
+        with pytest.raises(ValueError, match="not the continued step's"):
+            step.check_follow(last, bad, t, LIMITS)
+    t.free(2)  # once it has ended, its own place may only be empty
+    step.check_follow(last, [-1, -1, 0], t, LIMITS)
+    with pytest.raises(ValueError, match="changed since"):  # the live row's sequence left
+        step.check_follow(last, [2, -1, 0], t, LIMITS)
+
+
 def test_the_model_checks_its_steps_through_them():
     # Model's host side without a GPU: a bare Model with block tables and limits only
     from types import SimpleNamespace

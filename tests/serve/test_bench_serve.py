@@ -47,7 +47,8 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http, clients):
     assert row["server period p99 ms"] >= row["server decode p50 ms"]
     # the ITL as the HTTP side relays tokens: from the HTTP processes' summed histograms
     assert 0 < row["server ITL p50 ms"] <= row["server ITL p99 ms"]
-    # rows join and leave through the load: some decode steps were fed from the host, the
-    # others continued the last step on the device
-    assert 0 < row["continued share"] < 1 and row["server fed decode p99 ms"] > 0
+    # rows join and leave through the load: most steps continued the last on the device
+    # (rows keep their places), a few were fed from the host
+    assert 0 < row["continued share"] < 1  # the first step, and bucket changes, are fed
+    assert row["server fed decode p99 ms"] > 0 or row["server fed mixed p99 ms"] > 0
     assert row["gc frozen objects"] > 1000 and row["gc full passes"] >= 0
