@@ -1,7 +1,7 @@
 """`rawgraph bench serve`: the server under load and faults, against the same work offline.
 
 For each preset (random weights, the engine in its own process; again with mixed iterations and
-a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 64`, 128 on llama-8b;
+a smaller prefill budget beside decoding rows, `--mixed --decode-chunk 48`, 128 on llama-8b;
 llama-1b a third time with `--engine thread` and a fourth with `--http-processes 4`):
 `rawgraph serve` starts as a subprocess; clients in `Load.clients` processes send `requests`
 streaming, greedy requests with Poisson arrivals (prompts and outputs of random lengths), and
@@ -427,9 +427,9 @@ def measure(load: Load) -> dict[str, Any]:
 
 
 # the latency rows' --decode-chunk: the most prompt tokens beside decoding rows for which
-# the preset's ITL p99 came nearest 2x its step (1B 2.34x at 64, 3.1x at 128; 8B 2.0-2.1x
-# at 128; benchmarks/NOTES.md, "Serving")
-LATENCY_CHUNK = {"llama-1b": 64, "llama-8b": 128}
+# the preset's ITL p99 stays under 2x its step with rows in place (1B 1.67x at 48, 2.10x at
+# 64; 8B 1.74x at 128; benchmarks/NOTES.md, "Serving")
+LATENCY_CHUNK = {"llama-1b": 48, "llama-8b": 128}
 HTTP_PROCESSES = 4  # the several-event-loops row's --http-processes (llama-1b: most tokens/s)
 
 
