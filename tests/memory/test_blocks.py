@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rawgraph.memory.blocks import BlockAllocator, BlockTables, OutOfBlocks
@@ -144,27 +144,38 @@ def test_reset_hands_blocks_out_in_the_original_order_again():
         t.alloc.reset()
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["add", "append", "append_one", "fork", "free",
                                            "truncate", "reset"]),
                           st.integers(0, 5), st.integers(0, 5), st.integers(1, 9)), max_size=40))
-def test_changed_rows_are_all_a_device_copy_needs(ops):
-    # a mirror that copies only the rows in `changed` after each operation (as the paged
-    # cache's sync does) always equals the table
+@example([("add", 0, 0, 1), ("append", 0, 0, 1), ("append", 0, 0, 2)])  # a piece in its block
+def test_changed_rows_and_moved_lengths_are_all_a_device_copy_needs(ops):
+    # a device mirror that copies only the rows in `changed` after each operation (as the
+    # paged cache's sync does) always equals the table; and its lengths, which it copies only
+    # when rows changed or `lens_moved` says so, moving each decode row's on by itself in
+    # between (a step continuing the last one, as `Model.prepare_follow` relies on), always
+    # equal the host's
     t = _tables(num_blocks=12, bs=4, seqs=6, per_seq=5)
-    mirror = np.zeros_like(t.table)
+    mirror, lens = np.zeros_like(t.table), t.lens.copy()
     for op, a, b, n in ops:
+        rows = np.array(sorted(t.active)[:b + 1], np.int64)
         call = {"add": (t.add, a), "append": (t.append, a, n), "fork": (t.fork, a, b),
                 "free": (t.free, a), "truncate": (t.truncate, a, n % 4), "reset": (t.reset,),
-                "append_one": (t.append_one, np.array(sorted(t.active)[:b + 1], np.int64))}[op]
+                "append_one": (t.append_one, rows)}[op]
         try:
             call[0](*call[1:])
         except (ValueError, OutOfBlocks):
             pass
-        rows = sorted(t.changed)
+        else:
+            if op == "append_one":
+                lens[rows] += 1
+        if t.changed or t.lens_moved:
+            lens[:] = t.lens
+        changed = sorted(t.changed)
         t.changed.clear()
-        mirror[rows] = t.table[rows]
-        assert np.array_equal(mirror, t.table)
+        t.lens_moved = False
+        mirror[changed] = t.table[changed]
+        assert np.array_equal(mirror, t.table) and np.array_equal(lens, t.lens)
 
 
 def test_a_step_in_the_same_blocks_changes_no_row():
@@ -177,37 +188,6 @@ def test_a_step_in_the_same_blocks_changes_no_row():
     t.append_one(np.array([0]))
     t.append_one(np.array([0]))  # token 5 opens block 1
     assert t.changed == {0} and list(t.table[0][:2]) == [0, 1]
-
-
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "append", "append_one", "fork", "free",
-                                           "truncate", "reset"]),
-                          st.integers(0, 5), st.integers(0, 5), st.integers(1, 9)), max_size=40))
-def test_a_device_moving_decode_rows_on_copies_lengths_only_when_told(ops):
-    # a device that moves each decode row's length on by itself (a step continuing the last
-    # one) and copies the lengths only when rows changed or `lens_moved` says so (as
-    # `Model.prepare_follow` does) always has the host's lengths
-    t = _tables(num_blocks=12, bs=4, seqs=6, per_seq=5)
-    device = t.lens.copy()
-    t.changed.clear()
-    t.lens_moved = False
-    for op, a, b, n in ops:
-        rows = np.array(sorted(t.active)[:b + 1], np.int64)
-        call = {"add": (t.add, a), "append": (t.append, a, n), "fork": (t.fork, a, b),
-                "free": (t.free, a), "truncate": (t.truncate, a, n % 4), "reset": (t.reset,),
-                "append_one": (t.append_one, rows)}[op]
-        try:
-            call[0](*call[1:])
-        except (ValueError, OutOfBlocks):
-            pass
-        else:
-            if op == "append_one":
-                device[rows] += 1
-        if t.changed or t.lens_moved:
-            device[:] = t.lens
-            t.changed.clear()
-            t.lens_moved = False
-        assert np.array_equal(device, t.lens)
 
 
 def test_a_prefill_piece_in_the_same_block_is_a_length_the_device_must_be_told():
