@@ -18,13 +18,14 @@ from typing import Any
 
 # seconds: time to first token
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-# seconds: inter-token latency, as fine as the steps' (a 1B step is 1.5 ms: a p99 of 2 steps
-# must be told from one of 2.3)
-ITL_BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.0035, 0.004, 0.005, 0.006,
-               0.008, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0)
+# seconds: inter-token latency and engine iterations, about as fine as the steps' at every
+# size (a 1B step is 1.5 ms, an 8B one 6: a p99 of 2 steps must be told from one of 2.3);
+# the quantiles `bench serve` reads from them interpolate within a bucket
+_MS = (*[0.5 * i for i in range(1, 9)], *range(5, 17), *range(18, 31, 2), 40, 50, 75, 100,
+       250)  # 0.5 ms apart to 4, 1 ms to 16, 2 ms to 30
+ITL_BUCKETS = (*[t / 1e3 for t in _MS], 1.0, 5.0, 30.0)
 # seconds: engine iterations and the engine thread's period (a decode step is milliseconds)
-STEP_BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.006, 0.008,
-                0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 1.0)
+STEP_BUCKETS = (*[t / 1e3 for t in _MS], 1.0)
 # seconds: an iteration's host work before the GPU runs it (prepare, patch, launch)
 HOST_BUCKETS = (0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002,
                 0.005, 0.01)
