@@ -240,8 +240,8 @@ class Metrics:
                    "before the GPU runs them (metadata, patches, launches), by kind.",
                    by("iteration_host_seconds", "kind", self.host))
             metric("iterations_continued_total", "counter", "Iterations with decode rows "
-                   "whose step continued the last one on the device (the same rows: launched "
-                   "before the last one's tokens were read), by kind.",
+                   "whose step continued the last one on the device (its rows in their "
+                   "places: launched before the last one's tokens were read), by kind.",
                    [f'iterations_continued_total{{kind="{k}"}} {v}'
                     for k, v in self.continued.items()])
             metric("iteration_fed_seconds", "histogram", "Iterations with decode rows fed "
