@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "torch_reference.py"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding rawgraph/
+SCRIPT = ROOT / "benchmarks" / "torch_reference.py"
 
 
 def missing() -> str | None:
@@ -39,7 +40,8 @@ def measure(what: str, cases: list[tuple[int, ...]], *, preset: str | None = Non
     cmd += ["--preset", preset] if preset else []
     cmd += ["--compile"] if compile_b1 else []
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                             env=_env())
     except subprocess.TimeoutExpired:
         return [], f"the PyTorch reference took over {timeout_s:.0f} s"
     if out.returncode:
@@ -48,6 +50,16 @@ def measure(what: str, cases: list[tuple[int, ...]], *, preset: str | None = Non
         return json.loads(out.stdout.strip().splitlines()[-1]), ""
     except (IndexError, ValueError):
         return [], "the PyTorch reference printed no rows: " + out.stdout.strip()[-200:]
+
+
+def _env() -> dict[str, str]:
+    """The script's environment: this rawgraph first on its import path. The script takes
+    its shapes from rawgraph's presets, and run from a checkout that is not installed (the
+    bench started from the checkout's root, say) it would not find them: its own folder,
+    benchmarks/, is what Python puts first."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
 
 
 def index(rows: list[dict], *keys: str) -> dict[tuple, dict[str, Any]]:

@@ -120,3 +120,15 @@ def test_time_to_first_token_rows_get_pytorch_s_forward(script):
     assert rows[1]["x PyTorch"] == pytest.approx(0.8) and rows[1]["ok"] is False
     assert "PyTorch ms" not in rows[2]
 
+
+
+def test_the_peer_finds_the_rawgraph_that_runs_the_bench(script, monkeypatch):
+    # started from a checkout's root without PYTHONPATH (python -m rawgraph.cli there, no
+    # install), the script in benchmarks/ once failed to import rawgraph for its presets:
+    # it runs with this rawgraph's folder first on its path, the caller's path after it
+    script("import json, os\nprint(json.dumps([{'path': os.environ['PYTHONPATH']}]))")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert peer.measure("decode", [(1, 8)]) == ([{"path": str(peer.ROOT)}], "")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    want = f"{peer.ROOT}{peer.os.pathsep}/elsewhere"
+    assert peer.measure("decode", [(1, 8)]) == ([{"path": want}], "")
