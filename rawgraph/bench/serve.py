@@ -275,7 +275,8 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
     t0 = time.monotonic()
     proc, url = spawn_server(load.server_args())
     _progress(f"{load.preset}: server up in {time.monotonic() - t0:.1f} s")
-    try:
+    try:  # its graphs captured at start-up: any more during the load made an iteration wait
+        captured = _metric(httpx.get(f"{url}/metrics").text, "graph_captures_total")
         with multiprocessing.get_context("spawn").Pool(load.clients) as pool:
             results, wall = _send(pool, url, plans(load, vocab), load)
             _progress(f"{load.preset}: {len(results)} requests served in {wall:.1f} s")
@@ -290,7 +291,7 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
         recovered = httpx.post(f"{url}/v1/completions", json={"prompt": [5, 6, 7],
                                                                "max_tokens": 4}).status_code
         facts = {"wall_s": wall, "kv_blocks_used": _metric(text, "kv_blocks_used"),
-                 "metrics": text,
+                 "metrics": text, "captured at start-up": captured,
                  "recovered": recovered, "health": httpx.get(f"{url}/health").status_code}
         proc.send_signal(signal.SIGTERM)
         facts["exit"] = proc.wait(120)
@@ -411,6 +412,11 @@ def measure(load: Load) -> dict[str, Any]:
                                      'generation="2"')),
         "gc full pass p99 ms": 1e3 * quantile(facts["metrics"], "gc_pause_seconds", 0.99,
                                               'generation="2"'),
+        # the engine's graphs: captured while serving (a miss: an iteration waited for it),
+        # and evicted to keep the pool within its budget
+        "graph captures in load": int(sample(facts["metrics"], "graph_captures_total")
+                                      - facts["captured at start-up"]),
+        "graph evictions": int(sample(facts["metrics"], "graph_evictions_total")),
         "sent": len(results), "completed": len(done),
         "cancelled": sum(r["left"] for r in streams),
         "refused 4xx": sum(400 <= r["status"] < 500 and r["status"] != 429 for r in bad),

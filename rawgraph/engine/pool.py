@@ -28,7 +28,9 @@ class GraphPool:
 
     `build(key)` captures and returns a Graph; the pool instantiates it, measures the device
     memory it took (free-memory drop, at the driver's granularity) and evicts the least
-    recently used graphs while more than `max_graphs` or `max_bytes` are held.
+    recently used graphs while more than `max_graphs` or `max_bytes` are held. `captures`
+    and `evictions` count both since it was made (a server's /metrics reports them: a
+    capture while serving is tens of milliseconds no client should wait for).
     """
 
     def __init__(self, build: Callable[[Any], Graph], stream: Any, *, max_graphs: int = 64,
@@ -36,7 +38,7 @@ class GraphPool:
         self._build, self._stream = build, stream
         self.max_graphs, self.max_bytes = max_graphs, max_bytes
         self.entries: OrderedDict[Any, PoolEntry] = OrderedDict()
-        self.evictions = 0
+        self.captures = self.evictions = 0
 
     def __contains__(self, key: Any) -> bool:
         return key in self.entries
@@ -63,6 +65,7 @@ class GraphPool:
         entry = PoolEntry(graph, ex, max(0, free0 - free_bytes()),
                           (time.perf_counter() - t0) * 1e3)
         self.entries[key] = entry
+        self.captures += 1
         self._evict(keep=(key, *keep))
         return ex
 

@@ -124,6 +124,9 @@ class Metrics:
         self.kv_blocks_used = self.kv_blocks_total = 0
         self.iterations = {"graph": 0, "eager": 0}
         self.decode_steps = self.nodes_patched = 0
+        # the engine's graph pool (none on the reference decoder): held, their memory, and
+        # how many it captured (at start-up, then on a miss) and evicted for its budget
+        self.graphs = self.graph_bytes = self.graph_captures = self.graph_evictions = 0
         self.step_failures = 0
         self.ttft, self.itl = Histogram(), Histogram(ITL_BUCKETS)
         self.iteration = {k: Histogram(STEP_BUCKETS) for k in KINDS}  # Engine.step's time
@@ -229,6 +232,17 @@ class Metrics:
                                        for k, v in self.iterations.items()])
             metric("decode_steps_total", "counter", "Decode-only iterations.",
                    [f"decode_steps_total {self.decode_steps}"])
+            metric("graphs_held", "gauge", "Executable graphs the engine's pool holds.",
+                   [f"graphs_held {self.graphs}"])
+            metric("graph_memory_bytes", "gauge", "Device memory those graphs took.",
+                   [f"graph_memory_bytes {self.graph_bytes}"])
+            metric("graph_captures_total", "counter", "Graphs captured and instantiated: at "
+                   "start-up, then on a miss (a bucket or chunk size first used, or one "
+                   "evicted before), which the iteration waits for.",
+                   [f"graph_captures_total {self.graph_captures}"])
+            metric("graph_evictions_total", "counter", "Graphs destroyed to keep the pool "
+                   "within its budget (the engine's max_graphs and max_graph_bytes).",
+                   [f"graph_evictions_total {self.graph_evictions}"])
             metric("nodes_patched_total", "counter", "Graph kernel nodes patched.",
                    [f"nodes_patched_total {self.nodes_patched}"])
             metric("step_failures_total", "counter", "Iterations that raised (rolled back).",

@@ -39,6 +39,7 @@ log = logging.getLogger("rawgraph.serve")
 # the HTTP side)
 SHARED = ("requests", "prompt_tokens", "running", "waiting", "batch", "kv_blocks_used",
           "kv_blocks_total", "iterations", "decode_steps", "nodes_patched", "step_failures",
+          "graphs", "graph_bytes", "graph_captures", "graph_evictions",
           "iteration", "host", "period", "continued", "fed", "gc_pause", "gc_frozen")
 
 

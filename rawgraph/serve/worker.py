@@ -242,6 +242,10 @@ class Worker:
             m.iterations = {"graph": st.iterations - st.eager_iterations,
                             "eager": st.eager_iterations}
             m.decode_steps = st.decode_steps
+            pool = getattr(self.engine.runner, "pool", None)  # the reference has none
+            if pool is not None:
+                m.graphs, m.graph_bytes = len(pool), pool.nbytes
+                m.graph_captures, m.graph_evictions = pool.captures, pool.evictions
             new = min(st.iterations - self._counted, len(last))  # iterations since the last
             for it in (last[-i] for i in range(new, 0, -1)):  # near the end: O(1) each
                 m.nodes_patched += it.patched

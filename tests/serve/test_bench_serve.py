@@ -52,3 +52,4 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http, clients):
     assert 0 < row["continued share"] < 1  # the first step, and bucket changes, are fed
     assert row["server fed decode p99 ms"] > 0 or row["server fed mixed p99 ms"] > 0
     assert row["gc frozen objects"] > 1000 and row["gc full passes"] >= 0
+    assert row["graph captures in load"] == 0 == row["graph evictions"]  # no graphs here

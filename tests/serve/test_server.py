@@ -282,13 +282,30 @@ def test_a_full_queue_answers_429_with_retry_after(checkpoint):
         s.close()
 
 
+def test_metrics_report_the_engines_graph_pool(served, monkeypatch):
+    # the reference decoder has no graphs; an engine's pool is read after each iteration
+    class Pool:
+        captures, evictions, nbytes = 9, 2, 3 << 20
+
+        def __len__(self):
+            return 7
+    monkeypatch.setattr(served.engine.runner, "pool", Pool(), raising=False)
+    httpx.post(f"{served.url}/v1/completions", json={"prompt": [5], "max_tokens": 2})
+    text = httpx.get(f"{served.url}/metrics").text
+    assert (sample(text, "graphs_held"), sample(text, "graph_memory_bytes"),
+            sample(text, "graph_captures_total"), sample(text, "graph_evictions_total")) == (
+                7, 3 << 20, 9, 2)
+
+
 def test_metrics_are_prometheus_text(served):
     httpx.post(f"{served.url}/v1/completions", json={"prompt": [5], "max_tokens": 3})
     text = httpx.get(f"{served.url}/metrics").text
     for name in ("requests_total", "generation_tokens_total", "requests_running",
                  "requests_waiting", "batch_size", "kv_blocks_used", "iterations_total",
                  "nodes_patched_total", "time_to_first_token_seconds_bucket",
-                 "inter_token_latency_seconds_count", "generation_tokens_per_second"):
+                 "inter_token_latency_seconds_count", "generation_tokens_per_second",
+                 "graphs_held", "graph_memory_bytes", "graph_captures_total",
+                 "graph_evictions_total"):
         assert f"rawgraph_{name}" in text
     assert 'rawgraph_iterations_total{mode="eager"}' in text
     # the request's prompt went in a prefill chunk, its tokens in decode steps (with the
