@@ -184,8 +184,8 @@ class Engine:
         """One iteration: admit, run a prefill chunk and a decode step, retire finished
         requests (returned). With `overlap`, a decode step continuing the last one (its rows
         in their places, rows left empty or taken: `_continued`) is launched first and the
-        last one's tokens are read after it. An exception rolls
-        the iteration back and propagates; the engine stays usable."""
+        last one's tokens are read after it. An exception rolls the iteration back and
+        propagates; the engine stays usable."""
         t0 = time.perf_counter()
         self._retire()  # what an interrupted earlier iteration left to free
         done: list[Request] = []

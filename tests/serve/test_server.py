@@ -290,6 +290,9 @@ def test_metrics_report_the_engines_graph_pool(served, monkeypatch):
         def __len__(self):
             return 7
     monkeypatch.setattr(served.engine.runner, "pool", Pool(), raising=False)
+    m = Metrics()  # a worker reports the graphs captured at start-up before any request
+    Worker(served.engine, m)
+    assert (m.graphs, m.graph_bytes, m.graph_captures, m.graph_evictions) == (7, 3 << 20, 9, 2)
     httpx.post(f"{served.url}/v1/completions", json={"prompt": [5], "max_tokens": 2})
     text = httpx.get(f"{served.url}/metrics").text
     assert (sample(text, "graphs_held"), sample(text, "graph_memory_bytes"),
