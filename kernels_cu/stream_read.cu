@@ -10,6 +10,14 @@
 //   grid: any (the bench launches 4 blocks of 256 per SM, the best of 40 shapes measured at
 //   32 and 48 MiB), block: a multiple of 32. Each thread keeps 8 loads of 16 bytes in
 //   flight, striding over the grid so that the whole GPU sweeps the buffer front to back.
+//
+//   extern "C" stream_read_chained(const uint4* p, long long n, const uint4* q,
+//                                  long long m, unsigned* out)
+//   The same over p[0, n) then q[0, m), as a link of the decode step's ceiling (`bench
+//   decode`'s read chain: a chain of these moving each projection's weight and each
+//   layer's K and V). Launched programmatically it lets the next kernel launch at once and
+//   requests its first 8 loads a thread before waiting for the kernel ahead, as the decode
+//   GEMV requests its first weights: none of what it reads depends on that kernel.
 #include <common.cuh>
 
 namespace {
@@ -35,6 +43,35 @@ extern "C" __global__ void stream_read(const uint4* p, long long n, unsigned* ou
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) acc ^= fold(v[u]);
   }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
+  if ((threadIdx.x & 31) == 0 && acc != 0) atomicXor(out, acc);
+}
+
+extern "C" __global__ void stream_read_chained(const uint4* p, long long n, const uint4* q,
+                                               long long m, unsigned* out) {
+  rg::pdl_trigger();
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  const long long total = n + m;
+  unsigned acc = 0;
+  bool waited = false;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
+       i += stride * kInFlight) {
+    uint4 v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {  // every load before any use
+      const long long j = i + u * stride;
+      const uint4* at = j < n ? p + j : q + (j - n);  // a select, not a branch a load
+      v[u] = j < total ? __ldg(at) : make_uint4(0, 0, 0, 0);
+    }
+    if (!waited) {  // the first loads are on their way: now the kernel ahead must be done
+      rg::pdl_wait();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) acc ^= fold(v[u]);
+  }
+  if (!waited) rg::pdl_wait();
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
   if ((threadIdx.x & 31) == 0 && acc != 0) atomicXor(out, acc);

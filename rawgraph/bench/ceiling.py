@@ -1,0 +1,102 @@
+"""The decode step's ceiling as a graph of kernels (`bench decode`'s "read chain ms").
+
+The floor counts a step's bytes at the copy rate as if one kernel moved them all. A step built
+of kernels has one for each projection and for each layer's attention, each depending on the
+one before, and pays every boundary and every kernel's ramp. The read chain is that step with
+nothing else: the bytes the floor counts (each projection's weight, each layer's K and V of the
+batch's context, the LM head), each kernel's moved by a read-only kernel
+(`stream_read_chained`: loads and an XOR, no arithmetic, no combine, norm or sampling
+kernels), in the step's order, in one programmatic chain as the step runs (each link requests
+its first bytes before it waits for the one ahead, as the decode GEMV does). No step of one
+kernel per projection and attention can beat it, so a row whose goal is under it asks for
+more than a graph of such kernels can give (a megakernel's grid barriers are another
+design).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import cupy
+import numpy as np
+
+from rawgraph.bench.kernels import READ_BLOCKS_PER_SM, READ_THREADS
+from rawgraph.cuda.device import multiprocessors
+from rawgraph.cuda.kernel import Kernel
+from rawgraph.cuda.timing import device_us
+from rawgraph.graph.capture import capture
+from rawgraph.model.config import LlamaConfig
+
+STREAM_READ_CHAINED = Kernel("stream_read", "stream_read_chained",
+                             "const uint4* p, long long n, const uint4* q, long long m, "
+                             "unsigned* out")
+PROJECTIONS = ("qkv", "o_proj", "gate_up", "down_proj")  # a layer's weights, in step order
+LAYER_LINKS = len(PROJECTIONS) + 1  # a layer's kernels: qkv, attention, o, gate_up, down
+ATTENTION_AT = 1
+
+Range = tuple[int, int]  # (device address, bytes): 16-byte aligned, a multiple of 16 bytes
+Link = tuple[Range, ...]  # what one kernel of the chain reads: one range or two
+
+
+def _range(a: Any, nbytes: int | None = None, what: str = "") -> Range:
+    """The first `nbytes` (default all) of CuPy array `a` as a Range."""
+    n = a.nbytes if nbytes is None else nbytes
+    ptr = int(a.data.ptr)
+    if n > a.nbytes:
+        raise ValueError(f"{what}: {n} bytes asked of an array of {a.nbytes}")
+    if ptr % 16 or n % 16 or n <= 0:
+        raise ValueError(f"{what}: {n} bytes at address % 16 = {ptr % 16}: need a positive "
+                         f"multiple of 16 bytes, 16-byte aligned")
+    return ptr, n
+
+
+def step_reads(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
+               v_layers: Sequence[Any], batch: int, ctx: int) -> list[Link]:
+    """What each kernel of a decode step of `batch` rows at context `ctx` must read, in the
+    step's order: per layer the QKV weight, K and V of batch x ctx tokens (one kernel: the
+    attention), the o, gate_up and down weights; then the LM head. `weights`: the model's
+    (`Model.w`), `k_layers[i]` / `v_layers[i]`: layer i's cache (its first batch x ctx token
+    rows are read: the bytes, not the blocks). The bytes are the floor's but for the norms'
+    weights (folded into the projections) and the embedding row."""
+    if batch < 1 or ctx < 1:
+        raise ValueError(f"batch {batch}, ctx {ctx}: need at least one row and one token")
+    kv = batch * ctx * cfg.kv_size * 2  # one layer's K (or V) bytes, 16-bit storage
+    links: list[Link] = []
+    for i in range(cfg.layers):
+        p = f"model.layers.{i}."
+        w = [_range(weights[p + n], what=p + n) for n in PROJECTIONS]
+        kv_read = (_range(k_layers[i], kv, f"layer {i} K"), _range(v_layers[i], kv,
+                                                                    f"layer {i} V"))
+        links += [(w[0],), kv_read, (w[1],), (w[2],), (w[3],)]
+    links.append((_range(weights["lm_head"], what="lm_head"),))
+    return links
+
+
+def read_chain_ms(links: Sequence[Link], stream: Any, *, plain: Sequence[int] = ()) -> float:
+    """Median device ms of one replay of a graph that launches `links` (`step_reads`) in
+    order as `stream_read_chained` kernels: the first plainly, the others programmatically
+    but for the indices in `plain` (launched plainly, each ends the chain there)."""
+    if not links:
+        raise ValueError("no links to launch")
+    out = cupy.zeros(1, np.uint32)
+    grid, stops = READ_BLOCKS_PER_SM * multiprocessors(), set(plain)
+    with capture(stream, name="read chain") as cap:
+        for j, link in enumerate(links):
+            (p, n), (q, m) = link[0], link[1] if len(link) > 1 else (0, 0)
+            STREAM_READ_CHAINED.launch(grid, READ_THREADS, (p, n // 16, q, m // 16, out), stream,
+                                       pdl=j > 0 and j not in stops)
+    with cap.graph as g, g.instantiate(upload_stream=stream) as ex:
+        return device_us(lambda: ex.launch(stream), stream, reps=10) / 1e3
+
+
+def step_chain_ms(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
+                  v_layers: Sequence[Any], batch: int, ctx: int, stream: Any) -> float:
+    """The read chain of a decode step (`step_reads`), its ceiling as a graph of kernels: the
+    faster of one unbroken chain and a chain that the kernel after each attention starts
+    plainly (the step ends its chain once a layer there: "The programmatic chain" in
+    benchmarks/NOTES.md)."""
+    links = step_reads(cfg, weights, k_layers, v_layers, batch, ctx)
+    after_attention = [LAYER_LINKS * i + ATTENTION_AT + 1 for i in range(cfg.layers)]
+    return min(read_chain_ms(links, stream),
+               read_chain_ms(links, stream, plain=after_attention))
