@@ -22,6 +22,7 @@ and logits are bit-identical to the graphs'.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -147,15 +148,21 @@ class Runner(Launched):
     weights then), which hides most of the gap between kernels. Results are bit-identical
     either way. `mixed`: an iteration with both a prefill chunk and a decode step runs them
     as one (`Model.launch_mixed`, a graph per bucket and chunk size: the weights read once)
-    instead of two graphs side by side.
+    instead of two graphs side by side. `check_inputs` (default: the environment variable
+    RAWGRAPH_CHECK_INPUTS set to 1): before each iteration's kernels, wait for both streams
+    and check that the device holds what the host says they read (`Model.check_inputs`;
+    DeviceStateError): a debug mode, slow, for tests and for hunting a wrong token.
     """
 
     def __init__(self, model: Model, *, graphs: bool = True, buckets: Sequence[int] | None = None,
                  chunks: Sequence[int] | None = None, streams: int = 2, max_graphs: int = 64,
-                 max_graph_bytes: int = 1 << 30, pdl: bool = True, mixed: bool = False):
+                 max_graph_bytes: int = 1 << 30, pdl: bool = True, mixed: bool = False,
+                 check_inputs: bool | None = None):
         if streams not in (1, 2):
             raise ValueError(f"streams = {streams}: one stream, or two (prefill beside decode)")
         self.model, self.graphs, self.pdl, self.mixed = model, graphs, pdl, mixed
+        self.check_inputs = (os.environ.get("RAWGRAPH_CHECK_INPUTS") == "1"
+                             if check_inputs is None else check_inputs)
         self.buckets = _sizes(BUCKETS, model.max_batch, buckets)
         self.chunks = _sizes(PREFILL_CHUNKS, model.max_chunk, chunks)
         # its streams are non-blocking: they do not wait for the legacy default stream, on
@@ -341,6 +348,8 @@ class Runner(Launched):
         if pieces and ps is not ds:
             self._tables_copied.record(cupy_stream(ds))
             cupy_stream(ps).wait_event(self._tables_copied)
+        if self.check_inputs:
+            self._check_inputs(pieces, slots, tokens, fed)
         done = self._done[self._turn]
         if slots:  # decode first: it is what the waiting users feel
             if dec_ex is not None:
@@ -405,6 +414,8 @@ class Runner(Launched):
             max_len = m.prepare_decode(slots, tokens, ds, sampling)
         m.prepare_mixed(b, c, n, ds)
         self._last_step = last_step(slots, m.kv.tables, m.kv.syncs)
+        if self.check_inputs:
+            self._check_inputs(pieces, slots, tokens, fed)
         done = self._done[self._turn]
         if ex is not None:
             _replay(ex, ds, st, max_len=max_len, advance=1, n=n, seqs=seqs, max_q_len=max_q_len,
@@ -417,6 +428,15 @@ class Runner(Launched):
         firsts = self._copy_firsts(len(pieces), ds)
         st.host_us = (time.perf_counter() - t0) * 1e6
         return self._pending(pieces, firsts, len(slots), self._parity(), done, st, t0)
+
+    def _check_inputs(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+                      tokens: Sequence[int] | None, fed: Sequence[int] | None) -> None:
+        """`check_inputs`' check, once this iteration's copies are queued: both streams
+        waited for, then `Model.check_inputs` (tokens: the host's, -1 for a row it does not
+        feed)."""
+        for s in {self.decode_stream, self.prefill_stream}:
+            cupy_stream(s).synchronize()
+        self.model.check_inputs(pieces, slots, tokens, fed)
 
     def _parity(self) -> Any:
         """Each row of the last decode step's half of its token pair (the parity of its

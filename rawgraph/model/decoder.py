@@ -170,6 +170,11 @@ def _sampling_fields(n: int) -> dict[str, tuple[Any, int]]:
             "top_p": (np.float32, n)}
 
 
+class DeviceStateError(RuntimeError):
+    """The device's copy of an iteration's inputs differs from the host's
+    (`Model.check_inputs`, a debug check)."""
+
+
 class Model:
     """A LLaMA decoder resident on the GPU: batched decode steps of up to `max_batch` rows and
     prefill chunks of up to `max_chunk` tokens from up to `max_chunk_seqs` sequences.
@@ -753,6 +758,45 @@ class Model:
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""
         self.kv.tables.free(slot)
+
+    def check_inputs(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+                     tokens: Sequence[int] | None = None,
+                     fed: Sequence[int] | None = None) -> None:
+        """Debug: the device holds what the host says an iteration about to launch reads
+        (after its prepare calls, with every stream that copies synchronized): each touched
+        sequence's length and table row, and the decode rows' slots, positions and ids (a
+        row fed from the host: `tokens[i]`; on the device: `fed[i]`, the last chunk's
+        pre["next"] entry). A step continuing the last one finds most of it where that
+        step's sampler left it, the rest copied only when something changed: this is the
+        check that such a copy was not skipped. DeviceStateError naming the first
+        difference; nothing changes."""
+        t = self.kv.tables
+        lens, tab = self.kv.seq_lens.get(), self.kv.block_tables.get()
+        rows = np.asarray(list(slots), np.int64)
+        for s in sorted({p.slot for p in pieces} | {int(s) for s in rows if s >= 0}):
+            n = -(-int(t.lens[s]) // t.block_size)
+            if lens[s] != t.lens[s] or not np.array_equal(tab[s, :n], t.table[s, :n]):
+                raise DeviceStateError(
+                    f"slot {s}: the device has length {lens[s]}, blocks {tab[s, :n].tolist()};"
+                    f" the host {t.lens[s]}, {t.table[s, :n].tolist()}")
+        if not len(rows):
+            return
+        d = {k: self.dec_meta.dev[k][:len(rows)].get() for k in ("slots", "pos", "ids")}
+        live = rows >= 0
+        want = {"slots": rows, "pos": np.where(live, t.lens[np.maximum(rows, 0)] - 1, d["pos"])}
+        src = np.full(len(rows), -1) if fed is None else np.asarray(list(fed))
+        nxt = self.pre["next"].get()
+        ids = np.where(src >= 0, nxt[np.maximum(src, 0)], d["ids"])
+        if tokens is not None:
+            tok = np.asarray(list(tokens))
+            ids = np.where(tok >= 0, tok, ids)
+        want["ids"] = ids
+        for k, v in want.items():
+            bad = np.flatnonzero(d[k] != v)
+            if len(bad):
+                i = int(bad[0])
+                raise DeviceStateError(f"decode row {i} (slot {rows[i]}): the device's {k} is "
+                                       f"{d[k][i]}, the host's {v[i]}")
 
     def close(self) -> None:
         """Release the weights arena (freed once no view remains)."""
