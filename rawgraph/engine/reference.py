@@ -128,20 +128,16 @@ class ReferenceRunner(Launched):
         whole computation (the reference has no device to hand it to)."""
         t0 = time.perf_counter()
         m, t = self.model, self.model.kv.tables
+        fed = self._check_launch(slots, tokens, sampling, follow, fed)
         while len(self._unread) > (1 if follow else 0):
             self.collect(self._unread[0])
         if follow:  # as Model.prepare_follow: continued rows, empty ones, joining ones
-            fed = self._check_fed(slots, fed)
             src = [-1] * len(slots) if fed is None else fed
             joins = check_follow(self._last_step, slots, t, m.limits, tokens,
                                  [j >= 0 for j in src])
             tokens = [self._chunk_first[j] if j >= 0 else int(tokens[i])  # type: ignore
                       if k else self._last[s] if s >= 0 else -1
                       for i, (s, k, j) in enumerate(zip(slots, joins, src))]
-        elif slots and tokens is None:
-            raise ValueError("tokens are needed unless the step follows the last one")
-        elif fed is not None:
-            raise ValueError("fed: only a step that follows the last one")
         first = []
         for p in pieces:
             if p.slot not in t.active:

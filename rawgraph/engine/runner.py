@@ -107,6 +107,22 @@ class Launched:
         self._last_step: LastStep | None = None  # the last decode step, if it may be continued
         self._chunk: list[PrefillPiece] = []  # the last launch's pieces (their first tokens)
 
+    def _check_launch(self, slots: Sequence[int], tokens: Sequence[int] | None,
+                      sampling: Sequence[SamplingParams] | None, follow: bool,
+                      fed: Sequence[int] | None) -> list[int] | None:
+        """`launch`'s arguments that do not depend on the device, checked before anything
+        changes (ValueError); returns `fed` checked (`_check_fed`)."""
+        if follow:
+            if sampling is not None or not slots:
+                raise ValueError("follow: a decode step, its sampling parameters the slots' "
+                                 "own")
+            return self._check_fed(slots, fed)
+        if slots and tokens is None:
+            raise ValueError("tokens are needed unless the step follows the last one")
+        if fed is not None:
+            raise ValueError("fed: only a step that follows the last one")
+        return None
+
     def _check_fed(self, slots: Sequence[int], fed: Sequence[int] | None) -> list[int] | None:
         """`fed` (per row: the index of the last launch's piece whose first token feeds the
         row, its sequence's prompt ended there; -1 elsewhere) checked against that launch;
@@ -298,15 +314,7 @@ class Runner(Launched):
         step's tokens, so its work hides behind the GPU's. Tokens this launch could
         overwrite are read first (waiting for them): only the last step's may stay unread
         across a step that continues it."""
-        if follow:
-            if sampling is not None or not slots:
-                raise ValueError("follow: a decode step, its sampling parameters the slots' "
-                                 "own")
-            fed = self._check_fed(slots, fed)
-        elif tokens is None:
-            raise ValueError("tokens are needed unless the step follows the last one")
-        elif fed is not None:
-            raise ValueError("fed: only a step that follows the last one")
+        fed = self._check_launch(slots, tokens, sampling, follow, fed)
         m, ds, ps = self.model, self.decode_stream, self.prefill_stream
         st = IterStats(decode_rows=sum(s >= 0 for s in slots),
                        prefill_tokens=sum(len(p.tokens) for p in pieces))

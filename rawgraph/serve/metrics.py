@@ -201,7 +201,10 @@ class Metrics:
             ttft, itl, generated, rate = self._http_side()
             lines: list[str] = []
 
-            def metric(name: str, kind: str, help_: str, values: list[str]) -> None:
+            def metric(name: str, kind: str, help_: str, values: list[str] | float) -> None:
+                """One metric's lines; a number is its one unlabelled sample."""
+                if not isinstance(values, list):
+                    values = [f"{name} {values}"]
                 lines.extend([f"# HELP {PREFIX}{name} {help_}", f"# TYPE {PREFIX}{name} {kind}"])
                 lines.extend(f"{PREFIX}{v}" for v in values)
 
@@ -212,41 +215,41 @@ class Metrics:
                    "early for a client gone, a stop string, a deadline or a shutdown).",
                    [f'requests_total{{status="{k}"}} {v}' for k, v in self.requests.items()])
             metric("prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
-                   [f"prompt_tokens_total {self.prompt_tokens}"])
+                   self.prompt_tokens)
             metric("generation_tokens_total", "counter", "Tokens generated.",
-                   [f"generation_tokens_total {generated}"])
+                   generated)
             metric("generation_tokens_per_second", "gauge", "Tokens generated per second, "
-                   "over the last 10 s.", [f"generation_tokens_per_second {rate}"])
+                   "over the last 10 s.", rate)
             metric("requests_running", "gauge", "Requests in the batch.",
-                   [f"requests_running {self.running}"])
+                   self.running)
             metric("requests_waiting", "gauge", "Requests queued for admission.",
-                   [f"requests_waiting {self.waiting}"])
+                   self.waiting)
             metric("batch_size", "gauge", "Decode rows in the last step.",
-                   [f"batch_size {self.batch}"])
+                   self.batch)
             metric("kv_blocks_used", "gauge", "KV cache blocks in use.",
-                   [f"kv_blocks_used {self.kv_blocks_used}"])
+                   self.kv_blocks_used)
             metric("kv_blocks_total", "gauge", "KV cache blocks.",
-                   [f"kv_blocks_total {self.kv_blocks_total}"])
+                   self.kv_blocks_total)
             metric("iterations_total", "counter", "Engine iterations, by graph replay or "
                    "eager fallback.", [f'iterations_total{{mode="{k}"}} {v}'
                                        for k, v in self.iterations.items()])
             metric("decode_steps_total", "counter", "Decode-only iterations.",
-                   [f"decode_steps_total {self.decode_steps}"])
+                   self.decode_steps)
             metric("graphs_held", "gauge", "Executable graphs the engine's pool holds.",
-                   [f"graphs_held {self.graphs}"])
+                   self.graphs)
             metric("graph_memory_bytes", "gauge", "Device memory those graphs took.",
-                   [f"graph_memory_bytes {self.graph_bytes}"])
+                   self.graph_bytes)
             metric("graph_captures_total", "counter", "Graphs captured and instantiated: at "
                    "start-up, then on a miss (a bucket or chunk size first used, or one "
                    "evicted before), which the iteration waits for.",
-                   [f"graph_captures_total {self.graph_captures}"])
+                   self.graph_captures)
             metric("graph_evictions_total", "counter", "Graphs destroyed to keep the pool "
                    "within its budget (the engine's max_graphs and max_graph_bytes).",
-                   [f"graph_evictions_total {self.graph_evictions}"])
+                   self.graph_evictions)
             metric("nodes_patched_total", "counter", "Graph kernel nodes patched.",
-                   [f"nodes_patched_total {self.nodes_patched}"])
+                   self.nodes_patched)
             metric("step_failures_total", "counter", "Iterations that raised (rolled back).",
-                   [f"step_failures_total {self.step_failures}"])
+                   self.step_failures)
             metric("iteration_seconds", "histogram", "Engine iterations by kind: decode "
                    "rows alone, a prefill chunk alone, or both.",
                    by("iteration_seconds", "kind", self.iteration))
@@ -267,7 +270,7 @@ class Metrics:
                    by("gc_pause_seconds", "generation", self.gc_pause))
             metric("gc_frozen_objects", "gauge", "Objects the engine's process froze out of "
                    "the collector's reach once it had started (gc.freeze).",
-                   [f"gc_frozen_objects {self.gc_frozen}"])
+                   self.gc_frozen)
             metric("iteration_period_seconds", "histogram", "From one iteration's start to "
                    "the next's while requests run (the iteration, admission and publishing "
                    "its tokens): what a streaming client sees between tokens.",

@@ -85,16 +85,16 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name="rawgraph-engine", daemon=True)
         t = engine.model.kv.tables
         metrics.kv_blocks_total = t.alloc.num_blocks
-        self._graph_metrics()  # the graphs captured at start-up, before any request
+        with metrics.lock:  # the graphs captured at start-up, before any request
+            self._graph_metrics(metrics)
 
-    def _graph_metrics(self) -> None:
-        """The engine's graph pool into the metrics (the reference decoder has none)."""
+    def _graph_metrics(self, m: Metrics) -> None:
+        """The engine's graph pool into `m`, its lock held (the reference decoder has no
+        pool)."""
         pool = getattr(self.engine.runner, "pool", None)
         if pool is not None:
-            with self.metrics.lock:
-                m = self.metrics
-                m.graphs, m.graph_bytes = len(pool), pool.nbytes
-                m.graph_captures, m.graph_evictions = pool.captures, pool.evictions
+            m.graphs, m.graph_bytes = len(pool), pool.nbytes
+            m.graph_captures, m.graph_evictions = pool.captures, pool.evictions
 
     def start(self) -> None:
         """Start the engine's thread."""
@@ -252,6 +252,7 @@ class Worker:
             m.iterations = {"graph": st.iterations - st.eager_iterations,
                             "eager": st.eager_iterations}
             m.decode_steps = st.decode_steps
+            self._graph_metrics(m)
             new = min(st.iterations - self._counted, len(last))  # iterations since the last
             for it in (last[-i] for i in range(new, 0, -1)):  # near the end: O(1) each
                 m.nodes_patched += it.patched
@@ -266,7 +267,6 @@ class Worker:
             for generation, seconds in self._gc.drain():  # an interpreter with more
                 m.gc_pause[min(generation, GENERATIONS[-1])].observe(seconds)  # goes oldest
         self._counted = st.iterations
-        self._graph_metrics()
         # after the metrics: a post across a process carries them (every iteration, events
         # or not, so the other side's view of the engine is never a step old)
         self._post(out)

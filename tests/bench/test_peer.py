@@ -124,8 +124,8 @@ def test_time_to_first_token_rows_get_pytorch_s_forward(script):
 
 def test_the_peer_finds_the_rawgraph_that_runs_the_bench(script, monkeypatch):
     # started from a checkout's root without PYTHONPATH (python -m rawgraph.cli there, no
-    # install), the script in benchmarks/ once failed to import rawgraph for its presets:
-    # it runs with this rawgraph's folder first on its path, the caller's path after it
+    # install), the script in benchmarks/ must still import rawgraph for its presets: it
+    # runs with this rawgraph's folder first on its path, the caller's path after it
     script("import json, os\nprint(json.dumps([{'path': os.environ['PYTHONPATH']}]))")
     monkeypatch.delenv("PYTHONPATH", raising=False)
     assert peer.measure("decode", [(1, 8)]) == ([{"path": str(peer.ROOT)}], "")

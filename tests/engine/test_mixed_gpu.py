@@ -106,7 +106,7 @@ def test_a_long_prompts_last_piece_beside_decode_rows_follows_the_reference(rows
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("fed", [False, True])
 def test_a_join_growing_the_bucket_beside_a_long_prompt_leaves_its_cache_alone(fed, graphs):
-    """Rows in place's fault (2) at the runner: a 150-token prompt prefilled in pieces
+    """Rows in place at the runner: a 150-token prompt prefilled in pieces
     beside two decoding rows continued on the device, a third sequence joining them midway
     (its first token from the host, or on the device from the chunk that ended its prompt;
     the bucket growing 2 -> 4 in a continued step): the prompt's last logits are the
@@ -153,8 +153,8 @@ def test_a_long_prompt_in_pieces_beside_continued_steps_follows_the_reference(mi
     """A 150-token prompt prefilled in 24-token pieces beside two decoding rows, each step
     continuing the last on the device (`follow`): most pieces end in the cache block they
     began in, so no table row changes, and the device must still be told the prompt's new
-    length before its chunk attends (it once attended to the length before the piece).
-    The prompt's last logits are the reference's."""
+    length before its chunk attends (else it attends to the length before the piece). The
+    prompt's last logits are the reference's."""
     rng = np.random.default_rng(17)
     long = [int(t) for t in rng.integers(0, CFG.vocab, 150)]
     short = [[int(t) for t in rng.integers(0, CFG.vocab, 5)] for _ in range(2)]
