@@ -340,7 +340,7 @@ prefill_attention_split_sm90_bf16_d128_r128(
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
       max_blocks, scale, q_stride, partial, splits, run_keys);
 }
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 5)
 prefill_attention_tma_sm90_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -370,7 +370,7 @@ prefill_attention_tma_sm90_f16_d128_r64(
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
       max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 2)
 prefill_attention_tma_sm90_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -380,7 +380,7 @@ prefill_attention_tma_sm90_f16_d128_r128(
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
       max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
 }
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 5)
 prefill_attention_tma_sm90_bf16_d64_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -413,7 +413,7 @@ prefill_attention_tma_sm90_bf16_d128_r64(
       v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
       block_size, max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 2)
 prefill_attention_tma_sm90_bf16_d128_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -424,7 +424,7 @@ prefill_attention_tma_sm90_bf16_d128_r128(
       v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
       block_size, max_blocks, scale, q_stride, nullptr, 1, 1, &k_map, &v_map);
 }
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 5)
 prefill_attention_split_tma_sm90_f16_d64_r64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -457,7 +457,7 @@ prefill_attention_split_tma_sm90_f16_d128_r64(
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
       max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 2)
 prefill_attention_split_tma_sm90_f16_d128_r128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* cu_seqlens, const int* seq_slots, __half* out, int num_seqs,
@@ -468,7 +468,7 @@ prefill_attention_split_tma_sm90_f16_d128_r128(
       block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads, block_size,
       max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
 }
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 5)
 prefill_attention_split_tma_sm90_bf16_d64_r64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,
@@ -501,7 +501,7 @@ prefill_attention_split_tma_sm90_bf16_d128_r64(
       v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs, q_heads, kv_heads,
       block_size, max_blocks, scale, q_stride, partial, splits, run_keys, &k_map, &v_map);
 }
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 2)
 prefill_attention_split_tma_sm90_bf16_d128_r128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* cu_seqlens, const int* seq_slots,

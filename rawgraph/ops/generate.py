@@ -103,6 +103,13 @@ def _decode_attention() -> list[str]:
     return out
 
 
+# (head dim, rows) -> blocks an SM the TMA prefill kernels are held to: as many as their shared
+# memory allows, where ptxas then fits the registers without spilling (split d=128 r=128: 132
+# registers, one block an SM, -> 126; split d=64 r=64: 100, four, -> 94); their blocks' tiles
+# and softmaxes interleave on the tensor cores (benchmarks/NOTES.md, "Prefill")
+TMA_BLOCKS_PER_SM = {(128, 128): 2, (64, 64): 5}
+
+
 def _prefill_loops(unsplit: dict, split: dict, mma: str, kv: str = "") -> list[str]:
     """prefill_loop's wrappers for one family of products (its `Mma`) and of K/V loads (its
     `Kv`: the default gathers; TmaKv's kernels end in the two maps)."""
@@ -115,8 +122,9 @@ def _prefill_loops(unsplit: dict, split: dict, mma: str, kv: str = "") -> list[s
             maps = args[-2:] if kv else []  # the runs' arguments (or their defaults) first
             args = args[:len(args) - len(maps)] + (["nullptr", "1", "1"] if run == "false"
                                                    else []) + maps
+            blocks = TMA_BLOCKS_PER_SM.get((d, r), 0) if kv else 0
             out.append(wrapper(k.name, k.declaration, f"{loop}({', '.join(args)});",
-                               _bounds(2 * r)))
+                               _bounds(2 * r, blocks)))
     return out
 
 
