@@ -7,72 +7,83 @@
 //   extern "C" stream_read(const uint4* p, long long n, unsigned* out)
 //   *out ^= the XOR of every 32-bit word of p[0, n) (16-byte words): a result that depends
 //   on every byte read, the same in any order, so the reads cannot be optimized away.
-//   grid: any (the bench launches 4 blocks of 256 per SM, the best of 40 shapes measured at
-//   32 and 48 MiB), block: a multiple of 32. Each thread keeps 8 loads of 16 bytes in
-//   flight, striding over the grid so that the whole GPU sweeps the buffer front to back.
+//   grid: any (the bench launches 4 blocks of 256 per SM), block: a multiple of 32.
+//   The buffer is cut into tiles of 4 KB (32 lanes x 8 loads of 16 bytes); the warps of the
+//   grid take tiles in turn, each tile's 8 loads in flight before any is used. A tile's loads
+//   sit at fixed offsets from one address (immediates): an earlier layout striding each
+//   thread's loads over the whole grid spent ~10 instructions a load on 64-bit indexing and
+//   bounds checks and ran under the decode attention it was to bound at GB sizes.
 //
 //   extern "C" stream_read_chained(const uint4* p, long long n, const uint4* q,
 //                                  long long m, unsigned* out)
 //   The same over p[0, n) then q[0, m), as a link of the decode step's ceiling (`bench
 //   decode`'s read chain: a chain of these moving each projection's weight and each
 //   layer's K and V). Launched programmatically it lets the next kernel launch at once and
-//   requests its first 8 loads a thread before waiting for the kernel ahead, as the decode
-//   GEMV requests its first weights: none of what it reads depends on that kernel.
+//   requests its first tile before waiting for the kernel ahead, as the decode GEMV requests
+//   its first weights: none of what it reads depends on that kernel.
 #include <common.cuh>
 
 namespace {
 
 constexpr int kInFlight = 8;
+constexpr int kTile = 32 * kInFlight;  // 16-byte words a warp reads per turn: 4 KB
 
 __device__ __forceinline__ unsigned fold(const uint4& v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
-}  // namespace
+// rg::pdl_wait, ordered after the loads that `after` was computed from. A plain wait carries
+// no dependence on them and ptxas hoists it above a first tile's loads (seen in the SASS):
+// taking their fold as an input keeps every load requested before the wait.
+__device__ __forceinline__ void pdl_wait_after(unsigned after) {
+  asm volatile("griddepcontrol.wait;" ::"r"(after) : "memory");
+}
 
-extern "C" __global__ void stream_read(const uint4* p, long long n, unsigned* out) {
-  rg::pdl_start();
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+// The XOR of this lane's share of p[0, n). `waiting`: wait for the kernel ahead (PDL) once this
+// warp's first tile has arrived; cleared then (a warp without a tile waits in its caller).
+__device__ __forceinline__ unsigned read_tiles(const uint4* p, long long n, bool& waiting) {
+  const int lane = threadIdx.x & 31;
+  const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x >> 5);
+  const long long full = n / kTile;
+  long long t = static_cast<long long>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   unsigned acc = 0;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
-       i += stride * kInFlight) {
+#pragma unroll 1
+  for (; t < full; t += warps) {
+    const uint4* a = p + t * kTile + lane;
     uint4 v[kInFlight];
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {  // every load before any use
-      const long long j = i + u * stride;
-      v[u] = j < n ? __ldg(p + j) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < kInFlight; ++u) v[u] = __ldg(a + u * 32);  // every load before any use
+    if (waiting) {
+      rg::pdl_wait();
+      waiting = false;
     }
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) acc ^= fold(v[u]);
   }
+  if (t == full) {  // the one warp whose turn comes at the partial tile, if there is one
+    for (long long j = full * kTile + lane; j < n; j += 32) acc ^= fold(__ldg(p + j));
+  }
+  return acc;
+}
+
+__device__ __forceinline__ void xor_out(unsigned acc, unsigned* out) {
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
   if ((threadIdx.x & 31) == 0 && acc != 0) atomicXor(out, acc);
 }
 
+}  // namespace
+
+extern "C" __global__ void stream_read(const uint4* p, long long n, unsigned* out) {
+  rg::pdl_start();
+  bool waiting = false;
+  xor_out(read_tiles(p, n, waiting), out);
+}
+
 extern "C" __global__ void stream_read_chained(const uint4* p, long long n, const uint4* q,
                                                long long m, unsigned* out) {
   rg::pdl_trigger();
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  const long long total = n + m;
-  unsigned acc = 0;
-  bool waited = false;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
-       i += stride * kInFlight) {
-    uint4 v[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) {  // every load before any use
-      const long long j = i + u * stride;
-      const uint4* at = j < n ? p + j : q + (j - n);  // a select, not a branch a load
-      v[u] = j < total ? __ldg(at) : make_uint4(0, 0, 0, 0);
-    }
-    if (!waited) {  // the first loads are on their way: now the kernel ahead must be done
-      rg::pdl_wait();
-      waited = true;
-    }
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) acc ^= fold(v[u]);
-  }
-  if (!waited) rg::pdl_wait();
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, s);
-  if ((threadIdx.x & 31) == 0 && acc != 0) atomicXor(out, acc);
+  bool waiting = true;
+  unsigned acc = read_tiles(p, n, waiting);
+  acc ^= read_tiles(q, m, waiting);
+  if (waiting) rg::pdl_wait();
+  xor_out(acc, out);
 }

@@ -14,8 +14,8 @@ from tests.engine.test_engine_gpu import _model
 pytestmark = pytest.mark.gpu
 
 
-# one word; fewer words than threads; a remainder past whole rounds of 8 loads per thread;
-# several grid-wide rounds (4 blocks of 256 per SM x 8 loads x 16 bytes = 17 MB a round)
+# one word (no whole 4 KB tile); whole tiles and a partial one; a remainder of 48 bytes past
+# whole tiles; many tiles a warp (4 blocks of 256 per SM = 4,224 warps x 4 KB = 17 MB a round)
 @pytest.mark.parametrize("nbytes", [16, 16 * 1001, (1 << 20) + 48, (40 << 20) + 16])
 def test_stream_read_xors_every_word(stream, rng, nbytes):
     words = rng.integers(0, 2**32, nbytes // 4, dtype=np.uint32)
