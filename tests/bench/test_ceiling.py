@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rawgraph.bench.ceiling import LAYER_LINKS, step_reads
+from rawgraph.bench.ceiling import LAYER_LINKS, launch_plans, step_reads
 from rawgraph.model.config import preset
 
 
@@ -59,3 +59,13 @@ def test_the_chain_refuses_what_the_cache_cannot_hold_and_bad_ranges():
     w["lm_head"].data.ptr += 8
     with pytest.raises(ValueError, match=r"lm_head: .* address % 16 = 8"):
         step_reads(cfg, w, k, v, 1, 1024)
+
+
+def test_the_launch_plans_are_the_unbroken_chain_the_steps_breaks_and_large_links_plain():
+    mib = 1 << 20
+    links = [((0, 8 * mib),), ((16, 40 * mib), (32, 40 * mib)), ((48, 300 * mib),),
+             ((64, 16),), ((80, 33 * mib),)]
+    plans = launch_plans(links, after_attention=[2])
+    # the first link is never "plain" (it starts the chain); a link's bytes are all its ranges'
+    assert plans == [(), (2,), (1, 2, 4), (1, 2, 3, 4)]  # 256 MiB gives (2,): already there
+    assert launch_plans(links[:1], after_attention=[]) == [()]
