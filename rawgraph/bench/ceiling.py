@@ -57,6 +57,13 @@ def _range(a: Any, nbytes: int | None = None, what: str = "") -> Range:
     return ptr, n
 
 
+def link_parts(cfg: LlamaConfig) -> list[str]:
+    """The step part each link of `step_reads` stands for, in its order: per layer "qkv",
+    "attention", "o_proj", "gate_up", "down_proj"; then "lm_head"."""
+    layer = [*PROJECTIONS[:ATTENTION_AT], "attention", *PROJECTIONS[ATTENTION_AT:]]
+    return layer * cfg.layers + ["lm_head"]
+
+
 def step_reads(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
                v_layers: Sequence[Any], batch: int, ctx: int) -> list[Link]:
     """What each kernel of a decode step of `batch` rows at context `ctx` must read, in the
@@ -116,3 +123,25 @@ def step_chain_ms(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequen
     after_attention = [LAYER_LINKS * i + ATTENTION_AT + 1 for i in range(cfg.layers)]
     return min(read_chain_ms(links, stream, plain=plain)
                for plain in launch_plans(links, after_attention))
+
+
+def part_costs(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
+               v_layers: Sequence[Any], batch: int, ctx: int, stream: Any) -> dict[str, float]:
+    """What each step part costs the read chain, in ms: the chain (its fastest plan) less the
+    chain without that part's links (the same plan: the one that was fastest whole), so a
+    part's cost includes the boundaries its links add. Keys: `link_parts`'s names and
+    "chain" (the whole). The parts' costs need not add up to the whole: a link removed
+    also removes the overlap it gave its neighbours."""
+    links = step_reads(cfg, weights, k_layers, v_layers, batch, ctx)
+    parts = link_parts(cfg)
+    after_attention = [LAYER_LINKS * i + ATTENTION_AT + 1 for i in range(cfg.layers)]
+    timed = {plain: read_chain_ms(links, stream, plain=plain)
+             for plain in launch_plans(links, after_attention)}
+    best = min(timed, key=timed.__getitem__)
+    costs = {"chain": timed[best]}
+    for part in dict.fromkeys(parts):
+        keep = [j for j, p in enumerate(parts) if p != part]
+        where = {j: i for i, j in enumerate(keep)}  # a kept link's index in the shorter chain
+        plain = [where[j] for j in best if j in where]
+        costs[part] = timed[best] - read_chain_ms([links[j] for j in keep], stream, plain=plain)
+    return costs

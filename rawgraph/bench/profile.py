@@ -1,24 +1,30 @@
-"""Where a graph's time goes: each captured launch timed alone (a graph of `reps` copies of
-it, CUDA events, median), summed per kernel. Repeated launches keep small operands in L2,
-so per-kernel times are lower bounds for data that would otherwise come from HBM. Kernels
-that set a conditional node's handle are left out: the handle means nothing outside its
-graph (launched alone they fault), and they are a few microseconds."""
+"""Where a graph's time goes, two ways. Alone: each captured launch timed by itself (a graph
+of `reps` copies of it, CUDA events, median), summed per kernel; repeated launches keep small
+operands in L2, so these are lower bounds for data that would otherwise come from HBM. In
+place: the graph's time less its time with that kernel's nodes disabled, which counts what
+the kernel costs where it runs (its data from HBM, its share of the programmatic chain, the
+waits it adds) but not what it overlaps with. Kernels that set a conditional node's handle
+are left out: the handle means nothing outside its graph (launched alone they fault), and
+they are a few microseconds."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
+from rawgraph.cuda.check import CudaError
 from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import GraphExec
 
 
 def per_kernel(ex: GraphExec, stream: Any, reps: int = 10) -> list[dict[str, Any]]:
-    """Rows {kernel, launches, us (sum over the graph's launches), us/launch}, slowest first."""
+    """Rows {kernel, launches, us (alone, summed over the graph's launches), us/launch,
+    us in place}, slowest alone first."""
     total: dict[str, list[float]] = defaultdict(list)
+    nodes: dict[str, list[Any]] = defaultdict(list)
     cache: dict[tuple, float] = {}
-    for L in ex.launches():
+    for (node, _), L in zip(ex.graph.records, ex.launches()):
         if any(p.name == "handle" for p in L.kernel.sig.params):
             continue  # sets an IF / WHILE node's condition: only valid inside its graph
         key = (L.kernel.name, L.grid, L.block, L.args)
@@ -30,6 +36,28 @@ def per_kernel(ex: GraphExec, stream: Any, reps: int = 10) -> list[dict[str, Any
             with cap.graph as g, g.instantiate(upload_stream=stream) as rex:
                 cache[key] = device_us(lambda rex=rex: rex.launch(stream), stream, reps=5) / reps
         total[L.kernel.name].append(cache[key])
-    rows = [{"kernel": k, "launches": len(v), "us": sum(v), "us/launch": sum(v) / len(v)}
-            for k, v in total.items()]
+        nodes[L.kernel.name].append(node)
+    whole = graph_us(ex, stream)
+    rows = []
+    for k, v in total.items():
+        rows.append({"kernel": k, "launches": len(v), "us": sum(v), "us/launch": sum(v) / len(v),
+                     "us in place": _in_place(ex, stream, nodes[k], whole)})
     return sorted(rows, key=lambda r: -r["us"])
+
+
+def _in_place(ex: GraphExec, stream: Any, nodes: list[Any], whole: float) -> float | str:
+    """`whole` (the graph's us) less the graph's us with `nodes` disabled; a string saying
+    why where the driver will not disable them."""
+    try:
+        ex.enable(nodes, False)
+    except CudaError as e:
+        return f"n/a: {e}"
+    try:
+        return whole - graph_us(ex, stream)
+    finally:
+        ex.enable(nodes)
+
+
+def graph_us(ex: GraphExec, stream: Any) -> float:
+    """Median device us of one replay of `ex` on `stream`."""
+    return device_us(lambda: ex.launch(stream), stream, reps=10)

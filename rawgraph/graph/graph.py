@@ -263,6 +263,23 @@ class GraphExec:
         """Every captured launch in order, with the values this executable uses now."""
         return self.plan.launches(self.graph.records)
 
+    def enable(self, nodes: Any, enabled: bool = True) -> None:
+        """Enable or disable kernel nodes (handles of `self.graph`, as in its `records`). A
+        disabled node runs as an empty node until enabled again, and what it would have
+        written keeps its last values: an ablation for profiling, not a way to run less.
+        All or none: a node the driver refuses (one inside a conditional node's body, say)
+        puts the others back before the error is raised."""
+        done = []
+        try:
+            for node in nodes:
+                check(driver.cuGraphNodeSetEnabled(self.handle, node, int(enabled)),
+                      f"{'enable' if enabled else 'disable'} a node of graph {self.graph.name!r}")
+                done.append(node)
+        except CudaError:
+            for node in done:
+                driver.cuGraphNodeSetEnabled(self.handle, node, int(not enabled))
+            raise
+
     # ---- whole-graph update -----------------------------------------------------------
     def update(self, graph: Graph) -> UpdateResult:
         """Take `graph`'s parameters: cudaGraphExecUpdate, else re-instantiate from `graph`.

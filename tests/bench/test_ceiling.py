@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rawgraph.bench.ceiling import LAYER_LINKS, launch_plans, step_reads
+from rawgraph.bench.ceiling import LAYER_LINKS, launch_plans, link_parts, step_reads
 from rawgraph.model.config import preset
 
 
@@ -69,3 +69,19 @@ def test_the_launch_plans_are_the_unbroken_chain_the_steps_breaks_and_large_link
     # the first link is never "plain" (it starts the chain); a link's bytes are all its ranges'
     assert plans == [(), (2,), (1, 2, 4), (1, 2, 3, 4)]  # 256 MiB gives (2,): already there
     assert launch_plans(links[:1], after_attention=[]) == [()]
+
+
+@pytest.mark.parametrize("name", ["llama-1b", "llama-8b"])
+def test_each_link_has_its_step_part(name):
+    cfg = preset(name)
+    w, k, v = _model(cfg, 1024, [1 << 20])
+    links, parts = step_reads(cfg, w, k, v, 1, 1024), link_parts(cfg)
+    assert len(parts) == len(links) and parts[-1] == "lm_head"
+    for j, (part, link) in enumerate(zip(parts[:-1], links)):
+        i = j // LAYER_LINKS  # the layer
+        if part == "attention":
+            assert link == ((k[i].data.ptr, 2 * 1024 * cfg.kv_size),
+                            (v[i].data.ptr, 2 * 1024 * cfg.kv_size))
+        else:
+            assert link == ((w[f"model.layers.{i}.{part}"].data.ptr,
+                             w[f"model.layers.{i}.{part}"].nbytes),)

@@ -5,7 +5,14 @@ import cupy
 import numpy as np
 import pytest
 
-from rawgraph.bench.ceiling import LAYER_LINKS, STREAM_READ_CHAINED, step_chain_ms, step_reads
+from rawgraph.bench.ceiling import (
+    LAYER_LINKS,
+    STREAM_READ_CHAINED,
+    link_parts,
+    part_costs,
+    step_chain_ms,
+    step_reads,
+)
 from rawgraph.bench.kernels import READ_BLOCKS_PER_SM, READ_THREADS, stream_read
 from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.stream import new_stream
@@ -68,3 +75,14 @@ def test_a_tiny_models_read_chain_replays():
     ms = step_chain_ms(model.cfg, model.w, model.kv.k, model.kv.v, 2, 64, s)
     model.close()
     assert 0 < ms < float("inf")
+
+
+def test_a_tiny_models_chain_parts_cost_what_their_links_do():
+    model = _model()
+    s = new_stream()
+    costs = part_costs(model.cfg, model.w, model.kv.k, model.kv.v, 2, 64, s)
+    model.close()
+    assert list(costs) == ["chain", *dict.fromkeys(link_parts(model.cfg))]
+    assert 0 < costs["chain"] < float("inf")
+    # each part's links are some of the chain's: removing them cannot take more than all of it
+    assert all(costs[p] < costs["chain"] for p in costs if p != "chain")

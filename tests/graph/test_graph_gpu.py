@@ -69,3 +69,29 @@ def test_pdl_launches_capture_and_match(stream, rng):
         ex.launch(stream)
         stream.synchronize()
         np.testing.assert_array_equal(out1.get(), out2.get())
+
+
+def test_a_disabled_node_runs_as_an_empty_one_until_enabled(stream, rng):
+    # GraphExec.enable: bench's in-place profile disables a kernel's nodes and puts them back
+    b = buffers(rng, 8)
+    with capture(stream, name="layer") as cap:
+        layer(b, stream)
+    with cap.graph as g, g.instantiate(upload_stream=stream) as ex:
+        ex.launch(stream)
+        stream.synchronize()
+        want = snapshot(b.outputs())
+        silu = [node for node, L in g.records if L.kernel.name.startswith("silu_mul")]
+        assert len(silu) == 1
+        ex.enable(silu, False)
+        b.poison()
+        ex.launch(stream)
+        stream.synchronize()
+        got = dict(zip(("h", "res_out", "act", "y"), snapshot(b.outputs())))
+        assert (got["act"] == 0x7E00).all()  # silu_mul's output: not written
+        np.testing.assert_array_equal(got["y"], want[3])  # the nodes after it still ran
+        ex.enable(silu)
+        b.poison()
+        ex.launch(stream)
+        stream.synchronize()
+        for x, y in zip(snapshot(b.outputs()), want):
+            np.testing.assert_array_equal(x, y)
