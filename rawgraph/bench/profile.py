@@ -37,17 +37,16 @@ def per_kernel(ex: GraphExec, stream: Any, reps: int = 10) -> list[dict[str, Any
                 cache[key] = device_us(lambda rex=rex: rex.launch(stream), stream, reps=5) / reps
         total[L.kernel.name].append(cache[key])
         nodes[L.kernel.name].append(node)
-    whole = graph_us(ex, stream)
-    rows = []
-    for k, v in total.items():
-        rows.append({"kernel": k, "launches": len(v), "us": sum(v), "us/launch": sum(v) / len(v),
-                     "us in place": _in_place(ex, stream, nodes[k], whole)})
+    rows = [{"kernel": k, "launches": len(v), "us": sum(v), "us/launch": sum(v) / len(v),
+             "us in place": _in_place(ex, stream, nodes[k])} for k, v in total.items()]
     return sorted(rows, key=lambda r: -r["us"])
 
 
-def _in_place(ex: GraphExec, stream: Any, nodes: list[Any], whole: float) -> float | str:
-    """`whole` (the graph's us) less the graph's us with `nodes` disabled; a string saying
-    why where the driver will not disable them."""
+def _in_place(ex: GraphExec, stream: Any, nodes: list[Any]) -> float | str:
+    """The graph's us less its us with `nodes` disabled (the two timed one after the other:
+    the machine drifts by a few per cent over a profile); a string saying why where the
+    driver will not disable them."""
+    whole = graph_us(ex, stream)
     try:
         ex.enable(nodes, False)
     except CudaError as e:
