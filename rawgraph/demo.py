@@ -17,7 +17,7 @@ import numpy as np
 from rawgraph.bench.results import table
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
-from rawgraph.model.checkpoint import load
+from rawgraph.model import checkpoint
 from rawgraph.model.config import PRESETS, LlamaConfig, preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.tokenizer import Tokenizer
@@ -56,11 +56,13 @@ def script(vocab: int, n: int = 12, seed: int = 0, prompts: list[list[int]] | No
 
 def check(args: Any) -> None:
     """ValueError naming the option unless the demo's options make sense (no GPU needed):
-    a known preset, an existing checkpoint directory, sizes in range."""
+    a known preset, a checkpoint directory whose config.json rawgraph reads, sizes in range."""
     if args.model is None and args.preset not in PRESETS:
         raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
     if args.model is not None and not Path(args.model).is_dir():
         raise ValueError(f"--model {args.model}: not a directory")
+    if args.model is not None:  # its config.json read and checked (CheckpointError), no tensor
+        checkpoint.config(args.model)
     if not 1 <= args.max_batch <= DECODE_ROWS:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
@@ -75,7 +77,7 @@ def setup(args: Any) -> tuple[Model, LlamaConfig, Any]:
     checkpoint or options the model refuses."""
     tok, files = None, None
     if args.model:
-        ck = load(args.model)
+        ck = checkpoint.load(args.model)
         cfg, tensors, files = ck.config, ck.tensors, ck.files
         if ck.tokenizer is not None:
             tok = Tokenizer(ck.tokenizer)

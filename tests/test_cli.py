@@ -76,6 +76,17 @@ def test_user_errors_are_one_line_and_exit_2(capsys, argv, match):
     assert re.search(match, _error(capsys, argv))
 
 
+@pytest.mark.parametrize("command", ["demo", "serve"])
+def test_a_checkpoints_config_is_checked_before_the_gpu_is_looked_for(capsys, tmp_path, command):
+    # a CPU-only machine learns of a bad --model from its config.json, not "needs a GPU"
+    (tmp_path / "config.json").write_text("{not json")
+    assert "config.json: not JSON" in _error(capsys, [command, "--model", str(tmp_path)])
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": 64}')
+    assert "config.json" in _error(capsys, [command, "--model", str(tmp_path)])
+    (tmp_path / "config.json").unlink()
+    assert "no config.json" in _error(capsys, [command, "--model", str(tmp_path)])
+
+
 def test_gpu_commands_without_a_gpu(capsys, monkeypatch):
     from rawgraph import cli
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rawgraph.model import checkpoint
 from rawgraph.model.config import PRESETS
 from rawgraph.ops.linear import DECODE_ROWS
 from rawgraph.options import at_least, positive
@@ -18,6 +19,8 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
     if args.model is not None and not Path(args.model).is_dir():
         raise ValueError(f"--model {args.model}: not a directory")
+    if args.model is not None:  # its config.json read and checked (CheckpointError), no tensor
+        checkpoint.config(args.model)
     if args.reference and args.model is None and args.preset != "tiny":
         raise ValueError("--reference runs the NumPy decoder on the CPU: --preset tiny or a "
                          "--model checkpoint small enough for it")
