@@ -30,15 +30,11 @@ constexpr int kTile = 32 * kInFlight;  // 16-byte words a warp reads per turn: 4
 
 __device__ __forceinline__ unsigned fold(const uint4& v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
-// rg::pdl_wait, ordered after the loads that `after` was computed from. A plain wait carries
-// no dependence on them and ptxas hoists it above a first tile's loads (seen in the SASS):
-// taking their fold as an input keeps every load requested before the wait.
-__device__ __forceinline__ void pdl_wait_after(unsigned after) {
-  asm volatile("griddepcontrol.wait;" ::"r"(after) : "memory");
-}
-
 // The XOR of this lane's share of p[0, n). `waiting`: wait for the kernel ahead (PDL) once this
-// warp's first tile has arrived; cleared then (a warp without a tile waits in its caller).
+// warp's first tile is requested; cleared then (a warp without a tile waits in its caller).
+// The wait stays inside the loop, under the flag: with the first turn peeled off (the flag
+// known there) ptxas hoisted it above that turn's loads (seen in the SASS), which it may,
+// since waiting earlier is always correct; in the loop the SASS keeps the loads first.
 __device__ __forceinline__ unsigned read_tiles(const uint4* p, long long n, bool& waiting) {
   const int lane = threadIdx.x & 31;
   const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x >> 5);
