@@ -115,28 +115,31 @@ def launch_plans(links: Sequence[Link], after_attention: Sequence[int]) -> list[
     return list(dict.fromkeys(plans))
 
 
+def _plan_times(cfg: LlamaConfig, links: Sequence[Link], stream: Any) -> dict[tuple, float]:
+    """`links` (a decode step's, `step_reads`) timed under each of its `launch_plans`: plan
+    (the plainly launched indices) -> ms."""
+    after_attention = [LAYER_LINKS * i + ATTENTION_AT + 1 for i in range(cfg.layers)]
+    return {plain: read_chain_ms(links, stream, plain=plain)
+            for plain in launch_plans(links, after_attention)}
+
+
 def step_chain_ms(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
                   v_layers: Sequence[Any], batch: int, ctx: int, stream: Any) -> float:
     """The read chain of a decode step (`step_reads`), its ceiling as a graph of kernels: the
     fastest of its `launch_plans`."""
     links = step_reads(cfg, weights, k_layers, v_layers, batch, ctx)
-    after_attention = [LAYER_LINKS * i + ATTENTION_AT + 1 for i in range(cfg.layers)]
-    return min(read_chain_ms(links, stream, plain=plain)
-               for plain in launch_plans(links, after_attention))
+    return min(_plan_times(cfg, links, stream).values())
 
 
 def part_costs(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
                v_layers: Sequence[Any], batch: int, ctx: int, stream: Any) -> dict[str, float]:
     """What each step part costs the read chain, in ms: the chain (its fastest plan) less the
     chain without that part's links (the same plan: the one that was fastest whole), so a
-    part's cost includes the boundaries its links add. Keys: `link_parts`'s names and
-    "chain" (the whole). The parts' costs need not add up to the whole: a link removed
+    part's cost includes the boundaries its links add. Keys: "chain" (the whole), then
+    `link_parts`'s names. The parts' costs need not add up to the whole: a link removed
     also removes the overlap it gave its neighbours."""
-    links = step_reads(cfg, weights, k_layers, v_layers, batch, ctx)
-    parts = link_parts(cfg)
-    after_attention = [LAYER_LINKS * i + ATTENTION_AT + 1 for i in range(cfg.layers)]
-    timed = {plain: read_chain_ms(links, stream, plain=plain)
-             for plain in launch_plans(links, after_attention)}
+    links, parts = step_reads(cfg, weights, k_layers, v_layers, batch, ctx), link_parts(cfg)
+    timed = _plan_times(cfg, links, stream)
     best = min(timed, key=timed.__getitem__)
     costs = {"chain": timed[best]}
     for part in dict.fromkeys(parts):
