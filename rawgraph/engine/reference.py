@@ -135,9 +135,14 @@ class ReferenceRunner(Launched):
             src = [-1] * len(slots) if fed is None else fed
             joins = check_follow(self._last_step, slots, t, m.limits, tokens,
                                  [j >= 0 for j in src])
-            tokens = [self._chunk_first[j] if j >= 0 else int(tokens[i])  # type: ignore
-                      if k else self._last[s] if s >= 0 else -1
-                      for i, (s, k, j) in enumerate(zip(slots, joins, src))]
+            given, tokens = tokens, []
+            for i, (s, joins_here, j) in enumerate(zip(slots, joins, src)):
+                if j >= 0:  # joining with the first token of the chunk that ended its prompt
+                    tokens.append(self._chunk_first[j])
+                elif joins_here:  # joining, fed from the host
+                    tokens.append(int(given[i]))  # type: ignore[index]
+                else:  # continued with its last token, or an empty row
+                    tokens.append(self._last[s] if s >= 0 else -1)
         first = []
         for p in pieces:
             if p.slot not in t.active:
