@@ -10,9 +10,9 @@
 //   grid: any (the bench launches 4 blocks of 256 per SM), block: a multiple of 32.
 //   The buffer is cut into tiles of 4 KB (32 lanes x 8 loads of 16 bytes); the warps of the
 //   grid take tiles in turn, each tile's 8 loads in flight before any is used. A tile's loads
-//   sit at fixed offsets from one address (immediates): an earlier layout striding each
-//   thread's loads over the whole grid spent ~10 instructions a load on 64-bit indexing and
-//   bounds checks and ran under the decode attention it was to bound at GB sizes.
+//   sit at fixed offsets from one address (immediates): no 64-bit index or bounds check per
+//   load, which would cost ~10 instructions each and leave the read slower than the decode
+//   attention it is to bound.
 //
 //   extern "C" stream_read_chained(const uint4* p, long long n, const uint4* q,
 //                                  long long m, unsigned* out)

@@ -104,9 +104,9 @@ def _decode_attention() -> list[str]:
 
 
 # (head dim, rows) -> blocks an SM the TMA prefill kernels are held to: as many as their shared
-# memory allows, where ptxas then fits the registers without spilling (split d=128 r=128: 132
-# registers, one block an SM, -> 126; split d=64 r=64: 100, four, -> 94); their blocks' tiles
-# and softmaxes interleave on the tensor cores (benchmarks/NOTES.md, "Prefill")
+# memory allows, where ptxas fits the registers without spilling (split d=128 r=128 in 126,
+# split d=64 r=64 in 94); their blocks' tiles and softmaxes interleave on the tensor cores
+# (benchmarks/NOTES.md, "Prefill")
 TMA_BLOCKS_PER_SM = {(128, 128): 2, (64, 64): 5}
 
 

@@ -229,8 +229,8 @@ def test_every_iteration_finds_its_inputs_on_the_device(mixed, decode_chunk, gra
 
 @pytest.mark.parametrize("mixed", [False, True])
 def test_the_check_names_the_lengths_a_skipped_copy_left(mixed, monkeypatch):
-    # the fault of 06e13c7 put back: a prefill piece that stays in its block no longer
-    # marks the lengths moved, so a step continuing the last one beside it copies nothing
+    # a fault put in on purpose: a prefill piece that stays in its block leaves the lengths
+    # unmarked, so a step continuing the last one beside it copies nothing
     append = BlockTables.append
 
     def append_unmarked(self, s, n=1):
