@@ -34,7 +34,7 @@ from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 
 PROMPTS = (512, 2048, 8192)
-CHUNKS = (256, 512, 1024, 2048)
+CHUNKS = (256, 512, 1024, 2048, 4096, 8192)
 REPS = 3
 BESIDE = 8        # decoding requests beside the prefill
 BESIDE_CTX = 1024  # their prompt length

@@ -30,7 +30,7 @@ ROPE_APPEND = {dt: Kernel("rope_append", f"rope_append_{s}", _ROPE_APPEND.format
 KV_GATHER = {dt: Kernel("kv_gather", f"kv_gather_{s}", _GATHER.format(t=t))
              for dt, (s, t) in KERNEL_TYPES.items()}
 BLOCK = 128
-ROPE_BLOCK = 256  # rope_append.cu: (head, pair) threads
+ROPE_BLOCK = 256  # rope_append.cu: a token a block, a thread a piece of pairs
 
 
 def _index(arr: Any, name: str, shape: tuple) -> None:

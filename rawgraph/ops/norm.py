@@ -9,7 +9,7 @@ import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
-from rawgraph.symbols import Symbols
+from rawgraph.symbols import Symbols, cdiv
 
 _SIG = "const {t}* x, const {t}* residual, const {t}* w, {t}* out, {t}* residual_out, " \
        "int rows, int dim, float eps, const int* gather, int x_rows"
@@ -17,12 +17,22 @@ RMSNORM = {
     "float16": Kernel("rmsnorm", "rmsnorm_f16", _SIG.format(t="__half")),
     "bfloat16": Kernel("rmsnorm", "rmsnorm_bf16", _SIG.format(t="__nv_bfloat16")),
 }
+RMSNORM_ROWS = {  # a warp per row
+    "float16": Kernel("rmsnorm", "rmsnorm_rows_f16", _SIG.format(t="__half")),
+    "bfloat16": Kernel("rmsnorm", "rmsnorm_rows_bf16", _SIG.format(t="__nv_bfloat16")),
+}
 _SIG_FOLD = "{t}* w, const {t}* g, long long count, int dim"
 FOLD = {
     "float16": Kernel("rmsnorm", "fold_norm_f16", _SIG_FOLD.format(t="__half")),
     "bfloat16": Kernel("rmsnorm", "fold_norm_bf16", _SIG_FOLD.format(t="__nv_bfloat16")),
 }
 BLOCK = 256
+WARP_ROWS = 4  # rmsnorm_rows_*: a warp per row, WARP_ROWS rows a block
+# a warp per row where the rows can reach this many (a prefill chunk), a block per row below:
+# a block spreads one row over 256 threads, which few rows need (decode's final norm: one row
+# of 4,096 2.1 us a block, 5.1 a warp) and many rows starve of loads in flight (8,192 x 2,048:
+# 30.9 us a block, 18.2 a warp; benchmarks/NOTES.md, "Norms, RoPE")
+WARP_ROWS_FROM = 1024
 FOLD_GRID = 1024  # blocks of fold_norm's grid-stride loop
 
 
@@ -60,8 +70,18 @@ def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any
         shapes.tensor(residual, "residual", x.shape, dt)
         shapes.tensor(residual_out, "residual_out", x.shape, dt)
     rows = shapes.count(rows, out.shape[0], "rows", symbols)
-    RMSNORM[dt].launch(rows, BLOCK, (x, residual, w, out, residual_out, rows, dim, eps, gather,
-                                     x_rows), stream, symbols=symbols)
+    warp, grid, block = rmsnorm_launch(rows, symbols)
+    (RMSNORM_ROWS if warp else RMSNORM)[dt].launch(
+        grid, block, (x, residual, w, out, residual_out, rows, dim, eps, gather, x_rows),
+        stream, symbols=symbols)
+
+
+def rmsnorm_launch(rows: Any, symbols: Symbols | None = None) -> tuple[bool, Any, int]:
+    """(a warp per row, grid, block) of rmsnorm over `rows` rows (an int or an expression
+    with ranged symbols): a warp per row where rows can reach WARP_ROWS_FROM."""
+    if shapes.top(rows, "rows", symbols) >= WARP_ROWS_FROM:
+        return True, cdiv(rows, WARP_ROWS), 32 * WARP_ROWS
+    return False, rows, BLOCK
 
 
 def fold_norm(w: Any, g: Any, *, stream: Any = None) -> None:

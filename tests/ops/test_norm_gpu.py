@@ -7,18 +7,27 @@ import pytest
 
 from rawgraph import ops
 from rawgraph.dtypes import to_float32, to_storage
+from rawgraph.ops import norm
 from rawgraph.ops import reference as ref
 from tests.helpers import DTYPES, ULP, host, poisoned, randn, unwritten
 
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(params=["block", "warp"])
+def form(request, monkeypatch):
+    """Each rmsnorm test on both kernels: a block per row and a warp per row."""
+    monkeypatch.setattr(norm, "WARP_ROWS_FROM", 10**9 if request.param == "block" else 1)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("rows", "dim", "active"), [
-    (1, 8, None), (3, 2048, None), (7, 4096, 5), (2, 8192, None), (33, 264, 17)])
+    (1, 8, None), (3, 2048, None), (7, 4096, 5), (2, 8192, None), (2, 8200, None),
+    (33, 264, 17)])
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("weighted", [True, False])  # False: the weight folded elsewhere
-def test_rmsnorm(stream, rng, dtype, rows, dim, active, fused, weighted):
+def test_rmsnorm(stream, rng, form, dtype, rows, dim, active, fused, weighted):
     x, xh = randn(rng, (rows, dim), dtype, 3.0)
     w, wh = randn(rng, (dim,), dtype)
     if not weighted:
@@ -41,7 +50,7 @@ def test_rmsnorm(stream, rng, dtype, rows, dim, active, fused, weighted):
         assert unwritten(kw["residual_out"], dtype)[k:].all()
 
 
-def test_rmsnorm_in_place_residual(stream, rng):
+def test_rmsnorm_in_place_residual(stream, rng, form):
     x, xh = randn(rng, (4, 64), "float16")
     r, rh = randn(rng, (4, 64), "float16")
     w, wh = randn(rng, (64,), "float16")
@@ -52,7 +61,7 @@ def test_rmsnorm_in_place_residual(stream, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rmsnorm_of_gathered_rows(stream, rng, dtype):
+def test_rmsnorm_of_gathered_rows(stream, rng, form, dtype):
     # a prefill chunk's head: row r normalizes x's row gather[r]; a bad index gives zeros
     x, xh = randn(rng, (10, 264), dtype, 3.0)
     w, wh = randn(rng, (264,), dtype)

@@ -36,6 +36,7 @@ from rawgraph.ops.linear import (
     skinny_launch,
     takes_skinny,
 )
+from rawgraph.ops.norm import WARP_ROWS, WARP_ROWS_FROM, rmsnorm_launch
 from rawgraph.symbols import Range, Symbols
 
 linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
@@ -347,3 +348,18 @@ def test_prefill_attention_brings_k_v_by_tma_on_hopper_where_paged_blocks_are_wh
     # the two mbarriers past the tiles: a Q tile and two K/V pairs of 64 keys
     assert attention.prefill_smem(128, 128, tma=True) == (128 + 256) * 256 + 16
     assert attention.prefill_smem(64, 64) == (64 + 256) * 128
+
+
+def test_rmsnorm_takes_a_warp_a_row_where_its_rows_can_reach_many():
+    # a block per row for decode-sized norms, a warp per row for prefill chunks; a symbolic
+    # count decides by the top of its range (the graph's kernel serves every patched value)
+    assert rmsnorm_launch(1) == (False, 1, 256)
+    assert rmsnorm_launch(WARP_ROWS_FROM - 1) == (False, WARP_ROWS_FROM - 1, 256)
+    assert rmsnorm_launch(8192) == (True, 8192 // WARP_ROWS, 32 * WARP_ROWS)
+    assert rmsnorm_launch(8190)[1] == 8192 // WARP_ROWS  # a partial last block
+    S = Symbols(n=Range(1, 2048))
+    warp, grid, block = rmsnorm_launch(S.n, S)
+    assert warp and block == 32 * WARP_ROWS and grid.eval({"n": 5}) == 2
+    S = Symbols(n=Range(1, 64))
+    warp, grid, block = rmsnorm_launch(S.n, S)
+    assert not warp and block == 256 and grid.eval({"n": 5}) == 5

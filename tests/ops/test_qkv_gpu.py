@@ -24,7 +24,10 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("q_heads", "kv_heads", "d"), [(32, 8, 64), (4, 4, 128), (3, 1, 8)])
+# (32, 8, 128): more (head, piece) units than threads, each thread looping; (3, 1, 8): pieces
+# of 4 pairs (D % 16 != 0)
+@pytest.mark.parametrize(("q_heads", "kv_heads", "d"),
+                         [(32, 8, 64), (32, 8, 128), (4, 4, 128), (3, 1, 8)])
 def test_rope_append_equals_rope_then_append(stream, rng, dtype, q_heads, kv_heads, d):
     n, bs, row = 6, 4, kv_heads * d
     qkv, _ = randn(rng, (n, (q_heads + 2 * kv_heads) * d), dtype)
