@@ -29,7 +29,7 @@ import cupy
 
 from rawgraph.bench import ceiling, peer
 from rawgraph.bench.kernels import copy_gbps
-from rawgraph.bench.profile import graph_us, per_kernel
+from rawgraph.bench.profile import graph_us, per_kernel, per_label
 from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.engine.loop import DecodeLoop
@@ -396,8 +396,9 @@ def _long_panel(ax: Any, name: str, sel: list[dict[str, Any]]) -> None:
 
 def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dict[str, Any]]:
     """Per-kernel GPU time of one decode graph, alone and in place (rawgraph.bench.profile),
-    then what each step part costs the read chain in place (`ceiling.part_costs`): a
-    kernel's "us in place" against its part's is its distance from its ceiling."""
+    each step part's kernels in place ("part: qkv", ...; "part: (gaps)" the rest of the
+    graph), then what each part costs the read chain in place (`ceiling.part_costs`): a
+    part's "us in place" against its read chain's is its distance from its ceiling."""
     model = Model(preset(name), None, max_batch=batch, max_context=ctx + 64, max_chunk=64,
                   max_chunk_seqs=1)
     runner = Runner(model, graphs=True, buckets=[batch], chunks=[64])
@@ -408,6 +409,8 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
     rows = per_kernel(ex, s)  # every node replayed at the same context
     rows.append({"kernel": "(the step's graph)", "launches": len(ex.launches()),
                  "us in place": graph_us(ex, s)})
+    rows += [{"kernel": f"part: {r['part']}", "launches": r["launches"],
+              "us in place": r["us in place"]} for r in per_label(ex, s)]
     costs = ceiling.part_costs(model.cfg, model.w, model.kv.k, model.kv.v, batch, ctx, s)
     parts = ceiling.link_parts(model.cfg)
     rows += [{"kernel": f"read chain: {part}", "launches": parts.count(part),

@@ -26,7 +26,7 @@ from typing import Any
 import cupy
 
 from rawgraph.bench import peer
-from rawgraph.bench.profile import per_kernel
+from rawgraph.bench.profile import per_kernel, per_label
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.engine.runner import Runner
@@ -145,8 +145,8 @@ def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 
 def profile(name: str = "llama-1b", chunk: int = 2048, past: int = 0) -> list[dict[str, Any]]:
-    """Per-kernel GPU time of one prefill chunk graph: one sequence's `chunk` tokens after
-    `past` cached ones (rawgraph.bench.profile)."""
+    """Per-kernel GPU time of one prefill chunk graph, then per step part ("part: qkv",
+    ...): one sequence's `chunk` tokens after `past` cached ones (rawgraph.bench.profile)."""
     model = Model(preset(name), None, max_batch=1, max_context=past + chunk + 64,
                   max_chunk=chunk, max_chunk_seqs=1)
     runner = Runner(model, graphs=True, buckets=[1], chunks=[chunk])
@@ -158,6 +158,8 @@ def profile(name: str = "llama-1b", chunk: int = 2048, past: int = 0) -> list[di
     n, seqs, max_q_len, max_len = model.prepare_prefill([PrefillPiece(0, [1] * chunk, past)], s)
     ex.set(n=n, seqs=seqs, max_q_len=max_q_len, max_len=max_len)
     rows = per_kernel(ex, s)
+    rows += [{"kernel": f"part: {r['part']}", "launches": r["launches"],
+              "us in place": r["us in place"]} for r in per_label(ex, s)]
     runner.close()
     model.close()
     return [{"preset": name, "chunk": chunk, "past": past, **r} for r in rows]

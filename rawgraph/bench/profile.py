@@ -5,7 +5,9 @@ place: the graph's time less its time with that kernel's nodes disabled, which c
 the kernel costs where it runs (its data from HBM, its share of the programmatic chain, the
 waits it adds) but not what it overlaps with. Kernels that set a conditional node's handle
 are left out: the handle means nothing outside its graph (launched alone they fault), and
-they are a few microseconds."""
+they are a few microseconds. Per part (`per_label`): the same in place, over every kernel a
+labelled part of the step launched (the decoder labels its parts as the read chain names its
+links: "qkv", "attention", ..., "lm_head")."""
 
 from __future__ import annotations
 
@@ -40,6 +42,24 @@ def per_kernel(ex: GraphExec, stream: Any, reps: int = 10) -> list[dict[str, Any
     rows = [{"kernel": k, "launches": len(v), "us": sum(v), "us/launch": sum(v) / len(v),
              "us in place": _in_place(ex, stream, nodes[k])} for k, v in total.items()]
     return sorted(rows, key=lambda r: -r["us"])
+
+
+def per_label(ex: GraphExec, stream: Any) -> list[dict[str, Any]]:
+    """Rows {part, launches, us in place} per label of the graph's launches
+    (`rawgraph.cuda.launch.labelled`; "(unlabelled)" for the rest), in the order each first
+    launches, then {part: "(gaps)", us in place: the graph less the parts' sum}: what no
+    one part's removal takes away (the boundaries between kernels, and overlap counted on
+    both sides). Kernels that set a conditional node's handle are left out, as above."""
+    nodes: dict[str, list[Any]] = defaultdict(list)
+    for (node, _), L in zip(ex.graph.records, ex.launches()):
+        if not any(p.name == "handle" for p in L.kernel.sig.params):
+            nodes[L.label or "(unlabelled)"].append(node)
+    rows = [{"part": part, "launches": len(ns), "us in place": _in_place(ex, stream, ns)}
+            for part, ns in nodes.items()]
+    known = [r["us in place"] for r in rows if isinstance(r["us in place"], float)]
+    rows.append({"part": "(gaps)", "launches": 0,
+                 "us in place": graph_us(ex, stream) - sum(known)})
+    return rows
 
 
 def _in_place(ex: GraphExec, stream: Any, nodes: list[Any]) -> float | str:

@@ -58,6 +58,25 @@ def programmatic(enabled: bool = True) -> Iterator[None]:
         _local.pdl = old
 
 
+class labelled:
+    """`with labelled("qkv"):` launches recorded in the block (this thread) carry the name
+    as their `label`: the part of a step they belong to (the decoder's "qkv", "attention",
+    ...), which a profile sums by (`rawgraph.bench.profile.per_label`). The innermost
+    block's name wins. A class, not a generator: an eager decode step enters five a layer."""
+
+    __slots__ = ("name", "outer")
+
+    def __init__(self, name: str):
+        self.name, self.outer = name, None
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_local, "label", None)
+        _local.label = self.name
+
+    def __exit__(self, *exc: object) -> None:
+        _local.label = self.outer
+
+
 def pdl_default() -> bool:
     """Whether launches on this thread use programmatic dependent launch by default."""
     return getattr(_local, "pdl", False)
@@ -135,7 +154,8 @@ class Launch:
 
     `grid` and `args` may hold symbol expressions, evaluated with `symbols`' values now: the
     launch keeps both the templates (`grid_t`, `args_t`, the symbols they `reads`, the values
-    `env` they read) and what they came to (`grid`, the stored arguments)."""
+    `env` they read) and what they came to (`grid`, the stored arguments). `label`: the
+    innermost `labelled` name around its making, or None."""
 
     def __init__(self, kernel: Launchable, grid: Any, block: Any, args: tuple, *, smem: int = 0,
                  pdl: bool = False, symbols: Symbols | None = None):
@@ -144,6 +164,7 @@ class Launch:
         self.grid_t, self.block = _geometry(kernel, grid, block, smem)
         self.args_t = tuple(args)
         self.smem, self.pdl, self.symbols = smem, pdl, symbols
+        self.label: str | None = getattr(_local, "label", None)
         params = kernel.sig.params
         if len(self.args_t) != len(params):
             raise TypeError(f"{name}: expected {len(params)} arguments ({kernel.sig}), "

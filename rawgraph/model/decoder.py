@@ -24,7 +24,7 @@ import numpy as np
 from rawgraph import ops
 from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.kernel import precompile
-from rawgraph.cuda.launch import programmatic
+from rawgraph.cuda.launch import labelled, programmatic
 from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.dtypes import storage_dtype
 from rawgraph.graph.capture import capture_status
@@ -539,30 +539,38 @@ class Model:
         # each norm: its weight folded into the projection after it, its scale per row
         # applied by the decode GEMV (or, on the other paths, a weightless rmsnorm into h)
         norm = {"norm_eps": cfg.rms_eps, "normed": a["h"]}
+        # each part's launches labelled with the name the read chain gives its link
+        # (bench.ceiling.link_parts), so a profile can set one against the other
         kc, vc = self.kv.layer(i)  # QKV, RoPE and the cache append (one kernel for decode)
-        ops.qkv_rope(a["r"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
-                     meta["slots"], meta["pos"], self.freqs, heads=cfg.heads,
-                     head_dim=cfg.head_dim, **norm, **lin)
-        attend(kc, vc)
-        ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
+        with labelled("qkv"):
+            ops.qkv_rope(a["r"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
+                         meta["slots"], meta["pos"], self.freqs, heads=cfg.heads,
+                         head_dim=cfg.head_dim, **norm, **lin)
+        with labelled("attention"):
+            attend(kc, vc)
+        with labelled("o_proj"):
+            ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
         gate_up, down = w[p + "gate_up"], w[p + "down_proj"]
-        ops.gate_up_silu(a["r"], gate_up, a["gu"], a["act"], **norm, **lin)
+        with labelled("gate_up"):
+            ops.gate_up_silu(a["r"], gate_up, a["gu"], a["act"], **norm, **lin)
         plain = plain_after(m_max, *gate_up.shape)
-        with programmatic(False) if plain else contextlib.nullcontext():
+        with labelled("down_proj"), programmatic(False) if plain else contextlib.nullcontext():
             ops.linear(a["act"], down, a["r"], residual=a["r"], **lin)
 
     def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any,
               handoff: ops.Handoff | None = None, gather: Any = None) -> None:
         """Final norm, LM head and sampling of `rows` rows of x (of x's rows gather[r])."""
         cfg, w = self.cfg, self.w
-        ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, gather=gather)
         # on the GEMV path the LM head also merges each row's greedy pick as its blocks end,
         # and sample's greedy rows read that instead of passing over the vocabulary
         best = a["best"] if keeps_row_max(a["last"].shape[0], cfg.vocab) else None
-        ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
-                   row_max=best)
-        ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"], meta["top_p"],
-                   meta["seeds"], pos, rows, row_max=best, handoff=handoff)
+        with labelled("lm_head"):
+            ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, gather=gather)
+            ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
+                       row_max=best)
+        with labelled("sample"):
+            ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"],
+                       meta["top_p"], meta["seeds"], pos, rows, row_max=best, handoff=handoff)
 
     def launch_decode(self, batch: int, max_len: Any, stream: Any,
                       symbols: Symbols | None = None, *, pdl: bool = False, advance: Any = 0,
@@ -602,7 +610,7 @@ class Model:
         # sampler, which writes the ids, positions and lengths the QKV GEMV reads before its
         # PDL wait (its round trips overlap the wait), so nothing of this step may start
         # until that sampler ends (a graph's first node never overlaps the last launch)
-        with programmatic(False):
+        with programmatic(False), labelled("embedding"):
             ops.embedding(m["ids"], self.w["embed"], a["r"])
         for i in range(cfg.layers):
             self._layer(i, a, m, batch, batch, attend)
@@ -633,7 +641,8 @@ class Model:
                                       max_q_len, max_len, chunk)
 
         with programmatic(pdl), _on(stream, symbols):
-            ops.embedding(m["ids"], self.w["embed"], a["r"], n)
+            with labelled("embedding"):
+                ops.embedding(m["ids"], self.w["embed"], a["r"], n)
             for i in range(cfg.layers):
                 self._layer(i, a, m, n, chunk, attend)
         self._chunk_head(num_seqs, stream, symbols, a["r"])
@@ -717,7 +726,8 @@ class Model:
                 dst, src = mm[name][:batch], dm[name][:batch]
                 dst.data.copy_from_device_async(src.data, src.nbytes,
                                                 cupy.cuda.get_current_stream())
-            ops.embedding(mm["ids"], self.w["embed"], a["r"], rows)  # plain: after copies
+            with labelled("embedding"):  # plain: after the copies
+                ops.embedding(mm["ids"], self.w["embed"], a["r"], rows)
         with programmatic(pdl), _on(stream, symbols):
             for i in range(cfg.layers):
                 self._layer(i, a, mm, rows, batch + chunk, attend)

@@ -55,3 +55,16 @@ def test_a_descriptor_argument_cannot_follow_a_symbol():
         Launch(k, 1, 288, (S.m, b"\0" * 128, None, 0x1000, S.m, 256, 64), symbols=S)
     L = Launch(k, S.m, 288, (b"\1" * 128, b"\2" * 128, None, 0x1000, S.m, 256, 64), symbols=S)
     assert L.args[0] == b"\1" * 128 and L.args[4] == 100 and L.grid == (100, 1, 1)
+
+
+def test_launches_carry_the_innermost_label_around_their_making():
+    from rawgraph.cuda.launch import labelled
+
+    assert Launch(K, 1, 256, ARGS).label is None
+    with labelled("qkv"):
+        assert Launch(K, 1, 256, ARGS).label == "qkv"
+        with labelled("attention"):
+            L = Launch(K, 1, 256, ARGS)
+        assert Launch(K, 1, 256, ARGS).label == "qkv"
+    assert L.label == "attention" and L.clone().label == "attention"
+    assert Launch(K, 1, 256, ARGS).label is None
