@@ -35,8 +35,8 @@
 // over the whole block, so a few rows (decode's final norm) finish in one load's latency. A
 // warp per row (`rmsnorm_rows_*`, four rows a block of 128): a block per row holds one
 // piece a thread in flight (32 KB an SM at 8 blocks) and puts a block-wide sum's barriers
-// between load and store: 8,192 x 2,048 (prefill) 30.9 -> 18.2 us alone, but one row of
-// 4,096 1.9 -> 5.1 us. Each thread keeps kKeep pieces in registers between the two passes
+// between load and store: 8,192 x 2,048 (prefill) 29.1 -> 18.3 us alone, but one row of
+// 4,096 1.9 -> 5.3 us. Each thread keeps kKeep pieces in registers between the two passes
 // (the row's first 8 * kKeep * threads-a-row elements) and streams the rest twice.
 template <typename T, bool kWarpRow>
 __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict__ w,
@@ -118,7 +118,8 @@ __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict_
   for (int i = 0; i < kKeep; ++i)
     if (j0 + i * step < dim) {
       const int j = j0 + i * step;
-      store_out(j, keep[i], kWarpRow && w != nullptr ? rg::load<T, 8>(w + j) : g[i % kKeepW], inv);
+      const bool late_w = kWarpRow && w != nullptr;  // a warp's weights: fetched here
+      store_out(j, keep[i], late_w ? rg::load<T, 8>(w + j) : g[i % kKeepW], inv);
     }
   // the streamed rest: h again from residual_out (this thread wrote it) or from x
   const T* hsrc = residual != nullptr ? residual_out + base : xrow;
@@ -138,21 +139,33 @@ __device__ void fold_norm_impl(T* w, const T* __restrict__ g, long long count, i
   }
 }
 
-extern "C" __global__ void rmsnorm_f16(const __half* x, const __half* residual, const __half* w,
-    __half* out, __half* residual_out, int rows, int dim, float eps, const int* gather, int x_rows) {
-  rmsnorm_impl<__half, false>(x, residual, w, out, residual_out, rows, dim, eps, gather, x_rows);
+extern "C" __global__ void rmsnorm_f16(const __half* x, const __half* residual,
+                                       const __half* w, __half* out,
+                                       __half* residual_out, int rows, int dim,
+                                       float eps, const int* gather, int x_rows) {
+  rmsnorm_impl<__half, false>(x, residual, w, out, residual_out, rows, dim, eps, gather,
+                              x_rows);
 }
-extern "C" __global__ void rmsnorm_rows_f16(const __half* x, const __half* residual, const __half* w,
-    __half* out, __half* residual_out, int rows, int dim, float eps, const int* gather, int x_rows) {
-  rmsnorm_impl<__half, true>(x, residual, w, out, residual_out, rows, dim, eps, gather, x_rows);
+extern "C" __global__ void rmsnorm_rows_f16(const __half* x, const __half* residual,
+                                            const __half* w, __half* out,
+                                            __half* residual_out, int rows, int dim,
+                                            float eps, const int* gather, int x_rows) {
+  rmsnorm_impl<__half, true>(x, residual, w, out, residual_out, rows, dim, eps, gather,
+                             x_rows);
 }
-extern "C" __global__ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual, const __nv_bfloat16* w,
-    __nv_bfloat16* out, __nv_bfloat16* residual_out, int rows, int dim, float eps, const int* gather, int x_rows) {
-  rmsnorm_impl<__nv_bfloat16, false>(x, residual, w, out, residual_out, rows, dim, eps, gather, x_rows);
+extern "C" __global__ void rmsnorm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual,
+                                        const __nv_bfloat16* w, __nv_bfloat16* out,
+                                        __nv_bfloat16* residual_out, int rows, int dim,
+                                        float eps, const int* gather, int x_rows) {
+  rmsnorm_impl<__nv_bfloat16, false>(x, residual, w, out, residual_out, rows, dim, eps, gather,
+                                     x_rows);
 }
-extern "C" __global__ void rmsnorm_rows_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual, const __nv_bfloat16* w,
-    __nv_bfloat16* out, __nv_bfloat16* residual_out, int rows, int dim, float eps, const int* gather, int x_rows) {
-  rmsnorm_impl<__nv_bfloat16, true>(x, residual, w, out, residual_out, rows, dim, eps, gather, x_rows);
+extern "C" __global__ void rmsnorm_rows_bf16(const __nv_bfloat16* x, const __nv_bfloat16* residual,
+                                             const __nv_bfloat16* w, __nv_bfloat16* out,
+                                             __nv_bfloat16* residual_out, int rows, int dim,
+                                             float eps, const int* gather, int x_rows) {
+  rmsnorm_impl<__nv_bfloat16, true>(x, residual, w, out, residual_out, rows, dim, eps, gather,
+                                    x_rows);
 }
 extern "C" __global__ void fold_norm_f16(__half* w, const __half* g, long long count, int dim) {
   fold_norm_impl(w, g, count, dim);

@@ -30,8 +30,8 @@ BLOCK = 256
 WARP_ROWS = 4  # rmsnorm_rows_*: a warp per row, WARP_ROWS rows a block
 # a warp per row where the rows can reach this many (a prefill chunk), a block per row below:
 # a block spreads one row over 256 threads, which few rows need (decode's final norm: one row
-# of 4,096 2.1 us a block, 5.1 a warp) and many rows starve of loads in flight (8,192 x 2,048:
-# 30.9 us a block, 18.2 a warp; benchmarks/NOTES.md, "Norms, RoPE")
+# of 4,096 1.9 us a block, 5.3 a warp) and many rows starve of loads in flight (8,192 x 2,048:
+# 29.1 us a block, 18.3 a warp; benchmarks/NOTES.md, "Norms, RoPE")
 WARP_ROWS_FROM = 1024
 FOLD_GRID = 1024  # blocks of fold_norm's grid-stride loop
 
