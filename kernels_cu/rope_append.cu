@@ -23,12 +23,12 @@
 //   device memory.
 #include <common.cuh>
 
-// Pieces of P pairs, not a thread a pair: a thread a pair rotated a head per 2-byte load and
-// store, one head after another (the stores may alias the next head's loads, so nothing
-// overlapped), and prefill's 8,192-token appends moved 2.0-2.4 TB/s. A thread's first piece
-// of q or k and of v are loaded before anything else: they need neither the token's slot
-// nor its position. The math per element is unchanged (rg::rope_angle, rg::rotate): the
-// same bits.
+// A thread a piece of P pairs of one head: 16-byte accesses, and a thread's loads wait on no
+// store of another head (a thread a pair, walking heads, had each head's loads behind the
+// last head's stores, which may alias them: 2.0-2.4 TB/s on prefill's 8,192-token appends).
+// A thread's first piece of q or k and its piece of v are loaded before anything else: they
+// need neither the token's slot nor its position. The math per element is rg::rope_angle's
+// and rg::rotate's, as on every path: the same bits.
 template <typename T, int P>
 __device__ void rope_append_pieces(T* q, const T* k_new, const T* v_new, T* k_cache,
                                    T* v_cache, const int* block_tables, const int* seq_slots,

@@ -27,8 +27,8 @@ def per_kernel(ex: GraphExec, stream: Any, reps: int = 10) -> list[dict[str, Any
     nodes: dict[str, list[Any]] = defaultdict(list)
     cache: dict[tuple, float] = {}
     for (node, _), L in zip(ex.graph.records, ex.launches()):
-        if any(p.name == "handle" for p in L.kernel.sig.params):
-            continue  # sets an IF / WHILE node's condition: only valid inside its graph
+        if _sets_condition(L):
+            continue
         key = (L.kernel.name, L.grid, L.block, L.args)
         if key not in cache:
             one = L.clone()
@@ -52,7 +52,7 @@ def per_label(ex: GraphExec, stream: Any) -> list[dict[str, Any]]:
     both sides). Kernels that set a conditional node's handle are left out, as above."""
     nodes: dict[str, list[Any]] = defaultdict(list)
     for (node, _), L in zip(ex.graph.records, ex.launches()):
-        if not any(p.name == "handle" for p in L.kernel.sig.params):
+        if not _sets_condition(L):
             nodes[L.label or "(unlabelled)"].append(node)
     rows = [{"part": part, "launches": len(ns), "us in place": _in_place(ex, stream, ns)}
             for part, ns in nodes.items()]
@@ -60,6 +60,12 @@ def per_label(ex: GraphExec, stream: Any) -> list[dict[str, Any]]:
     rows.append({"part": "(gaps)", "launches": 0,
                  "us in place": graph_us(ex, stream) - sum(known)})
     return rows
+
+
+def _sets_condition(launch: Any) -> bool:
+    """Whether a launch sets an IF / WHILE node's condition (a `handle` argument): only
+    valid inside its graph."""
+    return any(p.name == "handle" for p in launch.kernel.sig.params)
 
 
 def _in_place(ex: GraphExec, stream: Any, nodes: list[Any]) -> float | str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from rawgraph.cuda.generated import forward, splice, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
 from rawgraph.dtypes import KERNEL_TYPES
-from rawgraph.ops import attention, gemv
+from rawgraph.ops import attention, gemv, norm
 from rawgraph.ops.linear import (
     GEMM,
     GEMM90,
@@ -141,11 +141,18 @@ def _prefill_attention90() -> list[str]:
                              "TmaKv"))
 
 
+def _rmsnorm() -> list[str]:  # a block a row, then a warp a row
+    return [wrapper(k.name, k.declaration,
+                    _call(k, f"rmsnorm_impl<{_t(dt)}, {'true' if warp else 'false'}>"))
+            for warp, table in ((False, norm.RMSNORM), (True, norm.RMSNORM_ROWS))
+            for dt, k in table.items()]
+
+
 GENERATED: dict[str, Callable[[], list[str]]] = {
     "gemv.cu": _gemv, "skinny.cu": _skinny, "skinny_sm90.cu": _skinny90, "gemm.cu": _gemm,
     "gemm_sm90.cu": _gemm90, "decode_attention.cu": _decode_attention,
     "prefill_attention.cu": _prefill_attention,
-    "prefill_attention_sm90.cu": _prefill_attention90,
+    "prefill_attention_sm90.cu": _prefill_attention90, "rmsnorm.cu": _rmsnorm,
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 from rawgraph.cuda.generated import forward, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR
 from rawgraph.cuda.signature import Signature
-from rawgraph.ops import attention, gemv, generate
+from rawgraph.ops import attention, gemv, generate, norm
 from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKINNY90_SILU
 
 _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
@@ -20,7 +20,9 @@ TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (
           "prefill_attention.cu": (attention.PREFILL, attention.PREFILL_SPLIT,
                                    attention.PREFILL_COMBINE),
           "prefill_attention_sm90.cu": (attention.PREFILL90, attention.PREFILL90_SPLIT,
-                                        attention.PREFILL90T, attention.PREFILL90T_SPLIT)}
+                                        attention.PREFILL90T, attention.PREFILL90T_SPLIT),
+          # fold_norm's wrappers are hand-written, above the generated ones
+          "rmsnorm.cu": (norm.RMSNORM, norm.RMSNORM_ROWS, norm.FOLD)}
 
 
 @pytest.mark.parametrize("name", sorted(generate.GENERATED))
