@@ -24,7 +24,7 @@ from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.ops.linear import DECODE_ROWS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
-from rawgraph.options import at_least, positive
+from rawgraph.options import at_least, check_model, positive
 
 TEXT_PROMPTS = ["The capital of France is", "CUDA graphs make small kernels cheap because",
                 "Write a haiku about memory bandwidth:", "1, 2, 3, 4, 5,",
@@ -57,12 +57,7 @@ def script(vocab: int, n: int = 12, seed: int = 0, prompts: list[list[int]] | No
 def check(args: Any) -> None:
     """ValueError naming the option unless the demo's options make sense (no GPU needed):
     a known preset, a checkpoint directory whose config.json rawgraph reads, sizes in range."""
-    if args.model is None and args.preset not in PRESETS:
-        raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
-    if args.model is not None and not Path(args.model).is_dir():
-        raise ValueError(f"--model {args.model}: not a directory")
-    if args.model is not None:  # its config.json read and checked (CheckpointError), no tensor
-        checkpoint.config(args.model)
+    check_model(args)
     if not 1 <= args.max_batch <= DECODE_ROWS:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:

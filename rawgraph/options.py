@@ -1,9 +1,14 @@
-"""argparse types shared by the command line's subcommands."""
+"""argparse types and checks shared by the command line's subcommands."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rawgraph.model import checkpoint
+from rawgraph.model.config import PRESETS
 
 
 def at_least(low: int) -> Callable[[str], int]:
@@ -20,3 +25,15 @@ def at_least(low: int) -> Callable[[str], int]:
 
 
 positive = at_least(1)
+
+
+def check_model(args: Any) -> None:
+    """ValueError naming the option unless `--preset` names a preset or `--model` is a
+    checkpoint directory whose config.json rawgraph reads (CheckpointError; no tensor read,
+    no GPU needed)."""
+    if args.model is None and args.preset not in PRESETS:
+        raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
+    if args.model is not None and not Path(args.model).is_dir():
+        raise ValueError(f"--model {args.model}: not a directory")
+    if args.model is not None:
+        checkpoint.config(args.model)

@@ -13,7 +13,6 @@ context (prefill).
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -33,12 +32,10 @@ from rawgraph.memory.arena import Arena
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 from rawgraph.memory.staging import Staging
-from rawgraph.model import step
+from rawgraph.model import step, weights
 from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.config import LlamaConfig
-from rawgraph.model.safetensors import CheckpointError
 from rawgraph.model.step import Limits, PrefillPiece, final_tokens
-from rawgraph.model.weights import shapes
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max, plain_after
 from rawgraph.ops.sampling import SamplingParams
@@ -57,87 +54,6 @@ RUNS_UP_TO = 256
 # capture, so a graph keeps what it was captured with. On: 1-4% off every step measured, 1B
 # and 8B, B=1 to 32, 1k to 64k tokens (benchmarks/NOTES.md, "Decode attention").
 CHAINED_ATTENTION = True
-
-# (norm, projection): each layer's RMSNorm weights ride in the projection that reads the
-# norm's output (`ops.fold_norm`, at load), so a decode step's norm is the GEMV's scale per
-# row and no kernel of its own; the final norm stays (its LM head may be the embedding)
-NORM_FOLDS = (("input_layernorm", "qkv"), ("post_attention_layernorm", "gate_up"))
-
-
-def layout(cfg: LlamaConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
-    """Device tensors: name -> (shape, the checkpoint tensors stacked into it). Q, K and V
-    are one matrix (one GEMV; rope, the cache append and attention read strided views of
-    its output), gate and up another, their rows interleaved in groups of 8 (`stack_gate_up`:
-    one GEMV whose epilogue applies SiLU(gate) * up). Both hold their norm's weight once
-    loaded (NORM_FOLDS); the norm weights stay as loaded, for inspection."""
-    out: dict[str, tuple[tuple, tuple[str, ...]]] = {
-        "embed": ((cfg.vocab, cfg.hidden), ("model.embed_tokens.weight",))}
-    for i in range(cfg.layers):
-        p = f"model.layers.{i}."
-        for name in ("input_layernorm", "post_attention_layernorm"):
-            out[p + name] = ((cfg.hidden,), (p + name + ".weight",))
-        out[p + "qkv"] = ((cfg.q_size + 2 * cfg.kv_size, cfg.hidden),
-                          tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv"))
-        out[p + "o_proj"] = ((cfg.hidden, cfg.q_size), (p + "self_attn.o_proj.weight",))
-        out[p + "gate_up"] = ((2 * cfg.intermediate, cfg.hidden),
-                              (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"))
-        out[p + "down_proj"] = ((cfg.hidden, cfg.intermediate), (p + "mlp.down_proj.weight",))
-    out["norm"] = ((cfg.hidden,), ("model.norm.weight",))
-    if not cfg.tie_embeddings:
-        out["lm_head"] = ((cfg.vocab, cfg.hidden), ("lm_head.weight",))
-    return out
-
-
-def _random_fill(view: cupy.ndarray, rng: Any, dtype: str) -> None:
-    """N(0, 1/fan_in) for matrices, 1 + N(0, 0.1) for norm weights, in storage dtype."""
-    if view.ndim == 1:
-        x = 1.0 + 0.1 * rng.standard_normal(view.shape, np.float32)
-    else:
-        x = rng.standard_normal(view.shape, np.float32) * np.float32(view.shape[1] ** -0.5)
-    if dtype == "bfloat16":  # round to nearest even on the device, like to_bf16_bits
-        u = x.view(np.uint32)
-        view[...] = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    else:
-        view[...] = x.astype(np.float16)
-
-
-_NONFINITE = {"float16": 0x7C00, "bfloat16": 0x7F80}  # exponent bits all set: inf or NaN
-
-
-@functools.cache
-def _count_nonfinite() -> cupy.ReductionKernel:
-    return cupy.ReductionKernel("uint16 x, uint16 mask", "int64 y", "(x & mask) == mask",
-                                "a + b", "y = a", "0", "rawgraph_count_nonfinite")
-
-
-def _check_tensors(cfg: LlamaConfig, tensors: dict[str, np.ndarray]) -> None:
-    """ValueError naming a tensor the config needs that is missing, or has another shape or
-    dtype than the config's storage (checkpoint.load has checked its own already)."""
-    st = np.dtype(storage_dtype(cfg.dtype))
-    for name, shape in shapes(cfg).items():
-        t = tensors.get(name)
-        if t is None:
-            raise ValueError(f"tensor {name!r} is missing")
-        if tuple(getattr(t, "shape", ())) != shape or getattr(t, "dtype", None) != st:
-            raise ValueError(f"tensor {name!r} is {getattr(t, 'dtype', type(t).__name__)} "
-                             f"{tuple(getattr(t, 'shape', ()))}; the config needs {st} {shape}")
-
-
-def _check_finite(views: list[tuple[str, cupy.ndarray]], dtype: str,
-                  files: dict[str, Any]) -> None:
-    """CheckpointError naming each tensor that holds NaN or infinities (one reduction per
-    tensor on the device, one copy of the counts back)."""
-    if not views:
-        return
-    mask, count = np.uint16(_NONFINITE[dtype]), _count_nonfinite()
-    counts = cupy.stack([count(v.view(np.uint16), mask) for _, v in views]).get()
-    bad = [(name, int(n)) for (name, _), n in zip(views, counts) if n]
-    if bad:
-        where = "; ".join(f"{files[k].name + ': ' if k in files else ''}tensor {k!r} holds {n} "
-                          f"NaN or infinite values" for k, n in bad[:3])
-        raise CheckpointError(where + (f" (and {len(bad) - 3} more tensors)" if len(bad) > 3
-                                       else ""))
-
 
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
 # a chunk of n tokens runs the kernels of the smallest that holds it
@@ -289,8 +205,8 @@ class Model:
               files: dict[str, Any]) -> None:
         cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
         if tensors is not None:
-            _check_tensors(cfg, tensors)
-        lay = layout(cfg)
+            weights.check_tensors(cfg, tensors)
+        lay = weights.layout(cfg)
         self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + (1 << 20),
                            "weights")
         self.w = {}
@@ -299,7 +215,7 @@ class Model:
         for name, (shape, sources) in lay.items():  # stream each tensor into its region
             view = self.w[name] = self.arena.array(name, shape, st)
             if tensors is None:
-                _random_fill(view, rng, cfg.dtype)
+                weights.random_fill(view, rng, cfg.dtype)
                 continue
             if name.endswith("gate_up"):
                 view.set(ops.stack_gate_up(*(np.asarray(tensors[src], st) for src in sources)))
@@ -312,10 +228,10 @@ class Model:
                 view[row:row + a.shape[0]].set(a)
                 checks.append((src, view[row:row + a.shape[0]]))
                 row += a.shape[0]
-        _check_finite(checks, cfg.dtype, files)  # before the norms fold into projections
+        weights.check_finite(checks, cfg.dtype, files)  # before the norms fold into projections
         for i in range(cfg.layers):
             p = f"model.layers.{i}."
-            for norm, proj in NORM_FOLDS:
+            for norm, proj in weights.NORM_FOLDS:
                 ops.fold_norm(self.w[p + proj], self.w[p + norm])
         cupy.cuda.get_current_stream().synchronize()
         if cfg.tie_embeddings:

@@ -7,20 +7,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rawgraph.model import checkpoint
 from rawgraph.model.config import PRESETS
 from rawgraph.ops.linear import DECODE_ROWS
-from rawgraph.options import at_least, positive
+from rawgraph.options import at_least, check_model, positive
 
 
 def check(args: argparse.Namespace) -> None:
     """ValueError naming the option unless the options make sense (no GPU needed)."""
-    if args.model is None and args.preset not in PRESETS:
-        raise ValueError(f"--preset {args.preset!r}: choose one of {', '.join(PRESETS)}")
-    if args.model is not None and not Path(args.model).is_dir():
-        raise ValueError(f"--model {args.model}: not a directory")
-    if args.model is not None:  # its config.json read and checked (CheckpointError), no tensor
-        checkpoint.config(args.model)
+    check_model(args)
     if args.reference and args.model is None and args.preset != "tiny":
         raise ValueError("--reference runs the NumPy decoder on the CPU: --preset tiny or a "
                          "--model checkpoint small enough for it")

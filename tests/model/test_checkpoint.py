@@ -316,11 +316,11 @@ def test_mutated_files_load_correctly_or_are_refused(tmp_path_factory, mutations
 
 
 def test_tensors_handed_to_a_model_are_checked_first():
-    from rawgraph.model.decoder import _check_tensors
+    from rawgraph.model.weights import check_tensors
 
     w = random_weights(MICRO, 2)
-    _check_tensors(MICRO, w)
+    check_tensors(MICRO, w)
     with pytest.raises(ValueError, match=r"'model\.norm\.weight' is missing"):
-        _check_tensors(MICRO, {k: v for k, v in w.items() if k != "model.norm.weight"})
+        check_tensors(MICRO, {k: v for k, v in w.items() if k != "model.norm.weight"})
     with pytest.raises(ValueError, match=r"is float32 \(8,\); the config needs float16 \(8,\)"):
-        _check_tensors(MICRO, {**w, "model.norm.weight": np.ones(8, np.float32)})
+        check_tensors(MICRO, {**w, "model.norm.weight": np.ones(8, np.float32)})
