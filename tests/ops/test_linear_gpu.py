@@ -244,6 +244,77 @@ def test_skinny_128_replays_the_eager_bits_with_rows_patched(stream, rng, skinny
     test_linear_in_place_residual_and_symbolic_rows(stream, rng, 2048, 2048, 128)
 
 
+@pytest.fixture
+def skinny_loop(monkeypatch):
+    """The wgmma skinny GEMM's looping form (`_p`) wherever it may serve (SKINNY_LOOP)."""
+    lin = importlib.import_module("rawgraph.ops.linear")
+    if not lin.hopper():
+        pytest.skip("skinny_sm90.cu needs compute capability 9.0")
+    monkeypatch.setattr(lin, "SKINNY_LOOP", True)
+    return lin
+
+
+def _loop_and_not(lin, monkeypatch, run):
+    """run() with the looping form, then with a block a row block: both results' bits."""
+    out = []
+    for on in (True, False):
+        monkeypatch.setattr(lin, "SKINNY_LOOP", on)
+        out.append(run())
+    monkeypatch.setattr(lin, "SKINNY_LOOP", True)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(17, 8512, 264), (32, 16392, 256), (64, 28672, 520),
+                                           (40, 128256, 72)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_linear_skinny_loops_over_row_blocks(stream, rng, monkeypatch, skinny_loop, dtype, m,
+                                             n, k, fused):
+    # 133 to 2,004 row blocks of 64 (n past the last), each block taking 1 to 16 of them with
+    # its ring running on (2 to 9 k tiles each, the last box past k): the reference within 2
+    # ulp, rows past m unwritten, and the bits of a block a row block
+    mx = 32 if m <= 32 else 64
+    kernel = skinny_loop.skinny_launch(dtype, m, n, k, True)[0]
+    assert kernel.name == f"skinny90_{'f16' if dtype == 'float16' else 'bf16'}_x{mx}_p"
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
+    x, _ = randn(rng, (m, k), dtype)
+    w, _ = randn(rng, (n, k), dtype, k**-0.5)
+    r = randn(rng, (m, n), dtype)[0] if fused else None
+
+    def run():
+        y = cupy.zeros((m, n), x.dtype)
+        cupy.cuda.Device().synchronize()
+        ops.linear(x, w, y, residual=r, stream=stream)
+        stream.synchronize()
+        return bits(y)
+    looped, one_each = _loop_and_not(skinny_loop, monkeypatch, run)
+    np.testing.assert_array_equal(looped, one_each)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "inter", "k"), [(20, 4352, 264), (64, 14336, 136)])
+def test_gate_up_silu_in_the_looping_skinny_epilogue(stream, rng, monkeypatch, skinny_loop,
+                                                     dtype, m, inter, k):
+    # the _p_silu forms (136 and 448 row blocks): linear + silu_mul's bits (both looping),
+    # the one-block-a-row-block form's bits, no row past m, gu untouched
+    monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
+    assert skinny_loop.skinny_launch(dtype, m, 2 * inter, k, True, True)[0].name.endswith(
+        "_p_silu")
+    seed = int(rng.integers(1 << 30))
+    looped, one_each = _loop_and_not(skinny_loop, monkeypatch, lambda: _gate_up(
+        stream, np.random.default_rng(seed), dtype, m, inter, k)[:3])
+    out, gu, want = looped
+    out = bits(out)
+    np.testing.assert_array_equal(out[:m], want[:m])
+    assert (out[m:] == POISON[dtype]).all() and (gu == POISON[dtype]).all()
+    np.testing.assert_array_equal(out, bits(one_each[0]))
+
+
+def test_looping_skinny_replays_the_eager_bits_with_rows_patched(stream, rng, skinny_loop):
+    test_linear_in_place_residual_and_symbolic_rows(stream, rng, 16392, 256, 32)
+    test_linear_in_place_residual_and_symbolic_rows(stream, rng, 28672, 264, 64)
+
+
 def test_linear_rejects_bad_input(rng):
     x = cupy.ones((4, 64), np.float16)
     with pytest.raises(ValueError, match="w must be"):
