@@ -141,6 +141,25 @@ def _skinny(wgmma: bool) -> Iterator[None]:
         linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO = was
 
 
+def _loop_serves(kind: str, m: int, n: int, k: int) -> bool:
+    """Whether the wgmma skinny GEMM's looping form would take m rows through (n, k) were
+    it switched on (`linear.SKINNY_LOOP`)."""
+    if kind != "skinny" or not hopper() or not linear_module.skinny_wgmma(m):
+        return False
+    with _looping():
+        return linear_module.skinny_launch("float16", m, n, k, True)[0].name.endswith("_p")
+
+
+@contextlib.contextmanager
+def _looping() -> Iterator[None]:
+    """The looping skinny GEMM switched on while the block runs."""
+    was, linear_module.SKINNY_LOOP = linear_module.SKINNY_LOOP, True
+    try:
+        yield
+    finally:
+        linear_module.SKINNY_LOOP = was
+
+
 def _attention(rows: list, row: Callable, s: Any) -> None:
     """Decode attention at LLaMA-1B (32/8 heads of 64) and 8B (32/8 of 128) shapes."""
     for model, d in (("llama-1b", 64), ("llama-8b", 128)):
@@ -247,6 +266,11 @@ def run(only: str = "") -> list[dict[str, Any]]:
                         alt = _gemv_us(ws, x[:m], y[:m], s)
                     rows[-1].update({f"{label} us": alt,
                                      f"{label} % floor": 100 * nbytes / alt / 1e3 / floor})
+                if _loop_serves(kind, m, n, k):  # the looping skinny GEMM (off), A/B
+                    with _looping():
+                        alt = _gemv_us(ws, x[:m], y[:m], s)
+                    rows[-1].update({"looping us": alt,
+                                     "looping % floor": 100 * nbytes / alt / 1e3 / floor})
                 if (c := compute.split_ways(m, n, k)) > 1:  # the tiled GEMM's split k, A/B
                     with compute.unsplit():
                         alt = _gemv_us(ws, x[:m], y[:m], s)
