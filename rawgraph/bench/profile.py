@@ -71,9 +71,10 @@ def _sets_condition(launch: Any) -> bool:
 
 
 # whole / disabled timings alternated per in-place figure, the median taken. What is left
-# is about 1% of the graph (a 1B prefill chunk of 2,048 tokens, 8.9 ms: its 4 us embedding
-# read 72 us alone and -16 us as its part, two figures of the same node): in place resolves
-# kernels that cost more than that, not the small ones of a long graph
+# is about 1% of the graph (a 1B prefill chunk of 2,048 tokens, 8.9 ms: its embedding, 4 us
+# alone, read 72 us in place as a kernel and -16 us as its part, two figures of the same
+# node): in place resolves kernels that cost more than that, not the small ones of a long
+# graph
 ROUNDS = 3
 
 
