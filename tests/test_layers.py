@@ -9,8 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "rawgraph"
 # lowest first: a module imports only from its own package (file) and lower layers
-LAYERS = [("symbols", "dtypes", "options"), ("cuda",), ("memory",), ("graph",), ("ops",),
-          ("model",), ("engine",), ("serve",), ("bench",), ("demo",), ("cli",)]
+LAYERS = [("symbols", "dtypes"), ("cuda",), ("memory",), ("graph",), ("ops",), ("model",),
+          ("options",), ("engine",), ("serve",), ("bench",), ("demo",), ("cli",)]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
