@@ -57,13 +57,22 @@ def _us(fn: Callable[[], None], s: Any, reps: int = 10) -> float:
 
 
 @contextlib.contextmanager
-def unsplit() -> Iterator[None]:
-    """Every wgmma GEMM unsplit (no split k) for the block: the A/B of `linear.SPLIT_K`."""
-    was, linear.SPLIT_K = linear.SPLIT_K, False
+def switched(module: Any, **values: Any) -> Iterator[None]:
+    """A module's switches (its A/B attributes) set to `values` while the block runs, then
+    restored: the benchmarks' one way to time a form the defaults do not take."""
+    was = {name: getattr(module, name) for name in values}
+    for name, v in values.items():
+        setattr(module, name, v)
     try:
         yield
     finally:
-        linear.SPLIT_K = was
+        for name, v in was.items():
+            setattr(module, name, v)
+
+
+def unsplit() -> contextlib.AbstractContextManager:
+    """Every wgmma GEMM unsplit (no split k) for the block: the A/B of `linear.SPLIT_K`."""
+    return switched(linear, SPLIT_K=False)
 
 
 def split_ways(m: int, n: int, k: int) -> int:
@@ -112,17 +121,10 @@ def _one_sequence(d: int, n: int, s: Any) -> PagedKVCache:
     return kv
 
 
-@contextlib.contextmanager
-def _prefill_family(wgmma: bool, tma: bool) -> Iterator[None]:
+def _prefill_family(wgmma: bool, tma: bool) -> contextlib.AbstractContextManager:
     """Prefill attention on one family for the block: wgmma or mma.sync, K/V tiles by TMA or
     gathered (Hopper takes wgmma and TMA)."""
-    a = ops.attention
-    was = a.WGMMA_PREFILL, a.TMA_PREFILL
-    a.WGMMA_PREFILL, a.TMA_PREFILL = wgmma, tma
-    try:
-        yield
-    finally:
-        a.WGMMA_PREFILL, a.TMA_PREFILL = was
+    return switched(ops.attention, WGMMA_PREFILL=wgmma, TMA_PREFILL=tma)
 
 
 def prefill_attention(row: Row, s: Any) -> None:

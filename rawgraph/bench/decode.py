@@ -29,7 +29,7 @@ import cupy
 
 from rawgraph.bench import ceiling, peer
 from rawgraph.bench.kernels import copy_gbps
-from rawgraph.bench.profile import graph_us, per_kernel, per_label
+from rawgraph.bench.profile import graph_us, part_rows, per_kernel
 from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.engine.loop import DecodeLoop
@@ -409,8 +409,7 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
     rows = per_kernel(ex, s)  # every node replayed at the same context
     rows.append({"kernel": "(the step's graph)", "launches": len(ex.launches()),
                  "us in place": graph_us(ex, s)})
-    rows += [{"kernel": f"part: {r['part']}", "launches": r["launches"],
-              "us in place": r["us in place"]} for r in per_label(ex, s)]
+    rows += part_rows(ex, s)
     costs = ceiling.part_costs(model.cfg, model.w, model.kv.k, model.kv.v, batch, ctx, s)
     parts = ceiling.link_parts(model.cfg)
     rows += [{"kernel": f"read chain: {part}", "launches": parts.count(part),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import cupy
@@ -127,18 +127,12 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
                          max(len(ws), 16), s)
 
 
-@contextlib.contextmanager
-def _skinny(wgmma: bool) -> Iterator[None]:
+def _skinny(wgmma: bool) -> contextlib.AbstractContextManager:
     """Every skinny GEMM on wgmma and TMA (skinny_sm90.cu, to 128 rows) or on mma.sync
     (skinny.cu, to 64) while the block runs."""
-    was = linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO
     top = linear_module.SKINNY_MAX
-    linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO = \
-        (1, SKINNY90_ROWS[-1]) if wgmma else (top + 1, top)
-    try:
-        yield
-    finally:
-        linear_module.WGMMA_SKINNY_FROM, linear_module.WGMMA_SKINNY_TO = was
+    frm, to = (1, SKINNY90_ROWS[-1]) if wgmma else (top + 1, top)
+    return compute.switched(linear_module, WGMMA_SKINNY_FROM=frm, WGMMA_SKINNY_TO=to)
 
 
 def _loop_serves(kind: str, m: int, n: int, k: int) -> bool:
@@ -146,18 +140,8 @@ def _loop_serves(kind: str, m: int, n: int, k: int) -> bool:
     it switched on (`linear.SKINNY_LOOP`)."""
     if kind != "skinny" or not hopper() or not linear_module.skinny_wgmma(m):
         return False
-    with _looping():
+    with compute.switched(linear_module, SKINNY_LOOP=True):
         return linear_module.skinny_launch("float16", m, n, k, True)[0].name.endswith("_p")
-
-
-@contextlib.contextmanager
-def _looping() -> Iterator[None]:
-    """The looping skinny GEMM switched on while the block runs."""
-    was, linear_module.SKINNY_LOOP = linear_module.SKINNY_LOOP, True
-    try:
-        yield
-    finally:
-        linear_module.SKINNY_LOOP = was
 
 
 def _attention(rows: list, row: Callable, s: Any) -> None:
@@ -267,7 +251,7 @@ def run(only: str = "") -> list[dict[str, Any]]:
                     rows[-1].update({f"{label} us": alt,
                                      f"{label} % floor": 100 * nbytes / alt / 1e3 / floor})
                 if _loop_serves(kind, m, n, k):  # the looping skinny GEMM (off), A/B
-                    with _looping():
+                    with compute.switched(linear_module, SKINNY_LOOP=True):
                         alt = _gemv_us(ws, x[:m], y[:m], s)
                     rows[-1].update({"looping us": alt,
                                      "looping % floor": 100 * nbytes / alt / 1e3 / floor})

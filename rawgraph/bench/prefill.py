@@ -26,7 +26,7 @@ from typing import Any
 import cupy
 
 from rawgraph.bench import peer
-from rawgraph.bench.profile import per_kernel, per_label
+from rawgraph.bench.profile import part_rows, per_kernel
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.engine.runner import Runner
@@ -158,8 +158,7 @@ def profile(name: str = "llama-1b", chunk: int = 2048, past: int = 0) -> list[di
     n, seqs, max_q_len, max_len = model.prepare_prefill([PrefillPiece(0, [1] * chunk, past)], s)
     ex.set(n=n, seqs=seqs, max_q_len=max_q_len, max_len=max_len)
     rows = per_kernel(ex, s)
-    rows += [{"kernel": f"part: {r['part']}", "launches": r["launches"],
-              "us in place": r["us in place"]} for r in per_label(ex, s)]
+    rows += part_rows(ex, s)
     runner.close()
     model.close()
     return [{"preset": name, "chunk": chunk, "past": past, **r} for r in rows]

@@ -64,6 +64,12 @@ def per_label(ex: GraphExec, stream: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def part_rows(ex: GraphExec, stream: Any) -> list[dict[str, Any]]:
+    """`per_label` as rows of a kernel table: {kernel: "part: X", launches, us in place}."""
+    return [{"kernel": f"part: {r['part']}", "launches": r["launches"],
+             "us in place": r["us in place"]} for r in per_label(ex, stream)]
+
+
 def _sets_condition(launch: Any) -> bool:
     """Whether a launch sets an IF / WHILE node's condition (a `handle` argument): only
     valid inside its graph."""
