@@ -32,13 +32,6 @@
 //   MX * 65 * 4 B: the ring, its barriers, the block's sums (ops.linear: skinny90_smem).
 //   Patchable: m (<= MX) and the residual and y pointers; the descriptors fix x's and w's
 //   addresses, n and k.
-//   extern "C" skinny90_{f16,bf16}_x{32,64,128}_p[_silu](the same arguments): the deep ring's
-//       blocks looping over W's row blocks (block b takes b, b + gridDim.x, ...), the ring
-//       running on from one to the next, for weights of more row blocks than SMs. With as
-//       many blocks as give each the same count (8B gate_up's 448 row blocks: 112 blocks of
-//       4), where one block a row block leaves some SMs four and some three (ops.linear:
-//       skinny_blocks). Only the consumer warpgroup finishes each row block's outputs (a
-//       named barrier, not the block's), so the producer's loads of the next run on.
 //   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4]_silu(the same arguments; residual
 //       NULL, y (m, n / 2)): the MLP's gate_up projection (rows interleaved in groups of 8
 //       gate, 8 up; n % 16 == 0) finished in the epilogue, y = T(T(silu(T(gate))) * T(up)):
@@ -53,80 +46,7 @@ constexpr int kRows = 64, kBK = 64;  // W rows a block; k per tile (one 128-byte
 constexpr int kThreads = 160;        // a consumer warpgroup and a producer warp
 // S, the ring's slots (the wrappers pass ops.linear's SKINNY90_STAGES): as many as two blocks
 // an SM hold, or as one block holds (the deep ring) for grids of at most one block an SM
-// The consumer warpgroup's own barrier (named barrier 1; 0 is __syncthreads')
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, 128;" ::: "memory");
-}
-
-// PERSIST (CS = 1, the deep ring): block b takes W's row blocks b, b + gridDim.x, ...; its
-// k tile `it` counted over all of them (the ring's position) is row block b + it / ktiles
-// gridDim.x, k tile it % ktiles. The consumers finish each row block alone (consumers_sync)
-// and free its last slot, which the one-block-a-tile form never reuses.
-template <typename T, int MX, int S, bool SILU>
-__device__ void skinny90_loop(const TensorMap* xmap, const TensorMap* wmap, const T* residual,
-                              T* y, int m, int n, int k, char* ring, unsigned long long* full,
-                              unsigned long long* empty, float* part) {
-  constexpr int kW = kRows * kBK * 2, kStage = (kRows + MX) * kBK * 2, kPart = kRows + 1;
-  const int ktiles = (k + kBK - 1) / kBK, blocks = (n + kRows - 1) / kRows;
-  const int mine = blockIdx.x < blocks ? (blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  const int total = mine * ktiles;  // k tiles over this block's row blocks
-  auto w_row = [&](int it) { return (blockIdx.x + it / ktiles * gridDim.x) * kRows; };
-  if (threadIdx.x >= 128) {  // the producer warp; lane 0 issues
-    if (threadIdx.x == 128) {
-      for (int it = 0; it < S && it < total; ++it) {  // W's first boxes before the wait
-        rg::mbar_expect_tx(&full[it], kStage);
-        rg::tma_load_2d(ring + it * kStage, wmap, it % ktiles * kBK, w_row(it), &full[it]);
-      }
-      rg::pdl_trigger();
-      rg::pdl_wait();  // x comes from an earlier kernel
-      for (int it = 0; it < total; ++it) {
-        const int s = it % S, k0 = it % ktiles * kBK;
-        if (it >= S) {
-          rg::mbar_wait(&empty[s], (it / S - 1) & 1);
-          rg::mbar_expect_tx(&full[s], kStage);
-          rg::tma_load_2d(ring + s * kStage, wmap, k0, w_row(it), &full[s]);
-        }
-        rg::tma_load_2d(ring + s * kStage + kW, xmap, k0, 0, &full[s]);
-      }
-    }
-    return;  // no part in the epilogues: named barrier 1 counts the consumers alone
-  }
-  rg::pdl_wait();  // the residual comes from an earlier kernel
-  const bool signals = (threadIdx.x & 31) == 0;
-  const int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-  for (int it = 0; it < total;) {
-    const int r0 = w_row(it);
-    float acc[MX / 2];
-#pragma unroll
-    for (int i = 0; i < MX / 2; ++i) acc[i] = 0.f;
-    for (int t = 0; t < ktiles; ++t, ++it) {
-      const int s = it % S;
-      rg::mbar_wait(&full[s], (it / S) & 1);
-      const char* a = ring + s * kStage;
-      rg::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk)
-        rg::Wgmma<T, MX>::run(acc, rg::desc128(a + kk * 32), rg::desc128(a + kW + kk * 32));
-      rg::wgmma_commit();
-      rg::wgmma_wait<1>();  // k tile it - 1's products are done: its slot may be refilled
-      if (t > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);
-    }
-    rg::wgmma_wait<0>();
-    if (signals) rg::mbar_arrive(&empty[(it - 1) % S]);  // the row block's last slot
-    consumers_sync();  // every consumer has stored the last row block's outputs from part[]
-#pragma unroll
-    for (int j = 0; j < MX / 8; ++j)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          part[(8 * j + 2 * tq + e) * kPart + 16 * q + g + 8 * hi] = acc[4 * j + 2 * hi + e];
-    consumers_sync();  // part[] holds this row block's sums
-    rg::store_cluster_sums<T, kRows, MX, 1, 128, SILU>(part, 0, y, residual, m, n, r0);
-  }
-}
-
-template <typename T, int MX, int CS, int S, bool SILU = false, bool PERSIST = false>
+template <typename T, int MX, int CS, int S, bool SILU = false>
 __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual,
                               T* y, int m, int n, int k) {
   constexpr int kStages = S;
@@ -154,11 +74,6 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
     rg::tma_prefetch(wmap);
   }
   __syncthreads();
-  if constexpr (PERSIST) {
-    static_assert(CS == 1, "a loop over row blocks is the unclustered form's");
-    skinny90_loop<T, MX, S, SILU>(xmap, wmap, residual, y, m, n, k, ring, full, empty, part);
-    return;
-  }
 
   if (threadIdx.x >= 128) {  // the producer warp; lane 0 issues
     if (threadIdx.x == 128) {
@@ -506,52 +421,4 @@ skinny90_bf16_x128_c4_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
   skinny90_impl<__nv_bfloat16, 128, 4, 3, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_f16_x32_p(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 1, 18, false, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_f16_x32_p_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 32, 1, 18, true, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_f16_x64_p(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 1, 13, false, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_f16_x64_p_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  skinny90_impl<__half, 64, 1, 13, true, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_bf16_x32_p(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 1, 18, false, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_bf16_x32_p_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 32, 1, 18, true, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_bf16_x64_p(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 1, 13, false, true>(&xmap, &wmap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-skinny90_bf16_x64_p_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  skinny90_impl<__nv_bfloat16, 64, 1, 13, true, true>(&xmap, &wmap, residual, y, m, n, k);
 }

@@ -135,15 +135,6 @@ def _skinny(wgmma: bool) -> contextlib.AbstractContextManager:
     return compute.switched(linear_module, WGMMA_SKINNY_FROM=frm, WGMMA_SKINNY_TO=to)
 
 
-def _loop_serves(kind: str, m: int, n: int, k: int) -> bool:
-    """Whether the wgmma skinny GEMM's looping form would take m rows through (n, k) were
-    it switched on (`linear.SKINNY_LOOP`)."""
-    if kind != "skinny" or not hopper() or not linear_module.skinny_wgmma(m):
-        return False
-    with compute.switched(linear_module, SKINNY_LOOP=True):
-        return linear_module.skinny_launch("float16", m, n, k, True)[0].name.endswith("_p")
-
-
 def _attention(rows: list, row: Callable, s: Any) -> None:
     """Decode attention at LLaMA-1B (32/8 heads of 64) and 8B (32/8 of 128) shapes."""
     for model, d in (("llama-1b", 64), ("llama-8b", 128)):
@@ -250,11 +241,6 @@ def run(only: str = "") -> list[dict[str, Any]]:
                         alt = _gemv_us(ws, x[:m], y[:m], s)
                     rows[-1].update({f"{label} us": alt,
                                      f"{label} % floor": 100 * nbytes / alt / 1e3 / floor})
-                if _loop_serves(kind, m, n, k):  # the looping skinny GEMM (off), A/B
-                    with compute.switched(linear_module, SKINNY_LOOP=True):
-                        alt = _gemv_us(ws, x[:m], y[:m], s)
-                    rows[-1].update({"looping us": alt,
-                                     "looping % floor": 100 * nbytes / alt / 1e3 / floor})
                 if (c := compute.split_ways(m, n, k)) > 1:  # the tiled GEMM's split k, A/B
                     with compute.unsplit():
                         alt = _gemv_us(ws, x[:m], y[:m], s)

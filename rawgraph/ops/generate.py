@@ -19,7 +19,6 @@ from rawgraph.ops.linear import (
     GEMM90_SILU,
     SKINNY,
     SKINNY90,
-    SKINNY90_LOOP,
     SKINNY90_SILU,
     SKINNY90_STAGES,
 )
@@ -74,12 +73,7 @@ def _skinny90() -> list[str]:
                              f"{SKINNY90_STAGES[mx, deep]}{', true' if silu else ''}>"),
                     _bounds("kThreads", 1 if deep else 2, c))  # deep: one block an SM
             for silu, table in ((False, SKINNY90), (True, SKINNY90_SILU))
-            for (dt, mx, c, deep), k in table.items()] + [
-        wrapper(k.name, k.declaration,
-                _call(k, f"skinny90_impl<{_t(dt)}, {mx}, 1, {SKINNY90_STAGES[mx, True]}, "
-                         f"{'true' if silu else 'false'}, true>"),
-                _bounds("kThreads", 1))  # the deep ring: one block an SM
-        for (dt, mx, silu), k in SKINNY90_LOOP.items()]
+            for (dt, mx, c, deep), k in table.items()]
 
 
 def _gemm() -> list[str]:

@@ -102,18 +102,6 @@ SKINNY90 = {(dt, mx, c, deep): Kernel(
 # The same with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
 SKINNY90_SILU = {key: Kernel("skinny_sm90", f"{k.name}_silu", k.declaration)
                  for key, k in SKINNY90.items()}
-# The deep ring's blocks looping over W's row blocks (`_p`, keyed (dtype, x tile, SiLU)), for
-# unclustered weights of more row blocks than SMs: as many blocks as give each the same
-# count (`skinny_blocks`), where a block a row block leaves some SMs one more than others
-# (8B gate_up: 448 row blocks on 264 two-block slots; the ring balanced over the grid read
-# at 94% of a plain read against 87%: benchmarks/NOTES.md, "What bounds the skinny GEMM").
-# SKINNY_LOOP False: never (the A/B switch; not yet measured on a GPU, so off).
-SKINNY_LOOP = False
-SKINNY_LOOP_ROWS = (32, 64)  # x tiles (of 128, ptxas spills the SiLU form's unrolled epilogue)
-SKINNY90_LOOP = {(dt, mx, silu): Kernel("skinny_sm90", f"skinny90_{s}_x{mx}_p"
-                                        + ("_silu" if silu else ""), _SIG90.format(t=t))
-                 for dt, (s, t) in KERNEL_TYPES.items() for mx in SKINNY_LOOP_ROWS
-                 for silu in (False, True)}
 
 
 def takes_skinny(rows: int, n: int) -> bool:
@@ -154,22 +142,6 @@ def skinny90_deep(n: int, c: int) -> bool:
     return c == 2 or (c == 1 and -(-n // SKINNY_ROWS) <= SMS)
 
 
-def skinny_blocks(row_blocks: int, sms: int = SMS) -> int:
-    """Blocks of the looping skinny GEMM (`_p`, one an SM) over `row_blocks` of W's rows:
-    the fewest rounds a grid of at most `sms` blocks needs, and the fewest blocks that take
-    them, so every block has that many row blocks or one fewer (448 on 132 SMs: 112 blocks
-    of 4; LLaMA's 128,256-row LM head, 2,004 row blocks: 126 blocks of 15 or 16)."""
-    rounds = -(-row_blocks // sms)
-    return -(-row_blocks // rounds)
-
-
-def skinny_loops(n: int, c: int, mx: int) -> bool:
-    """Whether the wgmma skinny GEMM through an n-row weight (clusters of c, x tiles of mx
-    rows) takes the looping form: SKINNY_LOOP on, unclustered, more row blocks than SMs."""
-    return (SKINNY_LOOP and c == 1 and mx in SKINNY_LOOP_ROWS
-            and -(-n // SKINNY_ROWS) > SMS)
-
-
 def skinny_wgmma(rows: int) -> bool:
     """Whether up to `rows` rows on the skinny path take the wgmma form (skinny_sm90.cu)."""
     return hopper() and (rows >= WGMMA_SKINNY_FROM or rows > SKINNY_MAX)
@@ -196,9 +168,6 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = 
     blocks = -(-n // SKINNY_ROWS) * c
     if wgmma:
         mx = next(r for r in SKINNY90_ROWS if r >= rows)
-        if skinny_loops(n, c, mx):
-            return (SKINNY90_LOOP[dt, mx, silu], skinny_blocks(blocks), SKINNY90_THREADS,
-                    skinny90_smem(mx, True), mx)
         table, deep = SKINNY90_SILU if silu else SKINNY90, skinny90_deep(n, c)
         return table[dt, mx, c, deep], blocks, SKINNY90_THREADS, skinny90_smem(mx, deep), mx
     if silu:

@@ -116,33 +116,6 @@ def test_the_wgmma_skinny_gemm_takes_the_smallest_x_tile_and_fills_the_sm():
         skinny_launch("float16", 40, 2048, 2048, False, True)
 
 
-def test_the_looping_skinny_gemm_deals_row_blocks_evenly_where_it_is_switched_on(
-        monkeypatch):
-    # the fewest rounds one wave can take, then the fewest blocks that take them: each block
-    # that many row blocks or one fewer
-    for row_blocks, want in ((133, 67), (257, 129), (448, 112), (2004, 126), (264, 132),
-                             (924, 132), (1, 1)):
-        got = linear.skinny_blocks(row_blocks, 132)
-        rounds = -(-row_blocks // 132)
-        assert got == want and got <= 132 and -(-row_blocks // got) == rounds
-    # off by default; on, unclustered weights of more row blocks than SMs at x tiles of 32
-    # and 64 rows take the _p form with the deep ring, the rest what they took
-    assert not linear.SKINNY_LOOP
-    before = {(r, n): skinny_launch("bfloat16", r, n, 4096, True)
-              for r in (32, 64, 128) for n in (28672, 6144, 4096)}
-    monkeypatch.setattr(linear, "SKINNY_LOOP", True)
-    monkeypatch.setattr(linear, "WGMMA_SKINNY_TO", 128)
-    for rows, mx in ((17, 32), (32, 32), (64, 64)):
-        for silu in (False, True):
-            kernel, blocks, threads, smem, got = skinny_launch("bfloat16", rows, 28672, 4096,
-                                                               True, silu)
-            assert kernel.name == f"skinny90_bf16_x{mx}_p" + ("_silu" if silu else "")
-            assert (blocks, threads, smem, got) == (112, 160, skinny90_smem(mx, True), mx)
-    for (rows, n), plan in before.items():
-        if n != 28672 or rows == 128:
-            assert skinny_launch("bfloat16", rows, n, 4096, True) == plan
-
-
 def test_the_kernel_behind_a_multi_wave_wgmma_skinny_gemm_launches_plainly(monkeypatch):
     # 9-64 rows through 8B gate_up (28672 rows: 448 blocks, past the 264 of one wave) or an
     # LM head take the wgmma skinny GEMM: what follows launches plainly. Behind 1B gate_up
