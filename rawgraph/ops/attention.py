@@ -121,8 +121,9 @@ DECODE_WARPS, DECODE_CHUNK = 4, 16  # warps per block, tokens per warp step
 
 
 def decode_stages(head_dim: int) -> int:
-    """K/V chunks each warp of decode attention keeps in its ring (kernels_cu: stages<D>)."""
-    return 4 if head_dim == 64 else 3
+    """K/V chunks each warp of decode attention keeps in its ring (kernels_cu: stages<D>);
+    the same at both head dims (at 64, a fourth cost a block an SM and was slower)."""
+    return 3
 
 
 def decode_smem(head_dim: int) -> int:
@@ -139,6 +140,10 @@ SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
 # bound by latency, and 16 splits beat 48 in its decode graph: benchmarks/NOTES.md, "Decode
 # attention"); longer rows splits of at least LONG_SPLIT tokens, up to the `splits` given.
 SHORT_SPLITS, LONG_SPLIT = 16, 256
+# The most splits a (row, kv head) takes: a lone long row's step was slower with more (1B,
+# B=1, graph GPU ms, 48 -> 63 splits: 1.067 -> 1.086 at 32k tokens, 1.314 -> 1.327 at 64k;
+# 128 splits 4-10% slower than 48; 32-48 the best of 12-128: benchmarks/NOTES.md)
+MAX_SPLITS = 48
 
 
 def row_splits(length: int, splits: int) -> int:
@@ -171,13 +176,13 @@ def decode_splits(units: int, resident: int) -> int:
     waves; with this rule (LLaMA-1B / 8B heads, % of copy bandwidth, fixed 128 / 512-token
     splits before): B=8 ctx 16384 55 / 57 -> 90 / 86, B=32 ctx 4096 72 / 77 -> 86 / 83.
     Rows up to SHORT_SPLITS * LONG_SPLIT tokens take at most SHORT_SPLITS of them
-    (`row_splits`).
+    (`row_splits`), and none more than MAX_SPLITS.
     """
     if units < 1 or resident < 1:
         raise ValueError(f"units = {units}, resident = {resident}: both must be positive")
     counts = range(1, max(1, SPLIT_WAVES * resident // units) + 1)
     fill = {s: units * s / (-(-units * s // resident) * resident) for s in counts}
-    return min(s for s in counts if fill[s] >= max(fill.values()) - 0.05)
+    return min(MAX_SPLITS, min(s for s in counts if fill[s] >= max(fill.values()) - 0.05))
 
 
 @functools.cache
