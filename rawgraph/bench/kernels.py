@@ -138,7 +138,10 @@ def _skinny(wgmma: bool) -> contextlib.AbstractContextManager:
 def _attention(rows: list, row: Callable, s: Any) -> None:
     """Decode attention at LLaMA-1B (32/8 heads of 64) and 8B (32/8 of 128) shapes."""
     for model, d in (("llama-1b", 64), ("llama-8b", 128)):
-        for batch, ctx in ((1, 4096), (8, 4096), (32, 4096), (8, 16384), (64, 4096)):
+        # the long rows' shapes too (one row at 65,536, four at 16,384, 128 rows at 4,096:
+        # issue #32's and the largest batch's), each against a plain read of its bytes
+        for batch, ctx in ((1, 4096), (8, 4096), (32, 4096), (8, 16384), (64, 4096),
+                           (1, 65536), (4, 16384), (128, 4096)):
             splits = default_splits(batch, 8, "float16", d)  # as the engine splits
             bs = BLOCK_SIZE  # the engine's
             kv = PagedKVCache(layers=1, kv_heads=8, head_dim=d, block_size=bs,
