@@ -142,7 +142,7 @@ SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
 SHORT_SPLITS, LONG_SPLIT = 16, 256
 # The most splits a (row, kv head) takes: a lone long row's step was slower with more (1B,
 # B=1, graph GPU ms, 48 -> 63 splits: 1.067 -> 1.086 at 32k tokens, 1.314 -> 1.327 at 64k;
-# 128 splits 4-10% slower than 48; 32-48 the best of 12-128: benchmarks/NOTES.md)
+# 128 splits 4-12% slower than 48; 32-48 the best of 12-128: benchmarks/NOTES.md)
 MAX_SPLITS = 48
 
 
