@@ -64,7 +64,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // K/V chunks in flight per warp (+1 being used): 50 KB of shared memory per block for D = 64
 // (4 blocks per SM), 100 KB for D = 128 (2 blocks per SM). At D = 64, 4 stages (3 blocks an
-// SM) were slower at every split count measured (benchmarks/NOTES.md, "Decode attention").
+// SM) were slower at the best split count of every shape measured (benchmarks/NOTES.md,
+// "Decode attention").
 template <int D> constexpr __host__ __device__ int stages() { return 3; }
 
 // rows of D * 2 bytes, 16-byte piece index XOR row % 8: the 8 rows of an ldmatrix phase hit
