@@ -232,7 +232,7 @@ def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(mon
 
 def test_decode_attention_splits_fill_whole_waves():
     # 8 kv heads; the H200 holds 528 blocks of the d=64 kernel (4 per SM), 264 of d=128 (2):
-    # blocks just under one wave, and at one row no more than MAX_SPLITS (a lone row's step
+    # blocks just under one wave, and at one row no more than RULE_SPLITS (a lone row's step
     # was slower with 63 than 48); 396 (3 an SM) was the d=64 kernel of 4 stages, whose
     # counts filled two and four waves at B=32 and 64
     assert [decode_splits(8 * b, 528) for b in (1, 4, 8, 16, 32, 64)] == [48, 16, 8, 4, 2, 1]
