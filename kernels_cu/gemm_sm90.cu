@@ -6,6 +6,8 @@
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (BN, 64); both 128-byte swizzle
+//       const __grid_constant__ TensorMap ymap,  // y (rows of x, n), box (64, 64), the same
+//                                                // swizzle; zeros where tma_stores is false
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
 //       int m, int n, int k) // k % 8 == 0, n % 2 == 0
@@ -21,7 +23,11 @@
 //   (every consumer warp has finished reading it). Consumers never load and never meet at a
 //   block barrier: wait for a slot, issue its wgmma, and free the previous tile's slot once
 //   its products are done (wait_group 1 keeps one tile's wgmma in flight). Boxes past m, n or
-//   k are zero-filled by the TMA; stores are masked.
+//   k are zero-filled by the TMA. A warpgroup's finished rows go out by TMA: staged 128
+//   columns at a time in the boxes' swizzle, one thread issuing their stores, which drain
+//   while the warpgroup goes on to its next tile (the stores made directly from registers
+//   were 11-35% of the kernel's time: benchmarks/NOTES.md, "Prefill"); rows past m (a
+//   warpgroup's rows that reach past it) are stored directly, masked.
 //   Split k (_cCS): when the tiles are too few to fill the GPU (decode's 65-128 rows, short
 //   prefill chunks), a cluster of CS blocks shares a tile, block r taking the r-th of CS
 //   contiguous runs of k tiles; each leaves its fp32 sums in its (now idle) ring and, after
@@ -32,16 +38,17 @@
 //   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
 //   its ring running on from tile to tile (the producer loads the next tile's k tiles while
 //   the consumers store this one's outputs); block (128 WG + 32), dynamic shared memory
-//   S * (BM + BN) * 128 + 16 S B. Tiles are numbered in groups of kGroup row tiles, column
-//   by column: a wave's blocks share a few row tiles of x and column tiles of W, so W comes
-//   from DRAM about cdiv(m, BM) / kGroup times, not cdiv(m, BM) times.
+//   S * (BM + BN) * 128 (+ 16 KiB a warpgroup unsplit: its staging) + 16 S B. Tiles are
+//   numbered in groups of kGroup row tiles, column by column: a wave's blocks share a few row
+//   tiles of x and column tiles of W, so W comes from DRAM about cdiv(m, BM) / kGroup times,
+//   not cdiv(m, BM) times.
 //   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}_silu(the same arguments; residual
-//       NULL, y (m, n / 2)): the MLP's gate_up projection finished in the epilogue, y =
-//       T(T(silu(T(gate))) * T(up)) on the interleaved layout silu_mul.cu reads (8 gate
+//       NULL, y and ymap (m, n / 2)): the MLP's gate_up projection finished in the epilogue,
+//       y = T(T(silu(T(gate))) * T(up)) on the interleaved layout silu_mul.cu reads (8 gate
 //       columns, then their 8 up columns): silu_mul.cu's bits without the (m, n) projection
 //       written and read back. Unsplit tiles only.
-//   Patchable: m with the grid (m <= rows of x); the descriptors fix x's and w's addresses,
-//   n and k.
+//   Patchable: m with the grid (m <= rows of x); the descriptors fix x's, w's and y's
+//   addresses, n and k.
 #include <cluster.cuh>
 #include <tma.cuh>
 #include <wgmma.cuh>
@@ -132,9 +139,106 @@ __device__ __forceinline__ void store_tile(const float (&acc)[NB * 64], const T*
       }
 }
 
+// An unsplit warpgroup's staging for its stores by TMA: 64 rows x 128 columns, two boxes of
+// 64 x 64 (ops.linear: GEMM_STAGING)
+constexpr int kBox = 64 * 64 * 2, kStaging = 2 * kBox;
+
+// Whether y's rows (`cols` of them a row) go out by TMA: whole 16-byte units, as a descriptor
+// needs (ops.linear.tma_stores, which passes a zeroed ymap where not)
+template <typename T>
+__device__ __forceinline__ bool tma_stores(const T* y, int cols) {
+  return cols % 8 == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0;
+}
+
+// a barrier among warpgroup wg's 128 threads (wg < 2)
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+  if (wg == 0)
+    rg::named_sync<1>(128);
+  else
+    rg::named_sync<2>(128);
+}
+
+// Warpgroup wg's 64 rows of a finished unsplit tile (all below m) into y by TMA: store_tile's
+// values, staged a round of two 64 x 64 boxes at a time in their 128-byte swizzle (16-byte
+// chunk c of row r at c ^ (r % 8): a warp's 8 rows x 4 pairs fall in 32 banks), then issued
+// by the warpgroup's first thread. A round first waits until the TMA has read the staging's
+// last round: a tile's last round is left draining while the warpgroup goes on to its next
+// tile's products. Without SILU a round is a 128-column panel of the tile (its residual, in
+// place or not, read first: nothing else writes these rows); with it, every panel's gates
+// and ups make the tile's 64 NB output columns, one round.
+template <typename T, int NB, bool SILU>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[NB * 64], const T* residual,
+                                               char* staging, const TensorMap* ymap, int n,
+                                               int row0, int col0) {
+  const int t = threadIdx.x & 127, wg = threadIdx.x >> 7, g = (t & 31) >> 2, tq = t & 3;
+  const int row = row0 + 64 * wg, ocol = SILU ? col0 / 2 : col0, ocols = SILU ? n / 2 : n;
+#pragma unroll
+  for (int h = 0; h < (SILU ? 1 : NB); ++h) {
+    if (t == 0) rg::bulk_wait_read<0>();
+    warpgroup_sync(wg);  // the staging is free
+#pragma unroll
+    for (int j0 = 0; j0 < 16; j0 += 8) {  // half the columns at a time: registers
+      unsigned res[8][2] = {};  // their residual pairs, all requested before any is used
+      if (!SILU && residual != nullptr) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const int r = row + (t >> 5) * 16 + g + 8 * hi;
+            const int c = col0 + h * 128 + (j0 + j) * 8 + 2 * tq;
+            if (c < n)
+              res[j][hi] = *reinterpret_cast<const unsigned*>(
+                  residual + static_cast<long long>(r) * n + c);
+          }
+      }
+#pragma unroll
+      for (int j = j0; j < j0 + 8; j += SILU ? 2 : 1)
+#pragma unroll
+        for (int hh = 0; hh < (SILU ? NB : 1); ++hh)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const int p = SILU ? hh : h, r = (t >> 5) * 16 + g + 8 * hi;
+            const float* v = acc + 64 * p + 4 * j + 2 * hi;
+            unsigned out;
+            int box, chunk;  // of the round's two boxes, and the 16-byte chunk of its row
+            if constexpr (SILU) {  // output column 64 p + 8 (j / 2) + 2 tq of the tile's
+              out = rg::pack2<T>(
+                  rg::silu_mul<T>(rg::round_to<T>(v[0]), rg::round_to<T>(v[4])),
+                  rg::silu_mul<T>(rg::round_to<T>(v[1]), rg::round_to<T>(v[5])));
+              box = p;
+              chunk = j / 2;
+            } else {
+              float lo = v[0], up = v[1];
+              if (residual != nullptr) {  // as store_pair (no + 0: it would make -0 + 0)
+                const float2 rv = rg::unpack2<T>(res[j - j0][hi]);
+                lo += rv.x;
+                up += rv.y;
+              }
+              out = rg::pack2<T>(lo, up);
+              box = j / 8;
+              chunk = j % 8;
+            }
+            *reinterpret_cast<unsigned*>(staging + box * kBox + r * 128 + ((chunk ^ g) << 4) +
+                                         tq * 4) = out;
+          }
+    }
+    rg::fence_proxy_async();  // the staging's generic writes, seen by the TMA (async proxy)
+    warpgroup_sync(wg);
+    if (t == 0) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int c = ocol + (SILU ? 0 : h * 128) + b * 64;
+        if ((SILU ? b < NB : true) && c < ocols)
+          rg::tma_store_2d(ymap, staging + b * kBox, c, row);
+      }
+      rg::bulk_commit();
+    }
+  }
+}
+
 template <typename T, int WG, int NB, int S, int CS, bool SILU = false>
-__device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual, T* y,
-                            int m, int n, int k) {
+__device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const TensorMap* ymap,
+                            const T* residual, T* y, int m, int n, int k) {
   constexpr int BM = 64 * WG, BN = 128 * NB, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
   constexpr int kThreads = 128 * WG + 32;
   // split k: a row of fp32 sums every kPitch floats (8 past BN: the float2 writes of a
@@ -143,8 +247,10 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   static_assert(CS == 1 || BM * kPitch * 4 <= S * kStage, "the sums must fit in the ring");
   static_assert(CS <= 8, "clusters of more than 8 blocks are not portable");
   static_assert(!SILU || CS == 1, "the SiLU epilogue is the unsplit tiles'");
-  extern __shared__ __align__(1024) char ring[];  // S slots, then S full and S empty barriers
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + S * kStage);
+  constexpr int kStaged = CS == 1 ? WG * kStaging : 0;  // the warpgroups' staging, unsplit
+  // S slots, the staging, then S full and S empty barriers
+  extern __shared__ __align__(1024) char ring[];
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + S * kStage + kStaged);
   unsigned long long* empty = full + S;
   // Unsplit, a block takes tiles blockIdx.x, + gridDim.x, ... (a grid of at most one wave:
   // the ring runs on across tiles, so the next tile's loads overlap this one's stores); a
@@ -164,6 +270,8 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   } else if (threadIdx.x == 128 * WG) {
     rg::tma_prefetch(xmap);
     rg::tma_prefetch(wmap);
+  } else if (CS == 1 && threadIdx.x == 32 && tma_stores(y, SILU ? n / 2 : n)) {
+    rg::tma_prefetch(ymap);
   }
   __syncthreads();
   rg::pdl_start();
@@ -189,6 +297,7 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
     place<BM, BN>(first, m, n, row0, col0);
   } else {
     const bool signals = (threadIdx.x & 31) == 0;
+    const bool by_tma = tma_stores(y, SILU ? n / 2 : n);
     int it = 0;  // k tiles consumed, as the producer counts them
     for (int tile = first; tile < ntiles; tile += step) {
       place<BM, BN>(tile, m, n, row0, col0);
@@ -212,9 +321,14 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
       rg::wgmma_wait<0>();
       if constexpr (CS == 1) {
         if (tiles > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);  // the tile's last
-        store_tile<T, NB, SILU>(acc, residual, y, m, n, row0, col0);
+        if (by_tma && row0 + 64 * (wg + 1) <= m)  // warpgroup-uniform
+          store_tile_tma<T, NB, SILU>(acc, residual, ring + S * kStage + wg * kStaging, ymap, n,
+                                      row0, col0);
+        else
+          store_tile<T, NB, SILU>(acc, residual, y, m, n, row0, col0);
       }
     }
+    if (CS == 1 && (threadIdx.x & 127) == 0) rg::bulk_wait<0>();  // its stores done, then exit
   }
 
   if constexpr (CS > 1) {
@@ -245,156 +359,182 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 2>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 3>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 4>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 5>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 6>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 7>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 8>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_f16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 1, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 1, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 2>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 3>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 4>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 5>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 6>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 7>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 8>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_bf16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x256_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 2, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 2, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 2, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_f16_64x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __half* residual, __half* y, int m, int n, int k) {
-  gemm90_impl<__half, 1, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 1, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_bf16_64x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1, true>(&xmap, &wmap, residual, y, m, n, k);
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }

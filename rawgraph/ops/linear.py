@@ -58,13 +58,16 @@ SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and te
 # with its ring running on, so a tile's loads overlap the previous tile's stores; False: a
 # block a tile (an A/B switch for benchmarks and tests: the same bits)
 PERSISTENT = True
+# The GEMM's kernels also take y's descriptor: unsplit tiles store through it (tma_stores)
+_SIG90Y = _SIG90.replace("wmap, ", "wmap, const __grid_constant__ TensorMap ymap, ")
+GEMM_STAGING = 16384  # bytes of staging for those stores a warpgroup (gemm_sm90.cu kStaging)
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
-                                + (f"_c{c}" if c > 1 else ""), _SIG90.format(t=t))
+                                + (f"_c{c}" if c > 1 else ""), _SIG90Y.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES
           for c in (GEMM_SPLITS if tile == SPLIT_TILE else (1,))}
 # The unsplit tiles with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
 GEMM90_SILU = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_silu",
-                                  _SIG90.format(t=t))
+                                  _SIG90Y.format(t=t))
                for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gemm_sm90.cu's
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
@@ -214,16 +217,19 @@ def split_slots() -> dict[int, int]:
     """Blocks of the wgmma GEMM's SPLIT_TILE that one wave holds on this GPU, per split c:
     resident clusters x c (a cluster's blocks share a GPC: on the H200 132, 132, 117, 120,
     110, 102, 105, 120 for c = 1 to 8, e.g. 30 clusters of 4 but 15 of 8)."""
-    threads, smem = 2 * SPLIT_TILE[0] + 32, gemm_smem(SPLIT_TILE, True)
-    return {c: GEMM90["float16", SPLIT_TILE, c].resident_clusters(threads, smem, c) * c
+    threads = 2 * SPLIT_TILE[0] + 32
+    smem = {c: gemm_smem(SPLIT_TILE, True, c) for c in GEMM_SPLITS}
+    return {c: GEMM90["float16", SPLIT_TILE, c].resident_clusters(threads, smem[c], c) * c
             for c in GEMM_SPLITS}
 
 
-def gemm_smem(tile: tuple[int, int], wgmma: bool = False) -> int:
+def gemm_smem(tile: tuple[int, int], wgmma: bool = False, c: int = 1) -> int:
     """Dynamic shared memory of a GEMM tile: the pipeline's stages of A and B tiles (k tiles
-    of 32, or of 64 for the wgmma GEMM, whose stages also have two 8-byte barriers each)."""
+    of 32, or of 64 for the wgmma GEMM, whose stages also have two 8-byte barriers each, and
+    whose unsplit tiles (c = 1) a staging for their stores a warpgroup)."""
     if wgmma:
-        return GEMM_STAGES * ((tile[0] + tile[1]) * 128 + 16)
+        staging = tile[0] // 64 * GEMM_STAGING if c == 1 else 0
+        return GEMM_STAGES * ((tile[0] + tile[1]) * 128 + 16) + staging
     return GEMM_STAGES * (tile[0] + tile[1]) * GEMM_BK * 2
 
 
@@ -249,8 +255,17 @@ def gemm90_launch(dt: str, tile: tuple[int, int], c: int, x: Any, w: Any, residu
     else:
         grid = (tiles,)
     a, b = tile_map(x.data.ptr, cap, k, dt, bm), tile_map(w.data.ptr, n, k, dt, bn)
-    kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
+    cols = n // 2 if silu else n
+    out = tile_map(y.data.ptr, cap, cols, dt, 64) if tma_stores(y, cols) else bytes(128)
+    kernel.launch(grid, threads, (a, b, out, residual, y, m, n, k), stream, smem=smem,
                   symbols=symbols)
+
+
+def tma_stores(y: Any, cols: int) -> bool:
+    """Whether the wgmma GEMM stores its unsplit tiles' rows of y (`cols` a row) by TMA
+    (gemm_sm90.cu's tma_stores): rows of whole 16-byte units, as a descriptor needs; else
+    every store is direct."""
+    return y.data.ptr % 16 == 0 and cols % 8 == 0
 
 
 @functools.cache
@@ -267,7 +282,7 @@ def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool, silu: bool 
         if silu and c != 1:
             raise ValueError(f"the SiLU epilogue is the unsplit tiles' (c = {c})")
         kernel = GEMM90_SILU[dt, tile] if silu else GEMM90[dt, tile, c]
-        return kernel, 2 * tile[0] + 32, gemm_smem(tile, True)
+        return kernel, 2 * tile[0] + 32, gemm_smem(tile, True, c)
     if c != 1 or silu:
         raise ValueError(f"split k (c = {c}) and the SiLU epilogue are the wgmma GEMM's alone")
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)

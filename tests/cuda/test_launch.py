@@ -52,9 +52,11 @@ def test_a_descriptor_argument_cannot_follow_a_symbol():
     S = Symbols(m=Range(1, 512))
     S.set(m=100)
     with pytest.raises(ValueError, match="cannot follow a symbol"):
-        Launch(k, 1, 288, (S.m, b"\0" * 128, None, 0x1000, S.m, 256, 64), symbols=S)
-    L = Launch(k, S.m, 288, (b"\1" * 128, b"\2" * 128, None, 0x1000, S.m, 256, 64), symbols=S)
-    assert L.args[0] == b"\1" * 128 and L.args[4] == 100 and L.grid == (100, 1, 1)
+        Launch(k, 1, 288, (S.m, b"\0" * 128, b"\0" * 128, None, 0x1000, S.m, 256, 64),
+               symbols=S)
+    L = Launch(k, S.m, 288, (b"\1" * 128, b"\2" * 128, b"\3" * 128, None, 0x1000, S.m, 256, 64),
+               symbols=S)
+    assert L.args[0] == b"\1" * 128 and L.args[5] == 100 and L.grid == (100, 1, 1)
 
 
 def test_launches_carry_the_innermost_label_around_their_making():

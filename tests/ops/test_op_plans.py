@@ -163,6 +163,11 @@ def test_gemm_plan_weighs_tile_speed_against_the_last_wave():
     assert gemm_plan(128, 2048, 2048) == ((64, 128), 1)  # a chunk of 128 tokens: 32 blocks
     for tile in GEMM_TILES:
         assert gemm_smem(tile, True) <= 227 * 1024 and gemm_smem(tile) <= 227 * 1024
+    # the unsplit wgmma tiles' staging for their TMA stores (16 KiB a warpgroup) still fits,
+    # two blocks an SM of 64 x 128 included (228 KiB an SM, 1 KiB of it reserved a block)
+    assert gemm_smem((128, 256), True) == 4 * (384 * 128 + 16) + 32768
+    assert gemm_smem((128, 256), True, 4) == 4 * (384 * 128 + 16)
+    assert 2 * (gemm_smem((64, 128), True) + 1024) <= 228 * 1024
 
 
 # split_slots() on the H200: resident clusters x c (30 clusters of 4, 15 of 7 and of 8)
@@ -214,14 +219,22 @@ def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(mon
     monkeypatch.setattr(lin, "_wave", lambda kernel, threads, smem: 132)
     x = SimpleNamespace(data=SimpleNamespace(ptr=0))
     w = SimpleNamespace(shape=(4100, 256), data=SimpleNamespace(ptr=0))
-    go = lambda tile, c, m, **kw: (lin.gemm90_launch("bfloat16", tile, c, x, w, None, "y", m,  # noqa: E731
+    y = SimpleNamespace(data=SimpleNamespace(ptr=0))
+    go = lambda tile, c, m, **kw: (lin.gemm90_launch("bfloat16", tile, c, x, w, None, y, m,  # noqa: E731
                                                      4096, None, None, **kw), calls.pop())[1]
+    # 4100 columns are not whole 16-byte units: a zeroed ymap, every store direct
     assert go((128, 256), 1, 4096) == ("gemm90_bf16_128x256", (132,), 288,
-                                       lin.gemm_smem((128, 256), True), (None, "y", 4096, 4100,
-                                                                          256))
+                                       lin.gemm_smem((128, 256), True),
+                                       (bytes(128), None, y, 4096, 4100, 256))
     assert go((128, 256), 1, 129)[1] == (34,)  # 2 x 17 tiles: fewer than a wave
     assert go((128, 256), 4, 129)[:2] == ("gemm90_bf16_128x256_c4", (136,))
     assert go((64, 128), 1, 4096, silu=True)[:3] == ("gemm90_bf16_64x128_silu", (132,), 160)
+    w.shape = (4096, 256)  # y's rows by TMA: its map in boxes of 64 x 64 (n / 2 with SiLU)
+    assert go((128, 256), 1, 4096)[4][0] == (4096, 4096, 64)
+    assert go((128, 256), 1, 4096, silu=True)[4][0] == (4096, 2048, 64)
+    y.data.ptr = 8  # not 16-byte aligned
+    assert go((128, 256), 1, 4096)[4][0] == bytes(128)
+    w.shape = (4100, 256)
     monkeypatch.setattr(lin, "PERSISTENT", False)
     assert go((128, 128), 1, 4096)[1] == (32 * 33,)
     with pytest.raises(ValueError, match="unsplit"):
