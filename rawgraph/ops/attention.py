@@ -140,11 +140,6 @@ SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
 # bound by latency, and 16 splits beat 48 in its decode graph: benchmarks/NOTES.md, "Decode
 # attention"); longer rows splits of at least LONG_SPLIT tokens, up to the `splits` given.
 SHORT_SPLITS, LONG_SPLIT = 16, 256
-# The most splits a (row, kv head) takes: a lone long row's step was slower with more (1B,
-# B=1, graph GPU ms, 48 -> 63 splits: 1.067 -> 1.086 at 32k tokens, 1.314 -> 1.327 at 64k;
-# 128 splits 4-12% slower than 48; 32-48 the best of 12-128: benchmarks/NOTES.md). The rule's
-# cap, not the kernel's: decode_attention takes up to MAX_SPLITS when asked.
-RULE_SPLITS = 48
 
 
 def row_splits(length: int, splits: int) -> int:
@@ -177,13 +172,13 @@ def decode_splits(units: int, resident: int) -> int:
     waves; with this rule (LLaMA-1B / 8B heads, % of copy bandwidth, fixed 128 / 512-token
     splits before): B=8 ctx 16384 55 / 57 -> 90 / 86, B=32 ctx 4096 72 / 77 -> 86 / 83.
     Rows up to SHORT_SPLITS * LONG_SPLIT tokens take at most SHORT_SPLITS of them
-    (`row_splits`), and none more than RULE_SPLITS.
+    (`row_splits`).
     """
     if units < 1 or resident < 1:
         raise ValueError(f"units = {units}, resident = {resident}: both must be positive")
     counts = range(1, max(1, SPLIT_WAVES * resident // units) + 1)
     fill = {s: units * s / (-(-units * s // resident) * resident) for s in counts}
-    return min(RULE_SPLITS, min(s for s in counts if fill[s] >= max(fill.values()) - 0.05))
+    return min(s for s in counts if fill[s] >= max(fill.values()) - 0.05)
 
 
 @functools.cache
