@@ -23,11 +23,11 @@
 //   (every consumer warp has finished reading it). Consumers never load and never meet at a
 //   block barrier: wait for a slot, issue its wgmma, and free the previous tile's slot once
 //   its products are done (wait_group 1 keeps one tile's wgmma in flight). Boxes past m, n or
-//   k are zero-filled by the TMA. A warpgroup's finished rows go out by TMA: staged 128
-//   columns at a time in the boxes' swizzle, one thread issuing their stores, which drain
-//   while the warpgroup goes on to its next tile (the stores made directly from registers
-//   were 11-35% of the kernel's time: benchmarks/NOTES.md, "Prefill"); rows past m (a
-//   warpgroup's rows that reach past it) are stored directly, masked.
+//   k are zero-filled by the TMA. A warpgroup's finished rows go out by TMA: staged a 64 x 64
+//   box at a time in the boxes' swizzle, two boxes in turn, one thread issuing their stores,
+//   which drain while the warpgroup stages the next box and goes on to its next tile (the
+//   stores made directly from registers were 11-35% of the kernel's time: benchmarks/NOTES.md,
+//   "Prefill"); rows past m (a warpgroup's rows that reach past it) are stored directly.
 //   Split k (_cCS): when the tiles are too few to fill the GPU (decode's 65-128 rows, short
 //   prefill chunks), a cluster of CS blocks shares a tile, block r taking the r-th of CS
 //   contiguous runs of k tiles; each leaves its fp32 sums in its (now idle) ring and, after
@@ -139,8 +139,8 @@ __device__ __forceinline__ void store_tile(const float (&acc)[NB * 64], const T*
       }
 }
 
-// An unsplit warpgroup's staging for its stores by TMA: 64 rows x 128 columns, two boxes of
-// 64 x 64 (ops.linear: GEMM_STAGING)
+// An unsplit warpgroup's staging for its stores by TMA: two 64 x 64 boxes, filled in turn
+// (ops.linear: GEMM_STAGING)
 constexpr int kBox = 64 * 64 * 2, kStaging = 2 * kBox;
 
 // Whether y's rows (`cols` of them a row) go out by TMA: whole 16-byte units, as a descriptor
@@ -159,80 +159,87 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {
 }
 
 // Warpgroup wg's 64 rows of a finished unsplit tile (all below m) into y by TMA: store_tile's
-// values, staged a round of two 64 x 64 boxes at a time in their 128-byte swizzle (16-byte
-// chunk c of row r at c ^ (r % 8): a warp's 8 rows x 4 pairs fall in 32 banks), then issued
-// by the warpgroup's first thread. A round first waits until the TMA has read the staging's
-// last round: a tile's last round is left draining while the warpgroup goes on to its next
-// tile's products. Without SILU a round is a 128-column panel of the tile (its residual, in
-// place or not, read first: nothing else writes these rows); with it, every panel's gates
-// and ups make the tile's 64 NB output columns, one round.
+// values, a 64 x 64 box of outputs at a time (2 NB boxes; with SILU NB, each panel's gates and
+// ups making 64 outputs) staged in the box's 128-byte swizzle (16-byte chunk c of row r at
+// c ^ (r % 8): a warp's 8 rows x 4 pairs fall in 32 banks), then issued by the warpgroup's
+// first thread. The staging's two boxes take turns (a tile's boxes are even in number, or
+// one): a box waits only until the TMA has read the one before last, so the stores drain
+// beside the next box's staging and the next tile's products. The residual (in
+// place or not: nothing else writes these rows) is requested for a whole box before any of
+// it is used; prefetch_residual has asked the L2 for it as the tile began.
 template <typename T, int NB, bool SILU>
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[NB * 64], const T* residual,
                                                char* staging, const TensorMap* ymap, int n,
                                                int row0, int col0) {
   const int t = threadIdx.x & 127, wg = threadIdx.x >> 7, g = (t & 31) >> 2, tq = t & 3;
   const int row = row0 + 64 * wg, ocol = SILU ? col0 / 2 : col0, ocols = SILU ? n / 2 : n;
+  constexpr int kBoxes = SILU ? NB : 2 * NB;
 #pragma unroll
-  for (int h = 0; h < (SILU ? 1 : NB); ++h) {
-    if (t == 0) rg::bulk_wait_read<0>();
-    warpgroup_sync(wg);  // the staging is free
+  for (int b = 0; b < kBoxes; ++b) {
+    unsigned res[8][2] = {};  // the box's residual pairs
+    if (!SILU && residual != nullptr) {
 #pragma unroll
-    for (int j0 = 0; j0 < 16; j0 += 8) {  // half the columns at a time: registers
-      unsigned res[8][2] = {};  // their residual pairs, all requested before any is used
-      if (!SILU && residual != nullptr) {
+      for (int cc = 0; cc < 8; ++cc)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const int r = row + (t >> 5) * 16 + g + 8 * hi;
-            const int c = col0 + h * 128 + (j0 + j) * 8 + 2 * tq;
-            if (c < n)
-              res[j][hi] = *reinterpret_cast<const unsigned*>(
-                  residual + static_cast<long long>(r) * n + c);
-          }
-      }
-#pragma unroll
-      for (int j = j0; j < j0 + 8; j += SILU ? 2 : 1)
-#pragma unroll
-        for (int hh = 0; hh < (SILU ? NB : 1); ++hh)
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const int p = SILU ? hh : h, r = (t >> 5) * 16 + g + 8 * hi;
-            const float* v = acc + 64 * p + 4 * j + 2 * hi;
-            unsigned out;
-            int box, chunk;  // of the round's two boxes, and the 16-byte chunk of its row
-            if constexpr (SILU) {  // output column 64 p + 8 (j / 2) + 2 tq of the tile's
-              out = rg::pack2<T>(
-                  rg::silu_mul<T>(rg::round_to<T>(v[0]), rg::round_to<T>(v[4])),
-                  rg::silu_mul<T>(rg::round_to<T>(v[1]), rg::round_to<T>(v[5])));
-              box = p;
-              chunk = j / 2;
-            } else {
-              float lo = v[0], up = v[1];
-              if (residual != nullptr) {  // as store_pair (no + 0: it would make -0 + 0)
-                const float2 rv = rg::unpack2<T>(res[j - j0][hi]);
-                lo += rv.x;
-                up += rv.y;
-              }
-              out = rg::pack2<T>(lo, up);
-              box = j / 8;
-              chunk = j % 8;
-            }
-            *reinterpret_cast<unsigned*>(staging + box * kBox + r * 128 + ((chunk ^ g) << 4) +
-                                         tq * 4) = out;
-          }
+        for (int hi = 0; hi < 2; ++hi) {
+          const int r = row + (t >> 5) * 16 + g + 8 * hi, c = col0 + 64 * b + 8 * cc + 2 * tq;
+          if (c < n)
+            res[cc][hi] = *reinterpret_cast<const unsigned*>(
+                residual + static_cast<long long>(r) * n + c);
+        }
     }
+    char* box = staging + (b & 1) * kBox;
+    if (t == 0) {  // this box's buffer, last filled by the box before last, has been read
+      if constexpr (kBoxes == 1)
+        rg::bulk_wait_read<0>();
+      else
+        rg::bulk_wait_read<1>();
+    }
+    warpgroup_sync(wg);
+#pragma unroll
+    for (int cc = 0; cc < 8; ++cc)  // the box's 16-byte chunks: 8 output columns each
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        unsigned out;
+        if constexpr (SILU) {  // gates at panel b's columns 16 cc.., their ups 8 further
+          const float* v = acc + 64 * b + 8 * cc + 2 * hi;
+          out = rg::pack2<T>(rg::silu_mul<T>(rg::round_to<T>(v[0]), rg::round_to<T>(v[4])),
+                             rg::silu_mul<T>(rg::round_to<T>(v[1]), rg::round_to<T>(v[5])));
+        } else {  // columns 64 b + 8 cc.. of the tile
+          const float* v = acc + 32 * b + 4 * cc + 2 * hi;
+          float lo = v[0], up = v[1];
+          if (residual != nullptr) {  // as store_pair (no + 0: it would make -0 + 0)
+            const float2 rv = rg::unpack2<T>(res[cc][hi]);
+            lo += rv.x;
+            up += rv.y;
+          }
+          out = rg::pack2<T>(lo, up);
+        }
+        const int r = (t >> 5) * 16 + g + 8 * hi;
+        *reinterpret_cast<unsigned*>(box + r * 128 + ((cc ^ g) << 4) + tq * 4) = out;
+      }
     rg::fence_proxy_async();  // the staging's generic writes, seen by the TMA (async proxy)
     warpgroup_sync(wg);
     if (t == 0) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int c = ocol + (SILU ? 0 : h * 128) + b * 64;
-        if ((SILU ? b < NB : true) && c < ocols)
-          rg::tma_store_2d(ymap, staging + b * kBox, c, row);
-      }
-      rg::bulk_commit();
+      if (ocol + 64 * b < ocols) rg::tma_store_2d(ymap, box, ocol + 64 * b, row);
+      rg::bulk_commit();  // (empty past y's columns: the groups stay one a box)
     }
+  }
+}
+
+// Warpgroup wg's 64 rows x BN columns of the residual from row0, col0 (an (m, n) array) asked
+// into the L2, a 128-byte line a request: made as the tile's products start, so that its
+// epilogue's loads (store_tile_tma) find them there rather than in DRAM (the epilogue's
+// latency is the warpgroup's: its next tile's products wait for it)
+template <typename T, int BN>
+__device__ __forceinline__ void prefetch_residual(const T* residual, int n, int row0, int col0) {
+  constexpr int kLines = BN * 2 / 128;  // a row's lines
+  const int t = threadIdx.x & 127, row = row0 + 64 * (threadIdx.x >> 7);
+  for (int i = t; i < 64 * kLines; i += 128) {
+    const int c = col0 + i % kLines * 64;
+    if (c < n)
+      asm volatile("prefetch.global.L2 [%0];"
+                   ::"l"(residual + static_cast<long long>(row + i / kLines) * n + c));
   }
 }
 
@@ -301,6 +308,9 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
     int it = 0;  // k tiles consumed, as the producer counts them
     for (int tile = first; tile < ntiles; tile += step) {
       place<BM, BN>(tile, m, n, row0, col0);
+      const bool tma_rows = by_tma && row0 + 64 * (wg + 1) <= m;  // warpgroup-uniform
+      if (CS == 1 && tma_rows && residual != nullptr)
+        prefetch_residual<T, BN>(residual, n, row0, col0);
 #pragma unroll
       for (int i = 0; i < NB * 64; ++i) acc[i] = 0.f;
       for (int t = 0; t < tiles; ++t, ++it) {
@@ -321,7 +331,7 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
       rg::wgmma_wait<0>();
       if constexpr (CS == 1) {
         if (tiles > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);  // the tile's last
-        if (by_tma && row0 + 64 * (wg + 1) <= m)  // warpgroup-uniform
+        if (tma_rows)
           store_tile_tma<T, NB, SILU>(acc, residual, ring + S * kStage + wg * kStaging, ymap, n,
                                       row0, col0);
         else
