@@ -245,10 +245,12 @@ def matmul(cases: list[tuple[int, int, int]]) -> list[dict]:
 
 def prefill(preset: str, lengths: list[int]) -> list[dict]:
     """Per prompt length: ms of the forward that gives the first token."""
+    from rawgraph.bench.shapes import prompt  # rawgraph's prompts, id for id
+
     model = Decoder(_shape(preset))
     rows = []
     for S in lengths:
-        ids = torch.ones(S, device=DEV, dtype=torch.long)
+        ids = torch.tensor(prompt(S, model.s.vocab), device=DEV, dtype=torch.long)
         long = S > 16384  # seconds a forward: fewer of them
         with torch.inference_mode():
             ms = _median_ms(lambda ids=ids: model.prefill(ids), reps=2 if long else 5,

@@ -3,7 +3,8 @@ against PyTorch's forward of the same prompt; and what the chunk size costs the 
 steps running beside a prefill.
 
 Per preset (llama-1b, llama-8b; random weights) and chunk size in CHUNKS: an engine with that
-chunk graph (and decode buckets 1 and 8) takes one request per prompt length in PROMPTS, and
+chunk graph (and decode buckets 1 and 8) takes one request per prompt length in PROMPTS (its
+ids `shapes.prompt`'s, which PyTorch's forward takes too: not one id repeated), and
 the time to its first token is `Engine.generate(..., max_new_tokens=1)`'s wall time, host
 included (median of REPS). PyTorch's peer (benchmarks/torch_reference.py, measured after, in
 the same run, where torch is importable) is one forward of the whole prompt with SDPA and
@@ -27,6 +28,7 @@ import cupy
 
 from rawgraph.bench import peer
 from rawgraph.bench.profile import part_rows, per_kernel
+from rawgraph.bench.shapes import prompt
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.engine.runner import Runner
@@ -51,10 +53,10 @@ LONG_DECODE = 32  # decode steps timed after a long prompt
 
 
 def _ttft_ms(engine: Engine, tokens: int) -> float:
-    times = []
+    ids, times = prompt(tokens, engine.model.cfg.vocab), []
     for _ in range(REPS):
         t0 = time.perf_counter()
-        engine.generate([[1] * tokens], max_new_tokens=1)
+        engine.generate([ids], max_new_tokens=1)
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
@@ -62,7 +64,8 @@ def _ttft_ms(engine: Engine, tokens: int) -> float:
 def _beside(engine: Engine, long: int) -> tuple[float, float]:
     """(median decode-only iteration ms, median iteration ms while a `long` prompt
     prefills beside the BESIDE decoding requests)."""
-    rows = [engine.add(Request([1] * BESIDE_CTX, 1024)) for _ in range(BESIDE)]
+    vocab = engine.model.cfg.vocab
+    rows = [engine.add(Request(prompt(BESIDE_CTX, vocab), 1024)) for _ in range(BESIDE)]
     while any(r.prefilled < len(r.prompt) for r in rows):
         engine.step()
     alone = []
@@ -70,7 +73,7 @@ def _beside(engine: Engine, long: int) -> tuple[float, float]:
         t0 = time.perf_counter()
         engine.step()
         alone.append((time.perf_counter() - t0) * 1e3)
-    big = engine.add(Request([1] * long, 1))
+    big = engine.add(Request(prompt(long, vocab), 1))
     mixed = []
     while big.prefilled < long:
         t0 = time.perf_counter()
@@ -91,7 +94,8 @@ def _preset(name: str) -> list[dict[str, Any]]:
     rows = []
     for chunk in CHUNKS:
         engine = Engine(model, chunks=[chunk], buckets=[1, BESIDE], progress=False)
-        engine.generate([[1] * chunk], max_new_tokens=2)  # warm: every graph replayed once
+        # warm: every graph replayed once
+        engine.generate([prompt(chunk, cfg.vocab)], max_new_tokens=2)
         for tokens in PROMPTS:
             rows.append({"preset": name, "prompt": tokens, "chunk": chunk,
                          "TTFT ms": _ttft_ms(engine, tokens)})
@@ -109,17 +113,19 @@ def _long(name: str) -> list[dict[str, Any]]:
     """One sequence per LONG prompt length: its time to first token, and the mean decode
     step after it (the context then holds the whole prompt); one run of each."""
     lengths = LONG[name]
-    model = Model(preset(name), None, max_batch=1, max_context=max(lengths) + 2 * LONG_DECODE,
+    cfg = preset(name)
+    model = Model(cfg, None, max_batch=1, max_context=max(lengths) + 2 * LONG_DECODE,
                   max_chunk=LONG_CHUNK, max_chunk_seqs=1)
     engine = Engine(model, chunks=[LONG_CHUNK], buckets=[1], progress=False)
-    engine.generate([[1] * LONG_CHUNK], max_new_tokens=2)  # warm
+    engine.generate([prompt(LONG_CHUNK, cfg.vocab)], max_new_tokens=2)  # warm
     rows = []
     for tokens in lengths:
+        ids = prompt(tokens, cfg.vocab)
         t0 = time.perf_counter()
-        engine.generate([[1] * tokens], max_new_tokens=1)
+        engine.generate([ids], max_new_tokens=1)
         ttft = (time.perf_counter() - t0) * 1e3
         t0 = time.perf_counter()
-        engine.generate([[1] * tokens], max_new_tokens=LONG_DECODE + 1)
+        engine.generate([ids], max_new_tokens=LONG_DECODE + 1)
         decode = ((time.perf_counter() - t0) * 1e3 - ttft) / LONG_DECODE
         rows.append({"preset": name, "prompt": tokens, "chunk": LONG_CHUNK, "TTFT ms": ttft,
                      "decode ms/step after": decode})
@@ -155,7 +161,8 @@ def profile(name: str = "llama-1b", chunk: int = 2048, past: int = 0) -> list[di
         model.kv.tables.add(0)
         model.kv.tables.append(0, past)
     ex = runner.pool.acquire(("prefill", chunk))
-    n, seqs, max_q_len, max_len = model.prepare_prefill([PrefillPiece(0, [1] * chunk, past)], s)
+    piece = PrefillPiece(0, prompt(chunk, model.cfg.vocab), past)
+    n, seqs, max_q_len, max_len = model.prepare_prefill([piece], s)
     ex.set(n=n, seqs=seqs, max_q_len=max_q_len, max_len=max_len)
     rows = per_kernel(ex, s)
     rows += part_rows(ex, s)

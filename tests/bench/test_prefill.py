@@ -18,3 +18,18 @@ def test_time_to_first_token_and_beside_decode_leave_the_engine_empty(monkeypatc
     assert alone > 0 and mixed > 0
     free = engine.model.kv.tables.alloc
     assert engine.scheduler.idle and free.num_free == free.num_blocks
+
+
+def test_prompts_are_varied_ids_the_same_every_run():
+    import pytest
+
+    from rawgraph.bench.shapes import prompt
+
+    p = prompt(2048, 128256)
+    assert p == prompt(2048, 128256) and len(p) == 2048
+    assert all(1 <= t < 128256 for t in p)
+    assert len(set(p)) > 2000  # not one id repeated: rows of x alike change GEMM power
+    assert prompt(2, 2) == [1, 1]
+    for tokens, vocab in ((0, 100), (5, 1)):
+        with pytest.raises(ValueError, match="prompt of"):
+            prompt(tokens, vocab)
