@@ -27,7 +27,7 @@ def prompt(tokens: int, vocab: int) -> list[int]:
     prefill, cuBLAS's GEMMs draw a quarter less energy when every row of x is the same (8B
     gate_up at 2,048 rows: 3.9 against 5.4 J for ten, 1,665 against 1,440 MHz), so such a
     prompt ran PyTorch's whole forward 16% faster than real text does (48.3 against 56.1
-    ms) and ours 2% (benchmarks/NOTES.md, "Prefill")."""
+    ms) and ours 2% (benchmarks/NOTES.md, "How to measure")."""
     if tokens < 1 or vocab < 2:
         raise ValueError(f"prompt of {tokens} tokens over a vocabulary of {vocab}")
     rng = random.Random(tokens)
