@@ -246,8 +246,8 @@ def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(mon
 def test_decode_attention_splits_fill_whole_waves():
     # 8 kv heads; the H200 holds 528 blocks of the d=64 kernel (4 per SM), 264 of d=128 (2):
     # blocks just under one wave (one row: 63 splits, faster in the 1B step at 32k and 64k
-    # tokens than 48); 396 (3 an SM) was the d=64 kernel of 4 stages, whose counts filled two
-    # and four waves at B=32 and 64
+    # tokens than 48); with 396 resident (3 an SM) the counts fill two and four waves at B=32
+    # and 64
     assert [decode_splits(8 * b, 528) for b in (1, 4, 8, 16, 32, 64)] == [63, 16, 8, 4, 2, 1]
     assert [decode_splits(8 * b, 396) for b in (1, 4, 8, 16, 32, 64)] == [48, 12, 6, 3, 3, 3]
     assert [decode_splits(8 * b, 264) for b in (1, 4, 8, 16, 32, 64)] == [32, 8, 4, 2, 1, 1]
