@@ -150,44 +150,57 @@ struct GatherKv {
 // The online softmax over one key tile: s (scores of this thread's two rows, at positions
 // qpos) scaled to base 2, keys past a row masked (`edge`: some may be), row max m and sum l
 // updated, s left holding P and alpha the factor the rows' output so far must take
-// (rescale()).
+// (rescale()). Written for latency, not instruction count: a warp's softmax sits between its
+// two MMAs with nothing of its own to overlap, so its dependent chains are what the tile
+// waits for; the row max and sum each run as four chains of 4, not one of 16 (3-5% of the
+// kernel, NOTES.md), and the two rows' exps issue together.
 template <bool SPLIT>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&m)[2],
                                              float (&l)[2], float (&alpha)[2], int key0,
                                              bool edge, const int (&qpos)[2], float scale2,
                                              int c2) {
+  constexpr int N = kBC / 8;
+  float ref[2], t[2][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    if (edge) {  // keys past the row: -inf, so their p is ex2(-inf) = 0
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (key0 + j * 8 + c2 + e > qpos[h]) s[j][2 * h + e] = rg::neg_inf();
+    }
     // the max of the raw scores, scaled once: scale2 > 0, so it is the max of the scaled
-    // ones to the bit (rounding is monotonic)
-    float raw = rg::neg_inf();
+    // ones to the bit (rounding is monotonic; a max is exact in any order)
 #pragma unroll
-    for (int j = 0; j < kBC / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool past = edge && key0 + j * 8 + c2 + e > qpos[h];
-        raw = fmaxf(raw, past ? rg::neg_inf() : s[j][2 * h + e]);
-      }
+    for (int j = 0; j < N; ++j) {
+      const float x = fmaxf(s[j][2 * h], s[j][2 * h + 1]);
+      t[h][j % 4] = j < 4 ? x : fmaxf(t[h][j % 4], x);
+    }
+    float raw = fmaxf(fmaxf(t[h][0], t[h][1]), fmaxf(t[h][2], t[h][3]));
     raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
     raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
     const float mx = fmaxf(m[h], raw * scale2);
     // a split may start with a tile whose keys all lie past this row (mx = -inf): then
     // alpha and every p are 0, not NaN (the whole tile 0 of an unsplit row is never masked)
-    const float ref = SPLIT && mx == rg::neg_inf() ? 0.f : mx;
-    alpha[h] = rg::ex2(m[h] - ref);  // 0 on the first tile (m = -inf)
+    ref[h] = SPLIT && mx == rg::neg_inf() ? 0.f : mx;
+    alpha[h] = rg::ex2(m[h] - ref[h]);  // 0 on the first tile (m = -inf)
     m[h] = mx;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kBC / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {  // an FFMA and an EX2 a score
-        const bool past = edge && key0 + j * 8 + c2 + e > qpos[h];
-        const float p = past ? 0.f : rg::ex2(fmaf(s[j][2 * h + e], scale2, -ref));
-        s[j][2 * h + e] = p;
-        sum += p;
-      }
-    l[h] = l[h] * alpha[h] + sum;
   }
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // an FFMA and an EX2 a score
+      s[j][i] = rg::ex2(fmaf(s[j][i], scale2, -ref[i >> 1]));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float x = s[j][2 * h] + s[j][2 * h + 1];
+      t[h][j % 4] = j < 4 ? x : t[h][j % 4] + x;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    l[h] = l[h] * alpha[h] + ((t[h][0] + t[h][1]) + (t[h][2] + t[h][3]));
 }
 
 // O's rows times their alpha. SKIP: a tile that moves none of the warp's row maxes (every
