@@ -152,7 +152,7 @@ struct GatherKv {
 // updated, s left holding P and alpha the factor the rows' output so far must take
 // (rescale()). Written for latency, not instruction count: a warp's softmax sits between its
 // two MMAs with nothing of its own to overlap, so its dependent chains are what the tile
-// waits for; the row max and sum each run as four chains of 4, not one of 16 (3-5% of the
+// waits for; the row max and sum each run as four chains of 4, not one of 16 (2-5% of the
 // kernel, NOTES.md), and the two rows' exps issue together.
 template <bool SPLIT>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBC / 8][4], float (&m)[2],
