@@ -57,7 +57,7 @@ CHAINED_ATTENTION = True
 
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
 # a chunk of n tokens runs the kernels of the smallest that holds it, planned for that size
-# (512: an 8B 512-token prompt took 16.4 ms in the 1,024 graph, 13.1 in a 512 one; NOTES.md)
+# (512: an 8B 512-token prompt takes 16.1 ms in the 1,024 graph, 13.1 in a 512 one; NOTES.md)
 PREFILL_CHUNKS = (64, 256, 512, 1024, 2048)
 
 
