@@ -33,25 +33,24 @@ namespace {
 // from there on must be zeroed (zero_tail) before P V, since their P is 0 but 0 x NaN is
 // not (the rest of that paged block holds other tokens or was never written). K rows there
 // need nothing: their scores are masked.
-__device__ __forceinline__ int box_rows(int block_size) {
-  return block_size % 64 == 0 ? 64 : block_size % 32 == 0 ? 32 : block_size % 16 == 0 ? 16 : 8;
-}
-
 template <int D>
 __device__ __forceinline__ void tma_tile(char* buf, const TensorMap* k_map,
                                          const TensorMap* v_map, const Work& w, int t,
                                          int block_size, int max_blocks, int col,
                                          unsigned long long* bar) {
-  const int box = box_rows(block_size), key0 = t * kBC;
-  const int boxes = (min(kBC, w.kend - key0) + box - 1) / box;
-  rg::mbar_expect_tx(bar, boxes * box * D * 2 * 2);  // K and V: box rows of D elements
+  // block_size is a power of two (ops.attention.prefill_tma), so keys map to paged blocks by
+  // shifts: divided, they cost 6-15% of the kernel, as this thread's warpgroup waits for it
+  // between its MMAs (NOTES.md)
+  const int shift = __ffs(block_size) - 1, box_shift = min(shift, 6), key0 = t * kBC;
+  const int boxes = (min(kBC, w.kend - key0) + (1 << box_shift) - 1) >> box_shift;
+  rg::mbar_expect_tx(bar, (boxes << box_shift) * D * 2 * 2);  // K and V: D elements a row
   for (int j = 0; j < boxes; ++j) {
-    const int key = key0 + j * box, tb = key / block_size;
+    const int key = key0 + (j << box_shift), tb = key >> shift;
     const int blk = tb < max_blocks ? w.table[tb] : -1;  // a bad table reads row 0, no hang
-    const int row = max(blk, 0) * block_size + key % block_size;
+    const int row = (max(blk, 0) << shift) + (key & (block_size - 1));
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {  // a 64-column panel a box
-      const int at = p * kBC * 128 + j * box * 128;
+      const int at = p * kBC * 128 + (j << box_shift) * 128;
       rg::tma_load_2d(buf + at, k_map, col + p * 64, row, bar);
       rg::tma_load_2d(buf + kBC * D * 2 + at, v_map, col + p * 64, row, bar);
     }

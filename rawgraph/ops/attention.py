@@ -87,8 +87,10 @@ def prefill_wgmma() -> bool:
 
 def prefill_tma(block_size: int) -> bool:
     """Whether prefill attention over a cache of `block_size`-token blocks brings its K/V
-    tiles by TMA (TMA_PREFILL, on wgmma, with block_size a multiple of 8)."""
-    return TMA_PREFILL and prefill_wgmma() and block_size % 8 == 0
+    tiles by TMA (TMA_PREFILL, on wgmma, with block_size a power of two from 8: the kernel
+    maps keys to blocks by shifts; other sizes gather)."""
+    return (TMA_PREFILL and prefill_wgmma() and block_size >= 8
+            and block_size & (block_size - 1) == 0)
 
 
 def kv_maps(k_cache: Any, v_cache: Any) -> tuple[bytes, bytes]:

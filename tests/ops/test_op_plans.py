@@ -349,12 +349,13 @@ def test_a_rows_runs_follow_its_own_length():
     assert counts == sorted(counts)
 
 
-def test_prefill_attention_brings_k_v_by_tma_on_hopper_where_paged_blocks_are_whole_atoms(
+def test_prefill_attention_brings_k_v_by_tma_on_hopper_for_power_of_two_paged_blocks(
         monkeypatch):
     attention = importlib.import_module("rawgraph.ops.attention")
     monkeypatch.setattr(attention, "compute_capability", lambda: (9, 0))
-    assert [attention.prefill_tma(bs) for bs in (8, 16, 24, 64, 256)] == [True] * 5
+    assert [attention.prefill_tma(bs) for bs in (8, 16, 32, 64, 256)] == [True] * 5
     assert not attention.prefill_tma(4) and not attention.prefill_tma(12)  # part of an atom
+    assert not attention.prefill_tma(24) and not attention.prefill_tma(48)  # not by shifts
     monkeypatch.setattr(attention, "TMA_PREFILL", False)
     assert not attention.prefill_tma(16)
     monkeypatch.setattr(attention, "TMA_PREFILL", True)

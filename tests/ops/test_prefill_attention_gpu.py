@@ -63,11 +63,13 @@ def _poison_tails(kv, lens, dtype):
     k[free] = v[free] = POISON[dtype]
 
 
-def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=None):
+def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=None,
+                  block_size=16):
     """seqs: [(slot, q_len)]: the last q_len cached tokens of each slot are the queries;
     `splits`: None (a block per head), key runs per grouped query tile, or "context" (as
     many as the longest sequence's context gives). Cache rows past the lengths hold NaN."""
-    kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, num_blocks=512, max_blocks=300)
+    kv, kh, vh = paged_cache(rng, dtype, kv_heads, d, lens, block_size=block_size,
+                             num_blocks=512, max_blocks=300)
     _poison_tails(kv, lens, dtype)
     cu = np.concatenate([[0], np.cumsum([n for _, n in seqs])]).astype(np.int32)
     q, qh = randn(rng, (int(cu[-1]), q_heads, d), dtype)
@@ -99,6 +101,16 @@ def test_prefill_attention_varlen_and_chunked(stream, rng, dtype, q_heads, kv_he
     lens = {0: 200, 1: 964, 2: 1, 5: 131}
     seqs = [(0, 200), (1, 64), (2, 1), (-1, 7), (5, 130)]
     _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs)
+
+
+@pytest.mark.parametrize("block_size", [8, 24, 32, 48, 64, 128, 256])
+@pytest.mark.parametrize("d", [64, 128])
+def test_prefill_attention_over_paged_blocks_of_any_size(stream, rng, block_size, d):
+    # the varlen case in blocks smaller than, equal to and larger than a 64-key tile: by TMA
+    # (powers of two: a tile of several boxes; one box; part of a block) or gathered (24, 48)
+    lens = {0: 200, 1: 964, 2: 1, 5: 131}
+    seqs = [(0, 200), (1, 64), (2, 1), (-1, 7), (5, 130)]
+    _prefill_case(stream, rng, "float16", 8, 2, d, lens, seqs, block_size=block_size)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
