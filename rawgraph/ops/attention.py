@@ -75,8 +75,8 @@ PREFILL_KEYS = 64  # keys per tile
 # Prefill attention on wgmma where the device has it (compute capability 9.0); False: mma.sync
 # everywhere (tests run both)
 WGMMA_PREFILL = True
-# On wgmma, K/V tiles by TMA where the cache's paged blocks are whole 8-row swizzle atoms
-# (block_size % 8 == 0); False: gathered with cp.async (tests run both)
+# On wgmma, K/V tiles by TMA where the cache's paged blocks are whole 8-row swizzle atoms and
+# a power of two (prefill_tma); False: gathered with cp.async (tests run both)
 TMA_PREFILL = True
 
 
