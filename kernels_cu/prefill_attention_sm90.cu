@@ -39,7 +39,7 @@ __device__ __forceinline__ void tma_tile(char* buf, const TensorMap* k_map,
                                          int block_size, int max_blocks, int col,
                                          unsigned long long* bar) {
   // block_size is a power of two (ops.attention.prefill_tma), so keys map to paged blocks by
-  // shifts: divided, they cost 6-15% of the kernel, as this thread's warpgroup waits for it
+  // shifts: divided, they cost 8-15% of the kernel, as this thread's warpgroup waits for it
   // between its MMAs (NOTES.md)
   const int shift = __ffs(block_size) - 1, box_shift = min(shift, 6), key0 = t * kBC;
   const int boxes = (min(kBC, w.kend - key0) + (1 << box_shift) - 1) >> box_shift;
