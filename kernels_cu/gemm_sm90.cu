@@ -2,7 +2,8 @@
 // (wgmma) fed by the tensor memory accelerator (TMA); compiled for sm_90a, the
 // architecture-specific target that has both.
 //
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}[_c2 .. _c8](
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}(
+//   extern "C" gemm90_{f16,bf16}_{128x128,128x256}_c2 .. _c8(
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (BN, 64); both 128-byte swizzle
@@ -33,7 +34,9 @@
 //   contiguous runs of k tiles; each leaves its fp32 sums in its (now idle) ring and, after
 //   a cluster barrier, finishes its BM / CS rows of the tile by adding every block's sums through
 //   distributed shared memory in block order: the bits do not depend on which block ends
-//   first, and no workspace, counter or second kernel is needed.
+//   first, and no workspace, counter or second kernel is needed. Those remote reads are
+//   the split's cost (about 28 GB/s an SM on the H200: 4 us of a 128 x 256 tile in 8), so
+//   the 128 x 128 tile, half the sums, splits too.
 //   grid (cdiv(m, BM) * cdiv(n, BN) * CS) split; unsplit any number of blocks up to the
 //   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
 //   its ring running on from tile to tile (the producer loads the next tile's k tiles while
@@ -429,6 +432,55 @@ gemm90_f16_128x128(
     int k) {
   gemm90_impl<__half, 2, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x128_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x128_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x128_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x128_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x128_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x128_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x128_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 1, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_f16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -498,6 +550,55 @@ gemm90_bf16_128x128(
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x128_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x128_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x128_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x128_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x128_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x128_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x128_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_bf16_64x128(

@@ -75,12 +75,13 @@ def unsplit() -> contextlib.AbstractContextManager:
     return switched(linear, SPLIT_K=False)
 
 
-def split_ways(m: int, n: int, k: int) -> int:
-    """Blocks per tile (split k) of the GEMM `ops.linear` runs for an (m, k) x (k, n) product
-    on this GPU (1: unsplit, or not the GEMM path)."""
+def split_ways(m: int, n: int, k: int) -> str:
+    """The tiled GEMM's split of k that `ops.linear` runs for an (m, k) x (k, n) product on
+    this GPU: "BMxBN/c" (c blocks a tile), or "" where it runs unsplit or another path."""
     if not (linear.hopper() and linear.SPLIT_K and linear.path(m, n) == "gemm"):
-        return 1
-    return linear.gemm_plan(m, n, k, linear.split_slots())[1]
+        return ""
+    (bm, bn), c = linear.gemm_plan(m, n, k, linear.split_slots())
+    return f"{bm}x{bn}/{c}" if c > 1 else ""
 
 
 def gemm(row: Row, s: Any) -> None:
@@ -96,7 +97,7 @@ def gemm(row: Row, s: Any) -> None:
                 ours = _us(lambda x=x, y=y, w=w: ops.linear(x, w, y, stream=s), s)
                 cublas = _us(lambda x=x, yb=yb, w=w: cupy.matmul(x, w.T, out=yb), s)
                 extra = {}
-                if (c := split_ways(m, n, k)) > 1:
+                if c := split_ways(m, n, k):
                     with unsplit():
                         extra = {"split": c,
                                  "unsplit us": _us(lambda x=x, y=y, w=w: ops.linear(x, w, y,

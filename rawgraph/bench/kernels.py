@@ -244,7 +244,7 @@ def run(only: str = "") -> list[dict[str, Any]]:
                         alt = _gemv_us(ws, x[:m], y[:m], s)
                     rows[-1].update({f"{label} us": alt,
                                      f"{label} % floor": 100 * nbytes / alt / 1e3 / floor})
-                if (c := compute.split_ways(m, n, k)) > 1:  # the tiled GEMM's split k, A/B
+                if c := compute.split_ways(m, n, k):  # the tiled GEMM's split k, A/B
                     with compute.unsplit():
                         alt = _gemv_us(ws, x[:m], y[:m], s)
                     rows[-1].update({"split": c, "unsplit us": alt})

@@ -44,15 +44,19 @@ GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(
 _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap, "
           "const {t}* residual, {t}* y, int m, int n, int k")
 # Split k (clusters of c blocks sharing a tile, their sums added through distributed shared
-# memory) for grids short of a wave: on the widest tile, whose blocks read the least x and W
-# per output. At decode's 65-128 rows each busy SM is bound by its own loads and MMAs (a
-# 128 x 256 tile of 128 real rows is full tensor work), so what pays is more SMs on the k.
-SPLIT_TILE, GEMM_SPLITS = (128, 256), (1, 2, 3, 4, 5, 6, 7, 8)
+# memory) for grids short of a wave: on the 128-row tiles. At decode's 65-128 rows each busy
+# SM is bound by its own loads and MMAs (a 128 x 256 tile of 128 real rows is full tensor
+# work), so what pays is more SMs on the k; but the sums cross between SMs at about 28 GB/s
+# an SM (H200: a block of a 128 x 256 tile in 8 spends 4 of its 11.6 us reading 112 KiB of
+# its peers' sums), so the narrower tile, half the sums, splits fewer ways for as many SMs.
+SPLIT_TILES, GEMM_SPLITS = ((128, 256), (128, 128)), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
-# What a split costs a block, in k tiles of its main loop: the ring's fill and drain and the
-# cluster's sum of a 128 x 256 fp32 tile (fit on the H200 at 512 rows, LLaMA-1B o_proj: 3 x
-# 32 tiles at 10.7 k tiles each, 13.9 us, against 128 unsplit 64 x 128 tiles, 12.5 us)
-SPLIT_COST = 3.6
+# What a split costs a block of each split tile, in k tiles of its main loop: the ring's fill
+# and drain and the cluster's sum of its fp32 tile. Fit on the H200 to a sweep of every split
+# of both tiles at 128, 256 and 512 rows through the LLaMA-1B and 8B weights (CUDA graphs;
+# benchmarks/NOTES.md, "Split k"): the plans it makes are within 0.7% of the sweep's best on
+# average, 10% at worst (8B qkv at 256 rows).
+SPLIT_COST = {(128, 256): 6.0, (128, 128): 5.0}
 SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
 # The wgmma GEMM's unsplit tiles in a grid of at most one wave, each block looping over tiles
 # with its ring running on, so a tile's loads overlap the previous tile's stores; False: a
@@ -64,7 +68,7 @@ GEMM_STAGING = 16384  # bytes of staging for those stores a warpgroup (gemm_sm90
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
                                 + (f"_c{c}" if c > 1 else ""), _SIG90Y.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES
-          for c in (GEMM_SPLITS if tile == SPLIT_TILE else (1,))}
+          for c in (GEMM_SPLITS if tile in SPLIT_TILES else (1,))}
 # The unsplit tiles with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
 GEMM90_SILU = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_silu",
                                   _SIG90Y.format(t=t))
@@ -181,29 +185,31 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = 
 def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
               ) -> tuple[tuple[int, int], int]:
     """((BM, BN), c) for an (m, n) output over k: the tile, and the blocks c that share each
-    tile's k, whose speed (TILE_SPEED) times the share of its last wave's SMs that have a
-    block is highest, one block per SM counted. A 2048 x 3072 output is 192 tiles of 128 x 256
+    tile's k, whose speed (TILE_SPEED) times the share of the GPU's SMs busy in its last wave
+    is highest, one block per SM counted. A 2048 x 3072 output is 192 tiles of 128 x 256
     (1.45 waves: 0.68x cuBLAS on the H200) but 384 of 128 x 128 (2.9 waves: 0.81x).
 
-    `slots` (the wgmma GEMM's; `split_slots()`): blocks of SPLIT_TILE one wave holds per
-    split c. Given, SPLIT_TILE may split where its c-block clusters all fit in one wave and
-    each block takes at least SPLIT_MIN_KTILES k tiles, its speed scaled by kt / (kt +
-    SPLIT_COST) for the kt k tiles a block takes: decode's 128 rows through LLaMA-8B's
-    o_proj are 16 tiles, 6 blocks each on 96 SMs (H200: 17.4 us, against 21.9 for 64 tiles
-    of 64 x 128)."""
+    `slots` (the wgmma GEMM's; `split_slots()`): blocks of a split tile one wave holds per
+    split c. Given, the SPLIT_TILES may split where their c-block clusters all fit in one wave
+    and each block takes at least SPLIT_MIN_KTILES k tiles, the speed scaled by kt / (kt +
+    SPLIT_COST) for the kt k tiles a block takes. The busy share counts all the SMs, not the
+    wave's slots: 15 clusters of 8 fill only 120 of the H200's 132. Decode's 128 rows through
+    LLaMA-8B's o_proj are 32 tiles of 128 x 128, 3 blocks each on 96 SMs (H200: 12.8 us,
+    against 15.8 for 16 of 128 x 256 in 6 and 16.1 for 64 unsplit tiles of 64 x 128)."""
     ktiles = -(-k // 64)
 
     def score(plan: tuple[tuple[int, int], int]) -> float:
         (bm, bn), c = plan
         blocks = -(-m // bm) * -(-n // bn) * c
         wave = slots[c] if c > 1 and slots else SMS
-        speed = TILE_SPEED[bm, bn] * (1 if c == 1 else ktiles / c / (ktiles / c + SPLIT_COST))
-        return speed * blocks / (-(-blocks // wave) * wave)
+        share = 1.0 if c == 1 else ktiles / c / (ktiles / c + SPLIT_COST[bm, bn])
+        return TILE_SPEED[bm, bn] * share * blocks / (-(-blocks // wave) * SMS)
     plans = [(tile, 1) for tile in GEMM_TILES]
     if slots:
-        tiles = -(-m // SPLIT_TILE[0]) * -(-n // SPLIT_TILE[1])
-        plans += [(SPLIT_TILE, c) for c in GEMM_SPLITS[1:]
-                  if tiles * c <= slots[c] and ktiles >= SPLIT_MIN_KTILES * c]
+        for bm, bn in SPLIT_TILES:
+            tiles = -(-m // bm) * -(-n // bn)
+            plans += [((bm, bn), c) for c in GEMM_SPLITS[1:]
+                      if tiles * c <= slots[c] and ktiles >= SPLIT_MIN_KTILES * c]
     return max(plans, key=score)  # the first of equals: the largest tile, unsplit
 
 
@@ -214,12 +220,15 @@ def device_plan(m: int, n: int, k: int) -> tuple[tuple[int, int], int]:
 
 @functools.cache
 def split_slots() -> dict[int, int]:
-    """Blocks of the wgmma GEMM's SPLIT_TILE that one wave holds on this GPU, per split c:
+    """Blocks of the wgmma GEMM's split tiles that one wave holds on this GPU, per split c:
     resident clusters x c (a cluster's blocks share a GPC: on the H200 132, 132, 117, 120,
-    110, 102, 105, 120 for c = 1 to 8, e.g. 30 clusters of 4 but 15 of 8)."""
-    threads = 2 * SPLIT_TILE[0] + 32
-    smem = {c: gemm_smem(SPLIT_TILE, True, c) for c in GEMM_SPLITS}
-    return {c: GEMM90["float16", SPLIT_TILE, c].resident_clusters(threads, smem[c], c) * c
+    110, 102, 105, 120 for c = 1 to 8, e.g. 30 clusters of 4 but 15 of 8). Counted for the
+    first of SPLIT_TILES; a block of either takes over half an SM's shared memory, so
+    the count is theirs too."""
+    tile = SPLIT_TILES[0]
+    threads = 2 * tile[0] + 32
+    smem = {c: gemm_smem(tile, True, c) for c in GEMM_SPLITS}
+    return {c: GEMM90["float16", tile, c].resident_clusters(threads, smem[c], c) * c
             for c in GEMM_SPLITS}
 
 

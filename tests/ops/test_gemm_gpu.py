@@ -110,8 +110,8 @@ def test_gemm_rows_patched_in_a_graph(stream, rng, rows, n, ms):
 
 @pytest.fixture
 def split(monkeypatch):
-    """Force the wgmma GEMM's split of k: `split(c)` makes every GEMM plan SPLIT_TILE in
-    clusters of c blocks."""
+    """Force the wgmma GEMM's split of k: `split(c, tile)` makes every GEMM plan `tile` (one
+    of SPLIT_TILES, the first by default) in clusters of c blocks."""
     import importlib
 
     from rawgraph.cuda.device import compute_capability
@@ -119,8 +119,9 @@ def split(monkeypatch):
     linear = importlib.import_module("rawgraph.ops.linear")
     if compute_capability() != (9, 0):
         pytest.skip("split k is the wgmma GEMM's (compute capability 9.0)")
-    return lambda c: monkeypatch.setattr(linear, "gemm_plan",
-                                         lambda *a, **kw: (linear.SPLIT_TILE, c))
+    def force(c: int, tile: tuple[int, int] = linear.SPLIT_TILES[0]) -> None:
+        monkeypatch.setattr(linear, "gemm_plan", lambda *a, **kw: (tile, c))
+    return force
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -129,17 +130,20 @@ def split(monkeypatch):
 @pytest.mark.parametrize(("m", "n", "k"), [(128, 4096, 4096), (100, 1030, 520), (300, 514, 2056),
                                            (65, 258, 72)])
 @pytest.mark.parametrize("fused", [False, True])
-def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused):
-    split(c)
+@pytest.mark.parametrize("tile", [(128, 256), (128, 128)])
+def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused, tile):
+    split(c, tile)
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
 
 
-@pytest.mark.parametrize("c", [1, 2, 3, 7, 8])
-def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c):
+@pytest.mark.parametrize(("c", "tile"), [(1, None), (2, (128, 256)), (3, (128, 256)),
+                                         (7, (128, 256)), (8, (128, 256)), (3, (128, 128)),
+                                         (8, (128, 128))])
+def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c, tile):
     """The same bits every launch whichever block of a cluster ends first, and the residual
     may be y itself."""
     if c > 1:
-        split(c)
+        split(c, tile)
     x, _ = randn(rng, (128, 2048), "bfloat16")
     w, _ = randn(rng, (1536, 2048), "bfloat16", 1 / 45)
     r, _ = randn(rng, (128, 1536), "bfloat16")
@@ -161,8 +165,8 @@ def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c):
 
 def test_gemm_split_k_rows_patched_in_a_graph(stream, rng):
     """Rows patched in a graph of a split GEMM (up to 128 decode rows through a 4096 x 4096
-    weight: 16 tiles, 6 blocks each on the H200): the grid follows m and replays give the
-    eager launch's bits."""
+    weight: 32 tiles of 128 x 128, 3 blocks each on the H200): the grid follows m and replays
+    give the eager launch's bits."""
     from rawgraph.ops.linear import gemm_plan, hopper, split_slots
 
     if not hopper():
