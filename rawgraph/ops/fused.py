@@ -17,6 +17,7 @@ from rawgraph.ops.linear import (
     gemm90_launch,
     hopper,
     linear,
+    multicast,
     operands,
     path,
     skinny_gemm,
@@ -120,7 +121,8 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     if kind == "gemm" and hopper() and FUSED_SILU:
         tile, c = device_plan(top, n, k)
         if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
-            gemm90_launch(dt, tile, 1, x, w, None, out, m, cap, stream, symbols, silu=True)
+            gemm90_launch(dt, tile, 1, x, w, None, out, m, cap, stream, symbols, silu=True,
+                          mc=multicast(top, tile, 1))
             return
     if kind != "gemv":
         linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
