@@ -276,7 +276,6 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   const int wg = threadIdx.x >> 7;
   const int rank = CS > 1 || MC > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int part = CS > 1 ? rank : 0;  // this block's run of k tiles
-  const int half = MC > 1 ? rank : 0;  // this block's row tile of a pair, and part of W
   const int ktiles = (k + kBK - 1) / kBK, t0 = ktiles * part / CS;
   const int tiles = ktiles * (part + 1) / CS - t0;  // k tiles of this block's share
   if (threadIdx.x == 0) {
@@ -299,7 +298,7 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   // this block's tile `tile` (of MC row tiles in a multicast cluster): its first row and column
   auto locate = [&](int tile, int& r0, int& c0) {
     place<MC * BM, BN>(tile, m, n, r0, c0);
-    r0 += half * BM;
+    r0 += rank * BM * (MC > 1);
   };
   // a consumer warp done with slot s: its arrival there, and with multicast at the other
   // block's slot s too, which this block's producer also fills
@@ -320,9 +319,9 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
           if (it >= S) rg::mbar_wait(&empty[s], (it / S - 1) & 1);
           rg::mbar_expect_tx(&full[s], kStage);  // x, and W from every block of the cluster
           rg::tma_load_2d(ring + s * kStage, xmap, (t0 + t) * kBK, row0, &full[s]);
-          char* w_at = ring + s * kStage + kA + half * kPartW * kBK * 2;
+          char* w_at = ring + s * kStage + kA + rank * kPartW * kBK * 2;
           if constexpr (MC > 1)
-            rg::tma_load_2d_multicast(w_at, wmap, (t0 + t) * kBK, col0 + half * kPartW,
+            rg::tma_load_2d_multicast(w_at, wmap, (t0 + t) * kBK, col0 + rank * kPartW,
                                       &full[s], (1 << MC) - 1);
           else
             rg::tma_load_2d(w_at, wmap, (t0 + t) * kBK, col0, &full[s]);

@@ -68,10 +68,11 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap
       : "memory");
 }
 // one arrival on the barrier at bar's offset in the shared memory of cluster block `rank`
+// (release at cluster scope: this block's reads of what it guards are done)
 __device__ __forceinline__ void mbar_arrive_remote(unsigned long long* bar, unsigned rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}"
       ::"r"(smem_addr(bar)), "r"(rank) : "memory");
 }
 
