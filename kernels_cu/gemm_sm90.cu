@@ -246,22 +246,17 @@ __device__ __forceinline__ void prefetch_residual(const T* residual, int n, int 
   }
 }
 
-template <typename T, int WG, int NB, int S, int CS, bool SILU = false, int MC = 1>
+template <typename T, int WG, int NB, int S, int CS, bool SILU = false>
 __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const TensorMap* ymap,
                             const T* residual, T* y, int m, int n, int k) {
   constexpr int BM = 64 * WG, BN = 128 * NB, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
   constexpr int kThreads = 128 * WG + 32;
-  // multicast (_m2): a cluster of MC blocks takes MC row tiles of one column tile, each block
-  // loading its own x rows and BN / MC rows of W into every block of the cluster
-  constexpr int kPartW = BN / MC;  // W rows a block loads
-  static_assert(MC == 1 || (MC == 2 && CS == 1), "multicast pairs are unsplit");
   // split k: a row of fp32 sums every kPitch floats (8 past BN: the float2 writes of a
   // half-warp, 4 rows x 4 column pairs, fall in 32 different banks), in the ring
   constexpr int kPitch = BN + 8;
   static_assert(CS == 1 || BM * kPitch * 4 <= S * kStage, "the sums must fit in the ring");
   static_assert(CS <= 8, "clusters of more than 8 blocks are not portable");
   static_assert(!SILU || CS == 1, "the SiLU epilogue is the unsplit tiles'");
-  static_assert(kPartW % 8 == 0, "a block's W rows are whole swizzle atoms");
   constexpr int kStaged = CS == 1 ? WG * kStaging : 0;  // the warpgroups' staging, unsplit
   // S slots, the staging, then S full and S empty barriers
   extern __shared__ __align__(1024) char ring[];
@@ -269,19 +264,17 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   unsigned long long* empty = full + S;
   // Unsplit, a block takes tiles blockIdx.x, + gridDim.x, ... (a grid of at most one wave:
   // the ring runs on across tiles, so the next tile's loads overlap this one's stores); a
-  // split block takes the rank-th of CS contiguous runs of tile blockIdx.x / CS's k tiles; a
-  // multicast cluster takes tiles of MC BM rows (place's), block `rank` their rank-th BM rows.
-  const int ntiles = (m + MC * BM - 1) / (MC * BM) * ((n + BN - 1) / BN);
-  const int first = blockIdx.x / (CS * MC), step = CS == 1 ? gridDim.x / MC : ntiles;
+  // split block takes the rank-th of CS contiguous runs of tile blockIdx.x / CS's k tiles.
+  const int ntiles = (m + BM - 1) / BM * ((n + BN - 1) / BN);
+  const int first = CS == 1 ? blockIdx.x : blockIdx.x / CS, step = CS == 1 ? gridDim.x : ntiles;
   const int wg = threadIdx.x >> 7;
-  const int rank = CS > 1 || MC > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
-  const int part = CS > 1 ? rank : 0;  // this block's run of k tiles
-  const int ktiles = (k + kBK - 1) / kBK, t0 = ktiles * part / CS;
-  const int tiles = ktiles * (part + 1) / CS - t0;  // k tiles of this block's share
+  const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
+  const int ktiles = (k + kBK - 1) / kBK, t0 = ktiles * rank / CS;
+  const int tiles = ktiles * (rank + 1) / CS - t0;  // k tiles of this block's share
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       rg::mbar_init(&full[s], 1);
-      rg::mbar_init(&empty[s], 4 * WG * MC);  // one arrival per consumer warp of the cluster
+      rg::mbar_init(&empty[s], 4 * WG);  // one arrival per consumer warp
     }
     rg::mbar_fence_init();
   } else if (threadIdx.x == 128 * WG) {
@@ -290,22 +283,8 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   } else if (CS == 1 && threadIdx.x == 32 && tma_stores(y, SILU ? n / 2 : n)) {
     rg::tma_prefetch(ymap);
   }
-  if constexpr (MC > 1)
-    rg::cluster_sync();  // every block's barriers are set before any is signalled remotely
-  else
-    __syncthreads();
+  __syncthreads();
   rg::pdl_start();
-  // this block's tile `tile` (of MC row tiles in a multicast cluster): its first row and column
-  auto locate = [&](int tile, int& r0, int& c0) {
-    place<MC * BM, BN>(tile, m, n, r0, c0);
-    r0 += rank * BM * (MC > 1);
-  };
-  // a consumer warp done with slot s: its arrival there, and with multicast at the other
-  // block's slot s too, which this block's producer also fills
-  auto release = [&](int s) {
-    rg::mbar_arrive(&empty[s]);
-    if constexpr (MC > 1) rg::mbar_arrive_remote(&empty[s], rank ^ 1);
-  };
 
   float acc[NB * 64];  // 128-column panel h at acc[64 h ...]: wgmma.m64n256's own layout
   int row0 = 0, col0 = 0;
@@ -313,30 +292,25 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
     if ((threadIdx.x & 31) == 0) {
       int it = 0;  // k tiles issued, over all of this block's tiles: the ring's position
       for (int tile = first; tile < ntiles; tile += step) {
-        locate(tile, row0, col0);
+        place<BM, BN>(tile, m, n, row0, col0);
         for (int t = 0; t < tiles; ++t, ++it) {
           const int s = it % S;
           if (it >= S) rg::mbar_wait(&empty[s], (it / S - 1) & 1);
-          rg::mbar_expect_tx(&full[s], kStage);  // x, and W from every block of the cluster
+          rg::mbar_expect_tx(&full[s], kStage);
           rg::tma_load_2d(ring + s * kStage, xmap, (t0 + t) * kBK, row0, &full[s]);
-          char* w_at = ring + s * kStage + kA + rank * kPartW * kBK * 2;
-          if constexpr (MC > 1)
-            rg::tma_load_2d_multicast(w_at, wmap, (t0 + t) * kBK, col0 + rank * kPartW,
-                                      &full[s], (1 << MC) - 1);
-          else
-            rg::tma_load_2d(w_at, wmap, (t0 + t) * kBK, col0, &full[s]);
+          rg::tma_load_2d(ring + s * kStage + kA, wmap, (t0 + t) * kBK, col0, &full[s]);
         }
       }
     }
-    if constexpr (CS == 1 && MC == 1) return;
+    if constexpr (CS == 1) return;
     __syncwarp();  // the warp's lanes together again (block and cluster barriers below)
-    if constexpr (CS > 1) place<BM, BN>(first, m, n, row0, col0);
+    place<BM, BN>(first, m, n, row0, col0);
   } else {
     const bool signals = (threadIdx.x & 31) == 0;
     const bool by_tma = tma_stores(y, SILU ? n / 2 : n);
     int it = 0;  // k tiles consumed, as the producer counts them
     for (int tile = first; tile < ntiles; tile += step) {
-      locate(tile, row0, col0);
+      place<BM, BN>(tile, m, n, row0, col0);
       const bool tma_rows = by_tma && row0 + 64 * (wg + 1) <= m;  // warpgroup-uniform
       if (CS == 1 && tma_rows && residual != nullptr)
         prefetch_residual<T, BN>(residual, n, row0, col0);
@@ -355,11 +329,11 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
           rg::Wgmma<T, 128 * NB>::run(acc, rg::desc128(a + kk * 32), rg::desc128(b + kk * 32));
         rg::wgmma_commit();
         rg::wgmma_wait<1>();  // k tile it - 1's products are done: its slot may be refilled
-        if (t > 0 && signals) release((it - 1) % S);
+        if (t > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);
       }
       rg::wgmma_wait<0>();
       if constexpr (CS == 1) {
-        if (tiles > 0 && signals) release((it - 1) % S);  // the tile's last
+        if (tiles > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);  // the tile's last
         if (tma_rows)
           store_tile_tma<T, NB, SILU>(acc, residual, ring + S * kStage + wg * kStaging, ymap, n,
                                       row0, col0);
@@ -369,8 +343,6 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
     }
     if (CS == 1 && (threadIdx.x & 127) == 0) rg::bulk_wait<0>();  // its stores done, then exit
   }
-  // multicast: no block exits while the other may still signal its barriers
-  if constexpr (MC > 1) rg::cluster_sync();
 
   if constexpr (CS > 1) {
     const int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, g = lane >> 2, tq = lane & 3;
@@ -676,60 +648,4 @@ gemm90_bf16_64x128_silu(
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_f16_128x256_m2(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 2, kStages, 1, false, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_f16_128x256_m2_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 2, kStages, 1, true, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_f16_128x128_m2(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 1, kStages, 1, false, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_f16_128x128_m2_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 1, kStages, 1, true, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_bf16_128x256_m2(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1, false, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_bf16_128x256_m2_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1, true, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_bf16_128x128_m2(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1, false, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
-gemm90_bf16_128x128_m2_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1, true, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }

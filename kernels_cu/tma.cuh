@@ -4,8 +4,7 @@
 //   - mbar_*: mbarrier init / arrive / arrive.expect_tx / wait on a phase's parity
 //   - tma_load_2d: one box of a 2-D tensor into shared memory, completing on an mbarrier
 //     (bytes counted as they land: a box that reaches past the tensor is zero-filled, and its
-//     full size still counts); tma_load_2d_multicast: the same box into several blocks of a
-//     cluster at once; mbar_arrive_remote: an arrival on another cluster block's mbarrier
+//     full size still counts)
 //   - tma_store_2d: one box from shared memory into a 2-D tensor (the part past its edges not
 //     written), in the issuing thread's bulk group: bulk_commit closes a group, bulk_wait_read
 //     waits until the groups but the last N have read their shared memory, bulk_wait until
@@ -54,26 +53,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];"
       ::"r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)) : "memory");
-}
-
-// tma_load_2d into every block of the cluster that `mask` names (bit r: block r), at dst's
-// offset in each, each completing on its own barrier at bar's offset
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TensorMap* map, int c0,
-                                                      int c1, unsigned long long* bar,
-                                                      unsigned short mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
-      ::"r"(smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(mask)
-      : "memory");
-}
-// one arrival on the barrier at bar's offset in the shared memory of cluster block `rank`
-// (release at cluster scope: this block's reads of what it guards are done)
-__device__ __forceinline__ void mbar_arrive_remote(unsigned long long* bar, unsigned rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}"
-      ::"r"(smem_addr(bar)), "r"(rank) : "memory");
 }
 
 // the box at (c0 innermost, c1) of `map` from `src` (aligned as the map's swizzle needs)

@@ -17,7 +17,6 @@ from rawgraph.ops.linear import (
     gemm90_launch,
     hopper,
     linear,
-    multicast,
     operands,
     path,
     skinny_gemm,
@@ -121,8 +120,7 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     if kind == "gemm" and hopper() and FUSED_SILU:
         tile, c = device_plan(top, n, k)
         if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
-            gemm90_launch(dt, tile, 1, x, w, None, out, m, cap, stream, symbols, silu=True,
-                          mc=multicast(top, tile, 1))
+            gemm90_launch(dt, tile, 1, x, w, None, out, m, cap, stream, symbols, silu=True)
             return
     if kind != "gemv":
         linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)

@@ -16,7 +16,6 @@ from rawgraph.ops import attention, gemv, norm
 from rawgraph.ops.linear import (
     GEMM,
     GEMM90,
-    GEMM90_MC,
     GEMM90_SILU,
     SKINNY,
     SKINNY90,
@@ -91,12 +90,7 @@ def _gemm90() -> list[str]:
         wrapper(k.name, k.declaration,
                 _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages, 1, true>"),
                 _bounds(2 * bm + 32, 2 if bm == 64 else 1, 1))
-        for (dt, (bm, bn)), k in GEMM90_SILU.items()] + [
-        wrapper(k.name, k.declaration,
-                _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages, 1, "
-                         f"{'true' if silu else 'false'}, 2>"),
-                _bounds(2 * bm + 32, 1, 2))
-        for (dt, (bm, bn), silu), k in GEMM90_MC.items()]
+        for (dt, (bm, bn)), k in GEMM90_SILU.items()]
 
 
 def _decode_attention() -> list[str]:

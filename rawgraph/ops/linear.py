@@ -73,16 +73,6 @@ GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
 GEMM90_SILU = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_silu",
                                   _SIG90Y.format(t=t))
                for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
-# Multicast (_m2): the unsplit 128-row tiles in clusters of two blocks on adjacent row tiles
-# of one column tile, each block loading half of the W tile into both (TMA multicast): a
-# block then reads from the L2 its x rows and half its W rows, 3/4 (128 x 128) or 2/3
-# (128 x 256) of the bytes alone, where a wave's loads are bound by the L2 (benchmarks/
-# NOTES.md, "Multicast"). Taken where the rows make at least two row tiles; the same bits.
-MULTICAST_TILES, MULTICAST = ((128, 256), (128, 128)), True
-GEMM90_MC = {(dt, tile, silu): Kernel(
-    "gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_m2" + ("_silu" if silu else ""),
-    _SIG90Y.format(t=t))
-    for dt, (s, t) in KERNEL_TYPES.items() for tile in MULTICAST_TILES for silu in (False, True)}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gemm_sm90.cu's
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product
@@ -258,29 +248,22 @@ def hopper() -> bool:
     return compute_capability() == (9, 0)
 
 
-def multicast(rows: int, tile: tuple[int, int], c: int) -> int:
-    """Blocks of the wgmma GEMM's multicast clusters (2: the _m2 kernels, 1: none) for up to
-    `rows` rows of x on a (BM, BN) tile split c ways."""
-    return 2 if MULTICAST and c == 1 and tile in MULTICAST_TILES and rows > tile[0] else 1
-
-
 def gemm90_launch(dt: str, tile: tuple[int, int], c: int, x: Any, w: Any, residual: Any,
                   y: Any, m: Any, cap: int, stream: Any, symbols: Symbols | None,
-                  silu: bool = False, mc: int = 1) -> None:
+                  silu: bool = False) -> None:
     """Launch the wgmma GEMM of a (BM, BN) tile split c ways over x's first m rows (x holds
-    cap), w (n, k), with `silu` the gate_up epilogue (c = 1; y then (rows, n / 2)), in
-    multicast clusters of `mc` blocks (`multicast`). One grid dimension: the kernel orders
-    its tiles (and a tile's c blocks) itself."""
+    cap), w (n, k), with `silu` the gate_up epilogue (c = 1; y then (rows, n / 2)). One grid
+    dimension: the kernel orders its tiles (and a tile's c blocks) itself."""
     (bm, bn), (n, k) = tile, w.shape
-    kernel, threads, smem = gemm_launch(dt, tile, c, True, silu, mc)
-    tiles = cdiv(m, bm * mc) * -(-n // bn)  # of mc row tiles each with multicast
+    kernel, threads, smem = gemm_launch(dt, tile, c, True, silu)
+    tiles = cdiv(m, bm) * -(-n // bn)
     if c > 1:  # a cluster of c blocks a tile
         grid = (tiles * c,)
-    elif PERSISTENT:  # at most one wave, each block (cluster) looping over the tiles
-        grid = (smin(tiles, _wave(kernel, threads, smem, mc)) * mc,)
+    elif PERSISTENT:  # at most one wave, each block looping over the tiles
+        grid = (smin(tiles, _wave(kernel, threads, smem)),)
     else:
-        grid = (tiles * mc,)
-    a, b = tile_map(x.data.ptr, cap, k, dt, bm), tile_map(w.data.ptr, n, k, dt, bn // mc)
+        grid = (tiles,)
+    a, b = tile_map(x.data.ptr, cap, k, dt, bm), tile_map(w.data.ptr, n, k, dt, bn)
     cols = n // 2 if silu else n
     out = tile_map(y.data.ptr, cap, cols, dt, 64) if tma_stores(y, cols) else bytes(128)
     kernel.launch(grid, threads, (a, b, out, residual, y, m, n, k), stream, smem=smem,
@@ -295,31 +278,21 @@ def tma_stores(y: Any, cols: int) -> bool:
 
 
 @functools.cache
-def _wave(kernel: Kernel, threads: int, smem: int, cluster: int = 1) -> int:
-    """Blocks (clusters of `cluster`) of `kernel` that one wave holds on this GPU."""
-    if cluster > 1:
-        return kernel.resident_clusters(threads, smem, cluster)
+def _wave(kernel: Kernel, threads: int, smem: int) -> int:
     return kernel.resident_blocks(threads, smem)
 
 
-def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool, silu: bool = False,
-                mc: int = 1) -> tuple[Kernel, int, int]:
+def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool, silu: bool = False
+                ) -> tuple[Kernel, int, int]:
     """(kernel, threads, shared memory) of the GEMM for a (BM, BN) tile split c ways: on
     Hopper one warpgroup per 64 rows of the tile and a producer warp (TMA), `silu` its
-    gate_up epilogue (unsplit), in multicast clusters of `mc`; else 8 warps (c = 1 only, no
-    epilogue)."""
+    gate_up epilogue (unsplit); else 8 warps (c = 1 only, no epilogue)."""
     if wgmma:
         if silu and c != 1:
             raise ValueError(f"the SiLU epilogue is the unsplit tiles' (c = {c})")
-        if mc > 1 and (mc != 2 or c != 1 or tile not in MULTICAST_TILES):
-            raise ValueError(f"multicast pairs (mc = 2) are the unsplit {MULTICAST_TILES} "
-                             f"tiles'; got mc = {mc}, c = {c}, tile {tile}")
-        if mc > 1:
-            kernel = GEMM90_MC[dt, tile, silu]
-        else:
-            kernel = GEMM90_SILU[dt, tile] if silu else GEMM90[dt, tile, c]
+        kernel = GEMM90_SILU[dt, tile] if silu else GEMM90[dt, tile, c]
         return kernel, 2 * tile[0] + 32, gemm_smem(tile, True, c)
-    if c != 1 or silu or mc != 1:
+    if c != 1 or silu:
         raise ValueError(f"split k (c = {c}) and the SiLU epilogue are the wgmma GEMM's alone")
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
@@ -404,8 +377,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         wgmma = hopper()
         tile, c = device_plan(top, n, k)
         if wgmma:
-            gemm90_launch(dt, tile, c, x, w, residual, y, m, cap, stream, symbols,
-                          mc=multicast(top, tile, c))
+            gemm90_launch(dt, tile, c, x, w, residual, y, m, cap, stream, symbols)
         else:
             kernel, threads, smem = gemm_launch(dt, tile, c, wgmma)
             grid = (-(-n // tile[1]), cdiv(m, tile[0]))

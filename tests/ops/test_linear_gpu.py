@@ -102,20 +102,14 @@ def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, monkeypatch, dtype, m,
 @pytest.mark.parametrize("tile", [(128, 256), (128, 128), (64, 128)])
 @pytest.mark.parametrize(("m", "inter", "k"), [(300, 1000, 520), (129, 4104, 2048),
                                                (64 + 65, 72, 64)])
-@pytest.mark.parametrize("multicast", [True, False])
-def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, monkeypatch, dtype, tile, m, inter, k,
-                                           multicast):
-    # every wgmma tile's _silu form (ragged m and n, a single k tile; the 128-row tiles in
-    # multicast pairs or not, 3 row tiles making a pair whose second block is past m) gives
-    # linear + silu_mul's bits, writes no row past m and leaves gu untouched
+def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, monkeypatch, dtype, tile, m, inter, k):
+    # every wgmma tile's _silu form (ragged m and n, a single k tile) gives linear + silu_mul's
+    # bits, writes no row past m and leaves gu untouched
     lin = importlib.import_module("rawgraph.ops.linear")
     if not lin.hopper():
         pytest.skip("the wgmma GEMM needs compute capability 9.0")
-    if multicast and tile not in lin.MULTICAST_TILES:
-        pytest.skip(f"no multicast form of the {tile} tile")
     monkeypatch.setattr(lin, "GEMM_TILES", (tile,))
     monkeypatch.setattr(lin, "SPLIT_K", False)
-    monkeypatch.setattr(lin, "MULTICAST", multicast)
     monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
     out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
     out = bits(out)

@@ -220,7 +220,7 @@ def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(mon
     monkeypatch.setattr(Kernel, "launch", lambda k, grid, threads, args, stream, smem, symbols:
                         calls.append((k.name, grid, threads, smem, args[2:])))
     monkeypatch.setattr(lin, "tile_map", lambda ptr, rows, cols, dt, box: (rows, cols, box))
-    monkeypatch.setattr(lin, "_wave", lambda kernel, threads, smem, cluster=1: 132 // cluster)
+    monkeypatch.setattr(lin, "_wave", lambda kernel, threads, smem: 132)
     x = SimpleNamespace(data=SimpleNamespace(ptr=0))
     w = SimpleNamespace(shape=(4100, 256), data=SimpleNamespace(ptr=0))
     y = SimpleNamespace(data=SimpleNamespace(ptr=0))
@@ -239,27 +239,10 @@ def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(mon
     y.data.ptr = 8  # not 16-byte aligned
     assert go((128, 256), 1, 4096)[4][0] == bytes(128)
     w.shape = (4100, 256)
-    # multicast pairs: a wave of clusters of 2, W's box half the tile's rows; 129 rows are 2
-    # row tiles, one pair a column tile
-    assert go((128, 256), 1, 4096, mc=2)[:2] == ("gemm90_bf16_128x256_m2", (132,))
-    assert lin.multicast(4096, (128, 256), 1) == 2 and lin.multicast(128, (128, 256), 1) == 1
-    assert lin.multicast(4096, (128, 256), 2) == lin.multicast(4096, (64, 128), 1) == 1
-    assert go((128, 128), 1, 129, mc=2)[1] == (2 * 33,)
-    assert go((128, 128), 1, 4096, silu=True, mc=2)[0] == "gemm90_bf16_128x128_m2_silu"
-    a_box = []
-    monkeypatch.setattr(lin, "tile_map", lambda ptr, rows, cols, dt, box: a_box.append(box))
-    go((128, 256), 1, 4096, mc=2)
-    assert a_box[:2] == [128, 128]  # x's 128 rows, half of W's 256
-    monkeypatch.setattr(lin, "tile_map", lambda ptr, rows, cols, dt, box: (rows, cols, box))
     monkeypatch.setattr(lin, "PERSISTENT", False)
     assert go((128, 128), 1, 4096)[1] == (32 * 33,)
-    assert go((128, 128), 1, 4096, mc=2)[1] == (32 * 33,)  # 16 pairs of row tiles x 33
     with pytest.raises(ValueError, match="unsplit"):
         go((128, 256), 2, 4096, silu=True)
-    with pytest.raises(ValueError, match="multicast"):
-        go((128, 256), 2, 4096, mc=2)
-    with pytest.raises(ValueError, match="multicast"):
-        go((64, 128), 1, 4096, mc=2)
     with pytest.raises(ValueError, match="wgmma GEMM's alone"):
         lin.gemm_launch("bfloat16", (128, 128), 1, False, silu=True)
 
