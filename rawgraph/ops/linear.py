@@ -49,14 +49,14 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # work), so what pays is more SMs on the k; but the sums cross between SMs at about 28 GB/s
 # an SM (H200: a block of a 128 x 256 tile in 8 spends 4 of its 11.6 us reading 112 KiB of
 # its peers' sums), so the narrower tile, half the sums, splits fewer ways for as many SMs.
-SPLIT_TILES, GEMM_SPLITS = ((128, 256), (128, 128)), (1, 2, 3, 4, 5, 6, 7, 8)
-SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
-# What a split costs a block of each split tile, in k tiles of its main loop: the ring's fill
-# and drain and the cluster's sum of its fp32 tile. Fit on the H200 to a sweep of every split
-# of both tiles at 128, 256 and 512 rows through the LLaMA-1B and 8B weights (CUDA graphs;
-# benchmarks/NOTES.md, "Split k"): the plans it makes are within 0.7% of the sweep's best on
-# average, 10% at worst (8B qkv at 256 rows).
+# The split tiles and what a split costs a block of each, in k tiles of its main loop: the
+# ring's fill and drain and the cluster's sum of its fp32 tile. Fit on the H200 to a sweep of
+# every split of both tiles at 128, 256 and 512 rows through the LLaMA-1B and 8B weights
+# (CUDA graphs; benchmarks/NOTES.md, "Split k"): the plans it makes are within 0.7% of the
+# sweep's best on average, 10% at worst (8B qkv at 256 rows).
 SPLIT_COST = {(128, 256): 6.0, (128, 128): 5.0}
+SPLIT_TILES, GEMM_SPLITS = tuple(SPLIT_COST), (1, 2, 3, 4, 5, 6, 7, 8)
+SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
 SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
 # The wgmma GEMM's unsplit tiles in a grid of at most one wave, each block looping over tiles
 # with its ring running on, so a tile's loads overlap the previous tile's stores; False: a

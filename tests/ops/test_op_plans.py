@@ -168,6 +168,11 @@ def test_gemm_plan_weighs_tile_speed_against_the_last_wave():
     assert gemm_smem((128, 256), True) == 4 * (384 * 128 + 16) + 32768
     assert gemm_smem((128, 256), True, 4) == 4 * (384 * 128 + 16)
     assert 2 * (gemm_smem((64, 128), True) + 1024) <= 228 * 1024
+    # split_slots() counts the first split tile's clusters for all: each split tile's block
+    # takes over half an SM's shared memory, so one block an SM either way
+    for tile in SPLIT_TILES:
+        for c in GEMM_SPLITS[1:]:
+            assert 2 * (gemm_smem(tile, True, c) + 1024) > 228 * 1024
 
 
 # split_slots() on the H200: resident clusters x c (30 clusters of 4, 15 of 7 and of 8)
