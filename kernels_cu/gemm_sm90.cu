@@ -2,8 +2,8 @@
 // (wgmma) fed by the tensor memory accelerator (TMA); compiled for sm_90a, the
 // architecture-specific target that has both.
 //
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}(
-//   extern "C" gemm90_{f16,bf16}_{128x128,128x256}_c2 .. _c8(
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}(
+//   extern "C" gemm90_{f16,bf16}_{128x128,128x192,128x256}_c2 .. _c8(
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (BN, 64); both 128-byte swizzle
@@ -14,7 +14,7 @@
 //       int m, int n, int k) // k % 8 == 0, n % 2 == 0
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
-//   A block computes a BM x BN = (64 WG) x (128 NB) tile of y: WG consumer warpgroups (128
+//   A block computes a BM x BN = (64 WG) x BN tile of y: WG consumer warpgroups (128
 //   threads each; warpgroup g owns rows 64 g .. 64 g + 63 and issues one wgmma.m64nBNk16 a
 //   16 of k, both operands read by the tensor cores straight from shared memory through
 //   matrix descriptors), then one producer warp. The producer's lane 0 issues each k
@@ -45,11 +45,11 @@
 //   numbered in groups of kGroup row tiles, column by column: a wave's blocks share a few row
 //   tiles of x and column tiles of W, so W comes from DRAM about cdiv(m, BM) / kGroup times,
 //   not cdiv(m, BM) times.
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x256}_silu(the same arguments; residual
-//       NULL, y and ymap (m, n / 2)): the MLP's gate_up projection finished in the epilogue,
-//       y = T(T(silu(T(gate))) * T(up)) on the interleaved layout silu_mul.cu reads (8 gate
-//       columns, then their 8 up columns): silu_mul.cu's bits without the (m, n) projection
-//       written and read back. Unsplit tiles only.
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}_silu(the same arguments;
+//       residual NULL, y and ymap (m, n / 2)): the MLP's gate_up projection finished in the
+//       epilogue, y = T(T(silu(T(gate))) * T(up)) on the interleaved layout silu_mul.cu reads
+//       (8 gate columns, then their 8 up columns): silu_mul.cu's bits without the (m, n)
+//       projection written and read back. Unsplit tiles only.
 //   Patchable: m with the grid (m <= rows of x); the descriptors fix x's, w's and y's
 //   addresses, n and k.
 #include <cluster.cuh>
@@ -116,30 +116,28 @@ __device__ __forceinline__ void place(int tile, int m, int n, int& row0, int& co
 // A consumer thread's share of a finished unsplit tile into y: pairs of outputs (+ residual),
 // or with SILU the activation of gate_up's interleaved columns (8-column group j, even, holds
 // 8 gates and j + 1 their ups, in the same thread's registers; output column c / 16 * 8 +
-// c % 16 of (m, n / 2)).
-template <typename T, int NB, bool SILU>
-__device__ __forceinline__ void store_tile(const float (&acc)[NB * 64], const T* residual, T* y,
+// c % 16 of (m, n / 2)). From the tile's column group J0 on.
+template <typename T, int BN, bool SILU, int J0 = 0>
+__device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T* residual, T* y,
                                            int m, int n, int row0, int col0) {
   const int lane = threadIdx.x & 31, wq = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
 #pragma unroll
-  for (int h = 0; h < NB; ++h)
+  for (int j = J0; j < BN / 8; j += SILU ? 2 : 1)  // the tile's groups of 8 columns
 #pragma unroll
-    for (int j = 0; j < 16; j += SILU ? 2 : 1)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        // warp wq of warpgroup wq / 4: rows 16 wq + g (+ 8)
-        const int r = row0 + wq * 16 + g + 8 * hi, c = col0 + h * 128 + j * 8 + 2 * tq;
-        const float* v = acc + 64 * h + 4 * j + 2 * hi;
-        if (r >= m || c >= n) continue;
-        if constexpr (SILU) {
-          rg::store_pair(y, static_cast<const T*>(nullptr),
-                         static_cast<long long>(r) * (n / 2) + c / 16 * 8 + c % 16,
-                         rg::silu_mul<T>(rg::round_to<T>(v[0]), rg::round_to<T>(v[4])),
-                         rg::silu_mul<T>(rg::round_to<T>(v[1]), rg::round_to<T>(v[5])));
-        } else {
-          rg::store_pair(y, residual, static_cast<long long>(r) * n + c, v[0], v[1]);
-        }
+    for (int hi = 0; hi < 2; ++hi) {
+      // warp wq of warpgroup wq / 4: rows 16 wq + g (+ 8)
+      const int r = row0 + wq * 16 + g + 8 * hi, c = col0 + j * 8 + 2 * tq;
+      const float* v = acc + 4 * j + 2 * hi;
+      if (r >= m || c >= n) continue;
+      if constexpr (SILU) {
+        rg::store_pair(y, static_cast<const T*>(nullptr),
+                       static_cast<long long>(r) * (n / 2) + c / 16 * 8 + c % 16,
+                       rg::silu_mul<T>(rg::round_to<T>(v[0]), rg::round_to<T>(v[4])),
+                       rg::silu_mul<T>(rg::round_to<T>(v[1]), rg::round_to<T>(v[5])));
+      } else {
+        rg::store_pair(y, residual, static_cast<long long>(r) * n + c, v[0], v[1]);
       }
+    }
 }
 
 // An unsplit warpgroup's staging for its stores by TMA: two 64 x 64 boxes, filled in turn
@@ -162,21 +160,23 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {
 }
 
 // Warpgroup wg's 64 rows of a finished unsplit tile (all below m) into y by TMA: store_tile's
-// values, a 64 x 64 box of outputs at a time (2 NB boxes; with SILU NB, each panel's gates and
-// ups making 64 outputs) staged in the box's 128-byte swizzle (16-byte chunk c of row r at
-// c ^ (r % 8): a warp's 8 rows x 4 pairs fall in 32 banks), then issued by the warpgroup's
-// first thread. The staging's two boxes take turns (a tile's boxes are even in number, or
-// one): a box waits only until the TMA has read the one before last, so the stores drain
-// beside the next box's staging and the next tile's products. The residual (in
-// place or not: nothing else writes these rows) is requested for a whole box before any of
-// it is used; prefetch_residual has asked the L2 for it as the tile began.
-template <typename T, int NB, bool SILU>
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[NB * 64], const T* residual,
+// values, a 64 x 64 box of outputs at a time (BN / 64 boxes; with SILU BN / 128, each 128
+// columns' gates and ups making 64 outputs; a 192-column tile's last 32 are the caller's to
+// store directly, as half a box would overwrite the next tile's) staged in the box's 128-byte
+// swizzle (16-byte chunk c of row r at c ^ (r % 8): a warp's 8 rows x 4 pairs fall in 32
+// banks), then issued by the warpgroup's first thread. The staging's two boxes take turns: a
+// box waits only until the TMA has read the one before last (a tile's first, where its boxes
+// are odd in number, until it has read all: the tile before ended in the same buffer), so
+// the stores drain beside the next box's staging and the next tile's products. The residual
+// (in place or not: nothing else writes these rows) is requested for a whole box before any
+// of it is used; prefetch_residual has asked the L2 for it as the tile began.
+template <typename T, int BN, bool SILU>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[BN / 2], const T* residual,
                                                char* staging, const TensorMap* ymap, int n,
                                                int row0, int col0) {
   const int t = threadIdx.x & 127, wg = threadIdx.x >> 7, g = (t & 31) >> 2, tq = t & 3;
   const int row = row0 + 64 * wg, ocol = SILU ? col0 / 2 : col0, ocols = SILU ? n / 2 : n;
-  constexpr int kBoxes = SILU ? NB : 2 * NB;
+  constexpr int kBoxes = SILU ? BN / 128 : BN / 64;
 #pragma unroll
   for (int b = 0; b < kBoxes; ++b) {
     unsigned res[8][2] = {};  // the box's residual pairs
@@ -193,7 +193,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[NB * 64], cons
     }
     char* box = staging + (b & 1) * kBox;
     if (t == 0) {  // this box's buffer, last filled by the box before last, has been read
-      if constexpr (kBoxes == 1)
+      if (kBoxes % 2 == 1 && b == 0)
         rg::bulk_wait_read<0>();
       else
         rg::bulk_wait_read<1>();
@@ -246,10 +246,11 @@ __device__ __forceinline__ void prefetch_residual(const T* residual, int n, int 
   }
 }
 
-template <typename T, int WG, int NB, int S, int CS, bool SILU = false>
+template <typename T, int WG, int BN, int S, int CS, bool SILU = false>
 __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const TensorMap* ymap,
                             const T* residual, T* y, int m, int n, int k) {
-  constexpr int BM = 64 * WG, BN = 128 * NB, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
+  constexpr int BM = 64 * WG, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
+  static_assert(BN % 64 == 0 && BN <= 256, "whole 64 x 64 output boxes, one wgmma");
   constexpr int kThreads = 128 * WG + 32;
   // split k: a row of fp32 sums every kPitch floats (8 past BN: the float2 writes of a
   // half-warp, 4 rows x 4 column pairs, fall in 32 different banks), in the ring
@@ -286,7 +287,7 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   __syncthreads();
   rg::pdl_start();
 
-  float acc[NB * 64];  // 128-column panel h at acc[64 h ...]: wgmma.m64n256's own layout
+  float acc[BN / 2];  // wgmma.m64nBN's layout: columns 8 j.. at acc[4 j ..]
   int row0 = 0, col0 = 0;
   if (wg == WG) {  // the producer warp; one lane issues
     if ((threadIdx.x & 31) == 0) {
@@ -315,18 +316,18 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
       if (CS == 1 && tma_rows && residual != nullptr)
         prefetch_residual<T, BN>(residual, n, row0, col0);
 #pragma unroll
-      for (int i = 0; i < NB * 64; ++i) acc[i] = 0.f;
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
       for (int t = 0; t < tiles; ++t, ++it) {
         const int s = it % S;
         rg::mbar_wait(&full[s], (it / S) & 1);
         const char* a = ring + s * kStage + wg * 64 * kBK * 2;
         const char* b = ring + s * kStage + kA;
         rg::wgmma_fence();
-        // one m64n(128 NB)k16 a 16 of k: the W tile's BN rows are one K-major operand (8-row
+        // one m64nBNk16 a 16 of k: the W tile's BN rows are one K-major operand (8-row
         // atoms 1024 bytes apart), and A is read from shared memory once for all its columns
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk)
-          rg::Wgmma<T, 128 * NB>::run(acc, rg::desc128(a + kk * 32), rg::desc128(b + kk * 32));
+          rg::Wgmma<T, BN>::run(acc, rg::desc128(a + kk * 32), rg::desc128(b + kk * 32));
         rg::wgmma_commit();
         rg::wgmma_wait<1>();  // k tile it - 1's products are done: its slot may be refilled
         if (t > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);
@@ -334,11 +335,13 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
       rg::wgmma_wait<0>();
       if constexpr (CS == 1) {
         if (tiles > 0 && signals) rg::mbar_arrive(&empty[(it - 1) % S]);  // the tile's last
-        if (tma_rows)
-          store_tile_tma<T, NB, SILU>(acc, residual, ring + S * kStage + wg * kStaging, ymap, n,
+        if (tma_rows) {
+          store_tile_tma<T, BN, SILU>(acc, residual, ring + S * kStage + wg * kStaging, ymap, n,
                                       row0, col0);
-        else
-          store_tile<T, NB, SILU>(acc, residual, y, m, n, row0, col0);
+          if constexpr (SILU && BN % 128 != 0)  // the outputs of the last 64 columns
+            store_tile<T, BN, SILU, BN / 128 * 16>(acc, residual, y, m, n, row0, col0);
+        } else
+          store_tile<T, BN, SILU>(acc, residual, y, m, n, row0, col0);
       }
     }
     if (CS == 1 && (threadIdx.x & 127) == 0) rg::bulk_wait<0>();  // its stores done, then exit
@@ -350,15 +353,13 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
     __syncthreads();  // every wgmma has read its last slot: the ring is free
     if (wg < WG) {
 #pragma unroll
-      for (int h = 0; h < NB; ++h)
+      for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const int r = wg * 64 + q * 16 + g + 8 * hi, c = h * 128 + j * 8 + 2 * tq;
-            *reinterpret_cast<float2*>(part + r * kPitch + c) =
-                make_float2(acc[64 * h + 4 * j + 2 * hi], acc[64 * h + 4 * j + 2 * hi + 1]);
-          }
+        for (int hi = 0; hi < 2; ++hi) {
+          const int r = wg * 64 + q * 16 + g + 8 * hi, c = j * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(part + r * kPitch + c) =
+              make_float2(acc[4 * j + 2 * hi], acc[4 * j + 2 * hi + 1]);
+        }
     }
     rg::cluster_sync();  // every block's sums are visible to the cluster
     store_split<T, BM, BN, CS, kPitch, kThreads>(part, rank, residual, y, m, n, row0, col0);
@@ -374,278 +375,404 @@ gemm90_f16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x192(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x192_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x192_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x192_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x192_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x192_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x192_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x192_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_f16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 1, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 1, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x192(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x192_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x192_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x192_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x192_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x192_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x192_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x192_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_bf16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 1, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x256_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 2, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x192_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_f16_64x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 1, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 1, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 2, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x192_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 2)
 gemm90_bf16_64x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 1, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 1, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }

@@ -5,7 +5,7 @@
 //   - desc128_mn: the same for an MN-major B operand (N contiguous: rows of 64 N-elements, one
 //     row per k), its 64-wide N panels `panel` bytes apart
 //   - Wgmma<T, N>::run: D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N),
-//     both K-major in shared memory (N = 32, 64, 128, 256)
+//     both K-major in shared memory (N = 32, 64, 128, 192, 256)
 //   - WgmmaRS<T, N>::run: the same with A from registers (mma.sync's m16n8k16 A fragment per
 //     warp) and B MN-major (N = 64, 128)
 //   - wgmma_fence / wgmma_commit / wgmma_wait<N>: order register accesses before the MMAs,
@@ -45,6 +45,8 @@ __device__ __forceinline__ unsigned long long desc128_mn(const void* p, unsigned
   "%29, %30, %31"
 #define RG_R64 RG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
   "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define RG_R96 RG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, " \
+  "%77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define RG_R128 RG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, " \
   "%77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, " \
   "%95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, " \
@@ -77,6 +79,13 @@ template <typename T, int N> struct Wgmma;
                                                unsigned long long b) { \
       RG_WGMMA(128, NAME, RG_R64, "64", "65", "66", RG_D16(0), RG_D16(16), RG_D16(32), \
                RG_D16(48)); \
+    } \
+  }; \
+  template <> struct Wgmma<T, 192> { \
+    static __device__ __forceinline__ void run(float (&d)[96], unsigned long long a, \
+                                               unsigned long long b) { \
+      RG_WGMMA(192, NAME, RG_R96, "96", "97", "98", RG_D16(0), RG_D16(16), RG_D16(32), \
+               RG_D16(48), RG_D16(64), RG_D16(80)); \
     } \
   }; \
   template <> struct Wgmma<T, 256> { \
@@ -116,6 +125,8 @@ RG_WGMMA_RS_TYPE(__half, "f16")
 RG_WGMMA_RS_TYPE(__nv_bfloat16, "bf16")
 #undef RG_WGMMA_RS_TYPE
 #undef RG_WGMMA_RS
+#undef RG_R128
+#undef RG_R96
 #undef RG_R64
 #undef RG_R32
 #undef RG_R16

@@ -75,18 +75,24 @@ def unsplit() -> contextlib.AbstractContextManager:
     return switched(linear, SPLIT_K=False)
 
 
-def split_ways(m: int, n: int, k: int) -> str:
-    """The tiled GEMM's split of k that `ops.linear` runs for an (m, k) x (k, n) product on
-    this GPU: "BMxBN/c" (c blocks a tile), or "" where it runs unsplit or another path."""
-    if not (linear.hopper() and linear.SPLIT_K and linear.path(m, n) == "gemm"):
+def gemm_tile(m: int, n: int, k: int) -> str:
+    """The tiled GEMM's plan that `ops.linear` runs for an (m, k) x (k, n) product on this
+    GPU: "BMxBN", or "BMxBN/c" where c blocks split each tile's k; "" on another path."""
+    if linear.path(m, n) != "gemm":
         return ""
-    (bm, bn), c = linear.gemm_plan(m, n, k, linear.split_slots())
-    return f"{bm}x{bn}/{c}" if c > 1 else ""
+    (bm, bn), c = linear.device_plan(m, n, k)
+    return f"{bm}x{bn}" + (f"/{c}" if c > 1 else "")
+
+
+def split_ways(m: int, n: int, k: int) -> str:
+    """gemm_tile where it splits k, else ""."""
+    tile = gemm_tile(m, n, k)
+    return tile if "/" in tile else ""
 
 
 def gemm(row: Row, s: Any) -> None:
     """Prefill-sized y = x W^T at LLaMA shapes, ours vs cuBLAS, M in 128 / 512 / 2048 /
-    4096; where k is split, the unsplit GEMM's time beside it."""
+    4096, with the tile the plan takes; where it splits k, the unsplit GEMM's time beside it."""
     for model, shapes in SHAPES.items():
         for name, (n, k) in shapes.items():
             if name == "lm_head":  # prefill runs the LM head on the last tokens only
@@ -96,12 +102,11 @@ def gemm(row: Row, s: Any) -> None:
                 x, y, yb = _rand((m, k)), cupy.empty((m, n), F16), cupy.empty((m, n), F16)
                 ours = _us(lambda x=x, y=y, w=w: ops.linear(x, w, y, stream=s), s)
                 cublas = _us(lambda x=x, yb=yb, w=w: cupy.matmul(x, w.T, out=yb), s)
-                extra = {}
-                if c := split_ways(m, n, k):
+                extra: dict[str, Any] = {"tile": gemm_tile(m, n, k)}
+                if "/" in extra["tile"]:
                     with unsplit():
-                        extra = {"split": c,
-                                 "unsplit us": _us(lambda x=x, y=y, w=w: ops.linear(x, w, y,
-                                                                                    stream=s), s)}
+                        extra["unsplit us"] = _us(lambda x=x, y=y, w=w: ops.linear(x, w, y,
+                                                                                   stream=s), s)
                 row(f"gemm {model} {name}", f"{m}x{n}x{k}", ours, 2 * m * n * k, cublas, 0.6,
                     **extra)
             del w

@@ -84,11 +84,11 @@ def _gemm() -> list[str]:
 def _gemm90() -> list[str]:
     # a warpgroup per 64 rows and a producer warp; the 64-row tile fits two blocks an SM
     return [wrapper(k.name, k.declaration,
-                    _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages, {c}>"),
+                    _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn}, kStages, {c}>"),
                     _bounds(2 * bm + 32, 2 if bm == 64 else 1, c))
             for (dt, (bm, bn), c), k in GEMM90.items()] + [
         wrapper(k.name, k.declaration,
-                _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn // 128}, kStages, 1, true>"),
+                _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn}, kStages, 1, true>"),
                 _bounds(2 * bm + 32, 2 if bm == 64 else 1, 1))
         for (dt, (bm, bn)), k in GEMM90_SILU.items()]
 

@@ -35,7 +35,7 @@ SKINNY_MAX = 64  # rows of x the skinny GEMM takes (skinny.cu; on Hopper WGMMA_S
 # (the prefill path, k split where its tiles are few) beyond; the buckets of a server's
 # batches 65 to 256 (LLaMA-1B at 1,024 tokens holds 256 sequences' cache in 9 GB)
 DECODE_ROWS = 256
-GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first
+GEMM_TILES = ((128, 256), (128, 128), (64, 128))  # (BM, BN), largest first (mma.sync's)
 GEMM = {(dt, tile): Kernel("gemm", f"gemm_{s}_{tile[0]}x{tile[1]}", _SIG.format(t=t))
         for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
 # The same tiles on Hopper's warpgroup tensor cores fed by TMA (x and W as descriptors,
@@ -48,13 +48,13 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # SM is bound by its own loads and MMAs (a 128 x 256 tile of 128 real rows is full tensor
 # work), so what pays is more SMs on the k; but the sums cross between SMs at about 28 GB/s
 # an SM (H200: a block of a 128 x 256 tile in 8 spends 4 of its 11.6 us reading 112 KiB of
-# its peers' sums), so the narrower tile, half the sums, splits fewer ways for as many SMs.
+# its peers' sums), so the narrower tiles, fewer sums, split fewer ways for as many SMs.
 # The split tiles and what a split costs a block of each, in k tiles of its main loop: the
-# ring's fill and drain and the cluster's sum of its fp32 tile. Fit on the H200 to a sweep of
-# every split of both tiles at 128, 256 and 512 rows through the LLaMA-1B and 8B weights
-# (CUDA graphs; benchmarks/NOTES.md, "Split k"): the plans it makes are within 0.7% of the
-# sweep's best on average, 10% at worst (8B qkv at 256 rows).
-SPLIT_COST = {(128, 256): 6.0, (128, 128): 5.0}
+# ring's fill and drain and the cluster's sum of its fp32 tile. Fit on the H200, with
+# TILE_SPEED, to a sweep of every tile and split at 128-2,048 rows through the LLaMA-1B and
+# 8B weights (CUDA graphs; benchmarks/NOTES.md, "Split k"): the plans it makes are within
+# 0.3% of the sweep's best on average, 4.6% at worst (1B o at 128 rows).
+SPLIT_COST = {(128, 256): 6.0, (128, 192): 7.0, (128, 128): 5.0}
 SPLIT_TILES, GEMM_SPLITS = tuple(SPLIT_COST), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
 SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
@@ -65,18 +65,24 @@ PERSISTENT = True
 # The GEMM's kernels also take y's descriptor: unsplit tiles store through it (tma_stores)
 _SIG90Y = _SIG90.replace("wmap, ", "wmap, const __grid_constant__ TensorMap ymap, ")
 GEMM_STAGING = 16384  # bytes of staging for those stores a warpgroup (gemm_sm90.cu kStaging)
+# The wgmma GEMM's tiles: mma.sync's and one 192 columns wide (wgmma's n runs in 8s to 256,
+# the stores go in 64-column boxes), whose count fills a wave where the others leave SMs
+# idle (H200, CUDA graphs, us: LLaMA-8B's qkv at 512 rows, 128 tiles of 128 x 192 36.7
+# against 96 of 128 x 256 43.3; gate_up 180 against 198; 1B's qkv at 2,048 rows 36.6
+# against 40.1 for 384 of 128 x 128). 128 x 64 lost on every LLaMA shape at 128-2,048 rows.
+GEMM90_TILES = ((128, 256), (128, 192), (128, 128), (64, 128))
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
                                 + (f"_c{c}" if c > 1 else ""), _SIG90Y.format(t=t))
-          for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES
+          for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM90_TILES
           for c in (GEMM_SPLITS if tile in SPLIT_TILES else (1,))}
 # The unsplit tiles with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
 GEMM90_SILU = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_silu",
                                   _SIG90Y.format(t=t))
-               for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM_TILES}
+               for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM90_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gemm_sm90.cu's
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product
-TILE_SPEED = {(128, 256): 1.0, (128, 128): 0.9, (64, 128): 0.7}
+TILE_SPEED = {(128, 256): 1.0, (128, 192): 0.94, (128, 128): 0.88, (64, 128): 0.7}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
 # x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES slots, for
@@ -182,12 +188,13 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = 
     return SKINNY[dt, c], blocks, 256, SKINNY_SMEM, 0
 
 
-def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
-              ) -> tuple[tuple[int, int], int]:
-    """((BM, BN), c) for an (m, n) output over k: the tile, and the blocks c that share each
-    tile's k, whose speed (TILE_SPEED) times the share of the GPU's SMs busy in its last wave
-    is highest, one block per SM counted. A 2048 x 3072 output is 192 tiles of 128 x 256
-    (1.45 waves: 0.68x cuBLAS on the H200) but 384 of 128 x 128 (2.9 waves: 0.81x).
+def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None,
+              tiles: tuple[tuple[int, int], ...] = GEMM_TILES) -> tuple[tuple[int, int], int]:
+    """((BM, BN), c) for an (m, n) output over k: the tile (of `tiles`), and the blocks c
+    that share each tile's k, whose speed (TILE_SPEED) times the share of the GPU's SMs busy
+    in its last wave is highest, one block per SM counted. A 2048 x 3072 output is 192 tiles
+    of 128 x 256 (1.45 waves: 0.68x cuBLAS on the H200) but 384 of 128 x 128 (2.9 waves:
+    0.81x).
 
     `slots` (the wgmma GEMM's; `split_slots()`): blocks of a split tile one wave holds per
     split c. Given, the SPLIT_TILES may split where their c-block clusters all fit in one wave
@@ -204,7 +211,7 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
         wave = slots[c] if c > 1 and slots else SMS
         share = 1.0 if c == 1 else ktiles / c / (ktiles / c + SPLIT_COST[bm, bn])
         return TILE_SPEED[bm, bn] * share * blocks / (-(-blocks // wave) * SMS)
-    plans = [(tile, 1) for tile in GEMM_TILES]
+    plans = [(tile, 1) for tile in tiles]
     if slots:
         for bm, bn in SPLIT_TILES:
             tiles = -(-m // bm) * -(-n // bn)
@@ -214,8 +221,11 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None
 
 
 def device_plan(m: int, n: int, k: int) -> tuple[tuple[int, int], int]:
-    """gemm_plan on this device: split k (SPLIT_K) only on the wgmma GEMM."""
-    return gemm_plan(m, n, k, split_slots() if hopper() and SPLIT_K else None)
+    """gemm_plan on this device: the wgmma GEMM's tiles and split k (SPLIT_K) on Hopper, else
+    mma.sync's tiles."""
+    if not hopper():
+        return gemm_plan(m, n, k)
+    return gemm_plan(m, n, k, split_slots() if SPLIT_K else None, GEMM90_TILES)
 
 
 @functools.cache

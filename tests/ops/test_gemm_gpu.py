@@ -52,7 +52,7 @@ def test_gemm_ragged_shapes(m, n, k, dtype, fused):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tile", [(128, 256), (128, 128), (64, 128)])
+@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (64, 128)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, dtype, tile,
                                                       fused):
@@ -64,7 +64,7 @@ def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, 
     linear = importlib.import_module("rawgraph.ops.linear")
     if not linear.hopper():
         pytest.skip("the wgmma GEMM needs compute capability 9.0")
-    monkeypatch.setattr(linear, "GEMM_TILES", (tile,))
+    monkeypatch.setattr(linear, "GEMM90_TILES", (tile,))
     monkeypatch.setattr(linear, "SPLIT_K", False)
     m, n, k = 2100, 4100, 328
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
@@ -80,6 +80,34 @@ def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, 
         stream.synchronize()
         out.append(bits(y))
     np.testing.assert_array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemm_unsplit_tiles_agree_to_the_bit(stream, rng, monkeypatch, dtype):
+    """Every unsplit wgmma tile gives the same bits (the same k order for each output), with
+    and without a residual: which tile a plan takes never changes a result."""
+    import importlib
+
+    linear = importlib.import_module("rawgraph.ops.linear")
+    if not linear.hopper():
+        pytest.skip("the wgmma GEMM needs compute capability 9.0")
+    monkeypatch.setattr(linear, "SPLIT_K", False)
+    m, n, k = 300, 1000, 520
+    x, _ = randn(rng, (m, k), dtype)
+    w, _ = randn(rng, (n, k), dtype, k**-0.5)
+    r, _ = randn(rng, (m, n), dtype)
+    cupy.cuda.Device().synchronize()
+    got = {}
+    for tile in linear.GEMM90_TILES:
+        monkeypatch.setattr(linear, "GEMM90_TILES", (tile,))
+        for residual in (None, r):
+            y = cupy.empty((m, n), x.dtype)
+            ops.linear(x, w, y, residual=residual, stream=stream)
+            stream.synchronize()
+            got.setdefault(residual is None, []).append(bits(y))
+    for outs in got.values():
+        for out in outs[1:]:
+            np.testing.assert_array_equal(out, outs[0])
 
 
 # (the second: 544 tiles of 128 x 256 at the largest m, a one-wave grid patched down to 2)
@@ -130,15 +158,15 @@ def split(monkeypatch):
 @pytest.mark.parametrize(("m", "n", "k"), [(128, 4096, 4096), (100, 1030, 520), (300, 514, 2056),
                                            (65, 258, 72)])
 @pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("tile", [(128, 256), (128, 128)])
+@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128)])
 def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused, tile):
     split(c, tile)
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
 
 
 @pytest.mark.parametrize(("c", "tile"), [(1, None), (2, (128, 256)), (3, (128, 256)),
-                                         (7, (128, 256)), (8, (128, 256)), (3, (128, 128)),
-                                         (8, (128, 128))])
+                                         (7, (128, 256)), (8, (128, 256)), (3, (128, 192)),
+                                         (5, (128, 192)), (3, (128, 128)), (8, (128, 128))])
 def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c, tile):
     """The same bits every launch whichever block of a cluster ends first, and the residual
     may be y itself."""

@@ -23,6 +23,7 @@ from rawgraph.ops.attention import (
 )
 from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
 from rawgraph.ops.linear import (
+    GEMM90_TILES,
     GEMM_SPLITS,
     GEMM_TILES,
     SKINNY90_STAGES,
@@ -161,8 +162,16 @@ def test_gemm_plan_weighs_tile_speed_against_the_last_wave():
     assert gemm_plan(2048, 3072, 2048) == ((128, 128), 1)  # 1.45 waves of 128 x 256, 2.9 of 128
     assert gemm_plan(2048, 2048, 2048) == ((128, 256), 1)  # 128 blocks: one wave
     assert gemm_plan(128, 2048, 2048) == ((64, 128), 1)  # a chunk of 128 tokens: 32 blocks
+    # the wgmma GEMM's 192-wide tile where its count fills a wave: 256 tiles of 2048 x 3072
+    # (1.94 waves), 128 of 512 x 6144 and 600 of 512 x 28672 (4.5 waves, against 3.4 of 256)
+    assert gemm_plan(2048, 3072, 2048, tiles=GEMM90_TILES) == ((128, 192), 1)
+    assert gemm_plan(512, 6144, 4096, tiles=GEMM90_TILES) == ((128, 192), 1)
+    assert gemm_plan(512, 28672, 4096, tiles=GEMM90_TILES) == ((128, 192), 1)
+    assert gemm_plan(4096, 4096, 4096, tiles=GEMM90_TILES) == ((128, 256), 1)
     for tile in GEMM_TILES:
-        assert gemm_smem(tile, True) <= 227 * 1024 and gemm_smem(tile) <= 227 * 1024
+        assert gemm_smem(tile) <= 227 * 1024
+    for tile in GEMM90_TILES:
+        assert gemm_smem(tile, True) <= 227 * 1024
     # the unsplit wgmma tiles' staging for their TMA stores (16 KiB a warpgroup) still fits,
     # two blocks an SM of 64 x 128 included (228 KiB an SM, 1 KiB of it reserved a block)
     assert gemm_smem((128, 256), True) == 4 * (384 * 128 + 16) + 32768
@@ -181,31 +190,32 @@ H200_SLOTS = {1: 132, 2: 132, 3: 117, 4: 120, 5: 110, 6: 102, 7: 105, 8: 120}
 
 def test_gemm_plan_splits_k_where_the_tiles_are_short_of_a_wave():
     def plan(m, n, k):
-        return gemm_plan(m, n, k, H200_SLOTS)
+        return gemm_plan(m, n, k, H200_SLOTS, GEMM90_TILES)
 
     # decode's 128 rows through LLaMA-8B's weights (H200, CUDA graphs, us): qkv 48 tiles of
-    # 128 x 128 x 2 (21.1, against 21.8 for 24 of 128 x 256 x 4 and 25.7 unsplit), o 32 x 3
-    # (12.8 against 15.8 for 16 x 6), down 16 x 6 of 128 x 256 (39.0 against 40.4 for
-    # 32 x 3 of 128 x 128: 32 clusters of 4 are more than a wave), gate_up's 112 tiles
-    # unsplit; LLaMA-1B's qkv 24 x 4 (8.0 against 11.7 for 12 x 7 of 128 x 256 and 9.2
-    # unsplit) and down 16 x 6 (14.3 against 19.3 for 8 x 7)
+    # 128 x 128 x 2 (23.2, against 23.4 for 24 of 128 x 256 x 4 and 28.3 unsplit), o 32 x 3
+    # (13.0 against 14.7 for 22 of 128 x 192 x 5), down 22 x 5 of 128 x 192 (38.0 against
+    # 38.8 for 16 x 6 of 128 x 256), gate_up's 112 tiles unsplit; LLaMA-1B's qkv 24 x 4
+    # (8.0 against 9.2 unsplit) and down 16 x 6 (14.3 against 16.1 for 11 x 8 of 128 x 192)
     assert plan(128, 6144, 4096) == ((128, 128), 2)
     assert plan(128, 4096, 4096) == ((128, 128), 3)
-    assert plan(128, 4096, 14336) == ((128, 256), 6)
+    assert plan(128, 4096, 14336) == ((128, 192), 5)
     assert plan(128, 28672, 4096) == ((128, 256), 1)
     assert plan(128, 3072, 2048) == ((128, 128), 4)
     assert plan(128, 2048, 8192) == ((128, 128), 6)
     assert plan(128, 128256, 2048) == ((128, 256), 1)
-    # 512 rows: the split pays only with many k tiles a block (8B down 64 x 2: 91.3 vs 98.7;
-    # 1B down 64 x 2 of 128 x 128: 32.2 vs 34.0 for 32 x 3 of 128 x 256, 41.4 unsplit);
-    # 1B o (32 k tiles) stays unsplit (10.1 vs 11.0 for 64 x 2)
+    # 256 rows: 8B qkv 64 x 2 of 128 x 192 (24.6 against 27.6 for 48 x 2 of 128 x 256)
+    assert plan(256, 6144, 4096) == ((128, 192), 2)
+    # 512 rows: the split pays only with many k tiles a block (8B down 64 x 2: 89.7 vs 97.4;
+    # 1B down 64 x 2 of 128 x 128: 33.0 vs 34.2 for 32 x 3 of 128 x 256, 42.0 unsplit);
+    # 1B o (32 k tiles) stays unsplit (10.1 vs 11.1 for 64 x 2)
     assert plan(512, 4096, 14336) == ((128, 256), 2)
     assert plan(512, 2048, 8192) == ((128, 128), 2)
     assert plan(512, 2048, 2048) == ((64, 128), 1)
     assert plan(4096, 4096, 4096) == ((128, 256), 1)
     # each block of a split takes at least SPLIT_MIN_KTILES k tiles of 64
     assert plan(128, 2048, 128) == ((64, 128), 1)
-    assert gemm_plan(128, 4096, 14336) == ((64, 128), 1)  # no slots: unsplit
+    assert gemm_plan(128, 4096, 14336, tiles=GEMM90_TILES) == ((64, 128), 1)  # no slots
     for (tile, c) in {plan(m, n, k) for m in (65, 128, 512, 4096) for n in (512, 2048, 4096,
                                                                             28672)
                       for k in (256, 4096)}:
