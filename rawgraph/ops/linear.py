@@ -214,9 +214,9 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None,
     plans = [(tile, 1) for tile in tiles]
     if slots:
         for bm, bn in SPLIT_TILES:
-            tiles = -(-m // bm) * -(-n // bn)
+            count = -(-m // bm) * -(-n // bn)  # the tile's
             plans += [((bm, bn), c) for c in GEMM_SPLITS[1:]
-                      if tiles * c <= slots[c] and ktiles >= SPLIT_MIN_KTILES * c]
+                      if count * c <= slots[c] and ktiles >= SPLIT_MIN_KTILES * c]
     return max(plans, key=score)  # the first of equals: the largest tile, unsplit
 
 
