@@ -36,7 +36,7 @@
 //   distributed shared memory in block order: the bits do not depend on which block ends
 //   first, and no workspace, counter or second kernel is needed. Those remote reads are
 //   the split's cost (about 28 GB/s an SM on the H200: 4 us of a 128 x 256 tile in 8), so
-//   the 128 x 128 tile, half the sums, splits too.
+//   the narrower tiles (128 x 192, 128 x 128), fewer sums, split too.
 //   grid (cdiv(m, BM) * cdiv(n, BN) * CS) split; unsplit any number of blocks up to the
 //   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
 //   its ring running on from tile to tile (the producer loads the next tile's k tiles while

@@ -233,7 +233,7 @@ def split_slots() -> dict[int, int]:
     """Blocks of the wgmma GEMM's split tiles that one wave holds on this GPU, per split c:
     resident clusters x c (a cluster's blocks share a GPC: on the H200 132, 132, 117, 120,
     110, 102, 105, 120 for c = 1 to 8, e.g. 30 clusters of 4 but 15 of 8). Counted for the
-    first of SPLIT_TILES; a block of either takes over half an SM's shared memory, so
+    first of SPLIT_TILES; a block of any of them takes over half an SM's shared memory, so
     the count is theirs too."""
     tile = SPLIT_TILES[0]
     threads = 2 * tile[0] + 32
