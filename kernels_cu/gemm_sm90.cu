@@ -3,7 +3,7 @@
 // architecture-specific target that has both.
 //
 //   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}(
-//   extern "C" gemm90_{f16,bf16}_{128x128,128x192,128x256}_c2 .. _c8(
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}_c2 .. _c8(
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (BN, 64); both 128-byte swizzle
@@ -20,8 +20,9 @@
 //   matrix descriptors), then one producer warp. The producer's lane 0 issues each k
 //   tile's two TMA boxes (x rows, W rows; 64 elements = 128 bytes wide, in the 128-byte
 //   swizzle the descriptors name: 16-byte chunk c of row r at chunk c ^ (r % 8)) into a ring
-//   of S slots; each slot has a `full` barrier (the boxes' bytes landed) and an `empty` one
-//   (every consumer warp has finished reading it). Consumers never load and never meet at a
+//   of S slots (4 on the 128-row tiles, 8 on 64 x 128: one block an SM either way); each slot
+//   has a `full` barrier (the boxes' bytes landed) and an `empty` one (every consumer warp
+//   has finished reading it). Consumers never load and never meet at a
 //   block barrier: wait for a slot, issue its wgmma, and free the previous tile's slot once
 //   its products are done (wait_group 1 keeps one tile's wgmma in flight). Boxes past m, n or
 //   k are zero-filled by the TMA. A warpgroup's finished rows go out by TMA: staged a 64 x 64
@@ -36,7 +37,7 @@
 //   distributed shared memory in block order: the bits do not depend on which block ends
 //   first, and no workspace, counter or second kernel is needed. Those remote reads are
 //   the split's cost (about 28 GB/s an SM on the H200: 4 us of a 128 x 256 tile in 8), so
-//   the narrower tiles (128 x 192, 128 x 128), fewer sums, split too.
+//   the narrower tiles (128 x 192, 128 x 128, 64 x 128), fewer sums, split too.
 //   grid (cdiv(m, BM) * cdiv(n, BN) * CS) split; unsplit any number of blocks up to the
 //   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
 //   its ring running on from tile to tile (the producer loads the next tile's k tiles while
@@ -58,9 +59,9 @@
 
 namespace {
 
-// k per tile: a TMA box row of 64 elements = 128 bytes, the 128-byte swizzle's width; ring
-// slots (rawgraph.ops.linear: GEMM_STAGES)
-constexpr int kBK = 64, kStages = 4;
+// k per tile: a TMA box row of 64 elements = 128 bytes, the 128-byte swizzle's width (the
+// ring's slots, S, are each tile's: rawgraph.ops.linear.GEMM90_STAGES)
+constexpr int kBK = 64;
 
 constexpr int kGroup = 8;  // row tiles a group of blocks shares (the grid's order)
 
@@ -375,404 +376,404 @@ gemm90_f16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x192(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(160, 2)
+extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_f16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 1, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 1, 128, 8, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x192(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c3(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c4(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c5(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c6(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c7(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c8(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(160, 2)
+extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_bf16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 128, kStages, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 1, 128, 8, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x256_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 256, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 256, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x192_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 192, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 192, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 2, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 2, 128, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(160, 2)
+extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_f16_64x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
-  gemm90_impl<__half, 1, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__half, 1, 128, 8, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 256, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 256, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x192_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(160, 2)
+extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_bf16_64x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 128, kStages, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+  gemm90_impl<__nv_bfloat16, 1, 128, 8, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }

@@ -17,6 +17,7 @@ from rawgraph.ops.linear import (
     GEMM,
     GEMM90,
     GEMM90_SILU,
+    GEMM90_STAGES,
     SKINNY,
     SKINNY90,
     SKINNY90_SILU,
@@ -82,14 +83,16 @@ def _gemm() -> list[str]:
 
 
 def _gemm90() -> list[str]:
-    # a warpgroup per 64 rows and a producer warp; the 64-row tile fits two blocks an SM
+    # a warpgroup per 64 rows and a producer warp, one block an SM (its ring, GEMM90_STAGES)
     return [wrapper(k.name, k.declaration,
-                    _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn}, kStages, {c}>"),
-                    _bounds(2 * bm + 32, 2 if bm == 64 else 1, c))
+                    _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn}, "
+                             f"{GEMM90_STAGES[bm, bn]}, {c}>"),
+                    _bounds(2 * bm + 32, 1, c))
             for (dt, (bm, bn), c), k in GEMM90.items()] + [
         wrapper(k.name, k.declaration,
-                _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn}, kStages, 1, true>"),
-                _bounds(2 * bm + 32, 2 if bm == 64 else 1, 1))
+                _call(k, f"gemm90_impl<{_t(dt)}, {bm // 64}, {bn}, {GEMM90_STAGES[bm, bn]}, 1, "
+                         f"true>"),
+                _bounds(2 * bm + 32, 1, 1))
         for (dt, (bm, bn)), k in GEMM90_SILU.items()]
 
 

@@ -53,7 +53,7 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # ring's fill and drain and the cluster's sum of its fp32 tile. Fit on the H200, with
 # TILE_SPEED, to a sweep of every tile and split at 128-2,048 rows through the LLaMA-1B and
 # 8B weights (CUDA graphs; benchmarks/NOTES.md, "Split k"): the plans it makes are within
-# 0.3% of the sweep's best on average, 4.6% at worst (1B o at 128 rows).
+# 0.2% of the sweep's best on average, 4.3% at worst (1B o at 128 rows).
 SPLIT_COST = {(128, 256): 6.0, (128, 192): 7.0, (128, 128): 5.0}
 SPLIT_TILES, GEMM_SPLITS = tuple(SPLIT_COST), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
@@ -79,10 +79,19 @@ GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
 GEMM90_SILU = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_silu",
                                   _SIG90Y.format(t=t))
                for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM90_TILES}
-GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu; GEMM_STAGES also gemm_sm90.cu's
+GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu
+# The wgmma GEMM's ring slots a tile (gemm_sm90.cu's S): four on the 128-row tiles, whose
+# slots are 32-48 KiB (and their stores' staging 32); eight on 64 x 128, so its block holds
+# an SM alone with 192 KiB of loads in flight rather than two blocks of four slots (H200,
+# CUDA graphs, us: LLaMA-8B's qkv at 128 rows 21.6 -> 19.1, o at 256 rows 20.0 -> 17.2,
+# 1B's qkv at 256 rows 10.5 -> 9.4; benchmarks/NOTES.md, "Split k"). Deeper rings on the
+# 128-row tiles (6-7 slots beside the staging or the split's sums) measured level or slower.
+GEMM90_STAGES = {(128, 256): 4, (128, 192): 4, (128, 128): 4, (64, 128): 8}
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
-# fill whole waves): the wider tile reads less shared memory per product
-TILE_SPEED = {(128, 256): 1.0, (128, 192): 0.94, (128, 128): 0.88, (64, 128): 0.7}
+# fill whole waves): the wider tile reads less shared memory per product; 64 x 128's refit
+# for its 8-slot ring (0.7 with 4; from 0.88 it would take 8B gate_up at 256 rows, 27%
+# slower than 128 x 256)
+TILE_SPEED = {(128, 256): 1.0, (128, 192): 0.94, (128, 128): 0.88, (64, 128): 0.86}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
 # x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES slots, for
@@ -244,11 +253,11 @@ def split_slots() -> dict[int, int]:
 
 def gemm_smem(tile: tuple[int, int], wgmma: bool = False, c: int = 1) -> int:
     """Dynamic shared memory of a GEMM tile: the pipeline's stages of A and B tiles (k tiles
-    of 32, or of 64 for the wgmma GEMM, whose stages also have two 8-byte barriers each, and
-    whose unsplit tiles (c = 1) a staging for their stores a warpgroup)."""
+    of 32, or for the wgmma GEMM GEMM90_STAGES slots of k tiles of 64 with two 8-byte
+    barriers each, and on its unsplit tiles (c = 1) a staging for their stores a warpgroup)."""
     if wgmma:
         staging = tile[0] // 64 * GEMM_STAGING if c == 1 else 0
-        return GEMM_STAGES * ((tile[0] + tile[1]) * 128 + 16) + staging
+        return GEMM90_STAGES[tile] * ((tile[0] + tile[1]) * 128 + 16) + staging
     return GEMM_STAGES * (tile[0] + tile[1]) * GEMM_BK * 2
 
 
