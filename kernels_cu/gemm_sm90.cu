@@ -2,8 +2,8 @@
 // (wgmma) fed by the tensor memory accelerator (TMA); compiled for sm_90a, the
 // architecture-specific target that has both.
 //
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}(
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}_c2 .. _c8(
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x96,128x128,128x192,128x256}(
+//   extern "C" gemm90_{f16,bf16}_{128x96,128x128,128x192,128x256}_c2 .. _c8(
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (BN, 64); both 128-byte swizzle
@@ -37,7 +37,7 @@
 //   distributed shared memory in block order: the bits do not depend on which block ends
 //   first, and no workspace, counter or second kernel is needed. Those remote reads are
 //   the split's cost (about 28 GB/s an SM on the H200: 4 us of a 128 x 256 tile in 8), so
-//   the narrower tiles (128 x 192, 128 x 128, 64 x 128), fewer sums, split too.
+//   the narrower tiles (128 x 192, 128 x 128, 128 x 96), fewer sums, split too.
 //   grid (cdiv(m, BM) * cdiv(n, BN) * CS) split; unsplit any number of blocks up to the
 //   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
 //   its ring running on from tile to tile (the producer loads the next tile's k tiles while
@@ -46,7 +46,7 @@
 //   numbered in groups of kGroup row tiles, column by column: a wave's blocks share a few row
 //   tiles of x and column tiles of W, so W comes from DRAM about cdiv(m, BM) / kGroup times,
 //   not cdiv(m, BM) times.
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}_silu(the same arguments;
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x96,128x128,128x192,128x256}_silu(the same arguments;
 //       residual NULL, y and ymap (m, n / 2)): the MLP's gate_up projection finished in the
 //       epilogue, y = T(T(silu(T(gate))) * T(up)) on the interleaved layout silu_mul.cu reads
 //       (8 gate columns, then their 8 up columns): silu_mul.cu's bits without the (m, n)
@@ -162,8 +162,9 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {
 
 // Warpgroup wg's 64 rows of a finished unsplit tile (all below m) into y by TMA: store_tile's
 // values, a 64 x 64 box of outputs at a time (BN / 64 boxes; with SILU BN / 128, each 128
-// columns' gates and ups making 64 outputs; a 192-column tile's last 32 are the caller's to
-// store directly, as half a box would overwrite the next tile's) staged in the box's 128-byte
+// columns' gates and ups making 64 outputs; the columns past the last whole box, a 96-wide
+// tile's last 32 or a 192-wide SiLU tile's last 64, are the caller's to store directly, as
+// half a box would overwrite the next tile's) staged in the box's 128-byte
 // swizzle (16-byte chunk c of row r at c ^ (r % 8): a warp's 8 rows x 4 pairs fall in 32
 // banks), then issued by the warpgroup's first thread. The staging's two boxes take turns: a
 // box waits only until the TMA has read the one before last (a tile's first, where its boxes
@@ -237,7 +238,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[BN / 2], const
 // latency is the warpgroup's: its next tile's products wait for it)
 template <typename T, int BN>
 __device__ __forceinline__ void prefetch_residual(const T* residual, int n, int row0, int col0) {
-  constexpr int kLines = BN * 2 / 128;  // a row's lines
+  constexpr int kLines = (BN * 2 + 127) / 128;  // a row's lines
   const int t = threadIdx.x & 127, row = row0 + 64 * (threadIdx.x >> 7);
   for (int i = t; i < 64 * kLines; i += 128) {
     const int c = col0 + i % kLines * 64;
@@ -251,7 +252,7 @@ template <typename T, int WG, int BN, int S, int CS, bool SILU = false>
 __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const TensorMap* ymap,
                             const T* residual, T* y, int m, int n, int k) {
   constexpr int BM = 64 * WG, kA = BM * kBK * 2, kStage = (BM + BN) * kBK * 2;
-  static_assert(BN % 64 == 0 && BN <= 256, "whole 64 x 64 output boxes, one wgmma");
+  static_assert(BN % 32 == 0 && BN <= 256, "one wgmma; 64 x 64 output boxes, and 32 columns");
   constexpr int kThreads = 128 * WG + 32;
   // split k: a row of fp32 sums every kPitch floats (8 past BN: the float2 writes of a
   // half-warp, 4 rows x 4 column pairs, fall in 32 different banks), in the ring
@@ -260,6 +261,9 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
   static_assert(CS <= 8, "clusters of more than 8 blocks are not portable");
   static_assert(!SILU || CS == 1, "the SiLU epilogue is the unsplit tiles'");
   constexpr int kStaged = CS == 1 ? WG * kStaging : 0;  // the warpgroups' staging, unsplit
+  // the tile's columns that store_tile_tma stores, in whole 64 x 64 boxes of outputs (with
+  // SILU 128 columns a box); half a box would overwrite the next tile's
+  constexpr int kBoxed = SILU ? BN / 128 * 128 : BN / 64 * 64;
   // S slots, the staging, then S full and S empty barriers
   extern __shared__ __align__(1024) char ring[];
   unsigned long long* full = reinterpret_cast<unsigned long long*>(ring + S * kStage + kStaged);
@@ -339,8 +343,8 @@ __device__ void gemm90_impl(const TensorMap* xmap, const TensorMap* wmap, const 
         if (tma_rows) {
           store_tile_tma<T, BN, SILU>(acc, residual, ring + S * kStage + wg * kStaging, ymap, n,
                                       row0, col0);
-          if constexpr (SILU && BN % 128 != 0)  // the outputs of the last 64 columns
-            store_tile<T, BN, SILU, BN / 128 * 16>(acc, residual, y, m, n, row0, col0);
+          if constexpr (kBoxed < BN)  // the columns past the last whole box: directly
+            store_tile<T, BN, SILU, kBoxed / 8>(acc, residual, y, m, n, row0, col0);
         } else
           store_tile<T, BN, SILU>(acc, residual, y, m, n, row0, col0);
       }
@@ -539,6 +543,62 @@ gemm90_f16_128x128_c8(
     int k) {
   gemm90_impl<__half, 2, 128, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x96(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x96_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x96_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x96_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x96_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x96_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x96_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_f16_128x96_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
 extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_f16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -714,6 +774,62 @@ gemm90_bf16_128x128_c8(
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 128, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x96(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x96_c2(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 2>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x96_c3(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 3>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x96_c4(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 4>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(5, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x96_c5(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 5>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(6, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x96_c6(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 6>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(7, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x96_c7(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 7>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(288, 1)
+gemm90_bf16_128x96_c8(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
 extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_bf16_64x128(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -742,6 +858,13 @@ gemm90_f16_128x128_silu(
     int k) {
   gemm90_impl<__half, 2, 128, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x96_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 96, 6, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
 extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_f16_64x128_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -769,6 +892,13 @@ gemm90_bf16_128x128_silu(
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 128, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x96_silu(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 96, 6, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_bf16_64x128_silu(

@@ -5,7 +5,7 @@
 //   - desc128_mn: the same for an MN-major B operand (N contiguous: rows of 64 N-elements, one
 //     row per k), its 64-wide N panels `panel` bytes apart
 //   - Wgmma<T, N>::run: D (64 x N fp32: N / 2 registers a thread) += A (64 x 16) B (16 x N),
-//     both K-major in shared memory (N = 32, 64, 128, 192, 256)
+//     both K-major in shared memory (N = 32, 64, 96, 128, 192, 256)
 //   - WgmmaRS<T, N>::run: the same with A from registers (mma.sync's m16n8k16 A fragment per
 //     warp) and B MN-major (N = 64, 128)
 //   - wgmma_fence / wgmma_commit / wgmma_wait<N>: order register accesses before the MMAs,
@@ -43,6 +43,8 @@ __device__ __forceinline__ unsigned long long desc128_mn(const void* p, unsigned
 #define RG_R16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define RG_R32 RG_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, " \
   "%29, %30, %31"
+#define RG_R48 RG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
+  "%45, %46, %47"
 #define RG_R64 RG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
   "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define RG_R96 RG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, " \
@@ -72,6 +74,12 @@ template <typename T, int N> struct Wgmma;
     static __device__ __forceinline__ void run(float (&d)[32], unsigned long long a, \
                                                unsigned long long b) { \
       RG_WGMMA(64, NAME, RG_R32, "32", "33", "34", RG_D16(0), RG_D16(16)); \
+    } \
+  }; \
+  template <> struct Wgmma<T, 96> { \
+    static __device__ __forceinline__ void run(float (&d)[48], unsigned long long a, \
+                                               unsigned long long b) { \
+      RG_WGMMA(96, NAME, RG_R48, "48", "49", "50", RG_D16(0), RG_D16(16), RG_D16(32)); \
     } \
   }; \
   template <> struct Wgmma<T, 128> { \
@@ -128,6 +136,7 @@ RG_WGMMA_RS_TYPE(__nv_bfloat16, "bf16")
 #undef RG_R128
 #undef RG_R96
 #undef RG_R64
+#undef RG_R48
 #undef RG_R32
 #undef RG_R16
 #undef RG_D16

@@ -54,7 +54,7 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # TILE_SPEED, to a sweep of every tile and split at 128-2,048 rows through the LLaMA-1B and
 # 8B weights (CUDA graphs; benchmarks/NOTES.md, "Split k"): the plans it makes are within
 # 0.2% of the sweep's best on average, 4.3% at worst (1B o at 128 rows).
-SPLIT_COST = {(128, 256): 6.0, (128, 192): 7.0, (128, 128): 5.0}
+SPLIT_COST = {(128, 256): 6.0, (128, 192): 7.0, (128, 128): 5.0, (128, 96): 5.0}
 SPLIT_TILES, GEMM_SPLITS = tuple(SPLIT_COST), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
 SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
@@ -70,7 +70,7 @@ GEMM_STAGING = 16384  # bytes of staging for those stores a warpgroup (gemm_sm90
 # idle (H200, CUDA graphs, us: LLaMA-8B's qkv at 512 rows, 128 tiles of 128 x 192 36.7
 # against 96 of 128 x 256 43.3; gate_up 180 against 198; 1B's qkv at 2,048 rows 36.6
 # against 40.1 for 384 of 128 x 128). 128 x 64 lost on every LLaMA shape at 128-2,048 rows.
-GEMM90_TILES = ((128, 256), (128, 192), (128, 128), (64, 128))
+GEMM90_TILES = ((128, 256), (128, 192), (128, 128), (128, 96), (64, 128))
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
                                 + (f"_c{c}" if c > 1 else ""), _SIG90Y.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM90_TILES
@@ -86,12 +86,13 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu
 # CUDA graphs, us: LLaMA-8B's qkv at 128 rows 21.6 -> 19.1, o at 256 rows 20.0 -> 17.2,
 # 1B's qkv at 256 rows 10.5 -> 9.4; benchmarks/NOTES.md, "Split k"). Deeper rings on the
 # 128-row tiles (6-7 slots beside the staging or the split's sums) measured level or slower.
-GEMM90_STAGES = {(128, 256): 4, (128, 192): 4, (128, 128): 4, (64, 128): 8}
+GEMM90_STAGES = {(128, 256): 4, (128, 192): 4, (128, 128): 4, (128, 96): 6, (64, 128): 8}
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product; 64 x 128's refit
 # for its 8-slot ring (0.7 with 4; from 0.88 it would take 8B gate_up at 256 rows, 27%
 # slower than 128 x 256)
-TILE_SPEED = {(128, 256): 1.0, (128, 192): 0.94, (128, 128): 0.88, (64, 128): 0.86}
+TILE_SPEED = {(128, 256): 1.0, (128, 192): 0.94, (128, 128): 0.88, (128, 96): 0.84,
+              (64, 128): 0.86}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
 # x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES slots, for

@@ -52,11 +52,11 @@ def test_gemm_ragged_shapes(m, n, k, dtype, fused):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (64, 128)])
+@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (128, 96), (64, 128)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, dtype, tile,
                                                       fused):
-    # 2-9 waves of tiles (ragged m, n and k: the 4-slot ring's phases wrap inside and across
+    # 2-9 waves of tiles (ragged m, n and k: the ring's phases wrap inside and across
     # tiles) through one wave of blocks: the float64 reference within 2 ulp, rows past m
     # untouched, and the bits of a block a tile (PERSISTENT off)
     import importlib
@@ -158,7 +158,7 @@ def split(monkeypatch):
 @pytest.mark.parametrize(("m", "n", "k"), [(128, 4096, 4096), (100, 1030, 520), (300, 514, 2056),
                                            (65, 258, 72)])
 @pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128)])
+@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (128, 96)])
 def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused, tile):
     split(c, tile)
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 3)
@@ -166,7 +166,8 @@ def test_gemm_split_k(stream, rng, split, dtype, c, m, n, k, fused, tile):
 
 @pytest.mark.parametrize(("c", "tile"), [(1, None), (2, (128, 256)), (3, (128, 256)),
                                          (7, (128, 256)), (8, (128, 256)), (3, (128, 192)),
-                                         (5, (128, 192)), (3, (128, 128)), (8, (128, 128))])
+                                         (5, (128, 192)), (3, (128, 128)), (8, (128, 128)),
+                                         (4, (128, 96))])
 def test_gemm_split_k_is_bit_stable_and_in_place(stream, rng, split, c, tile):
     """The same bits every launch whichever block of a cluster ends first, and the residual
     may be y itself."""
