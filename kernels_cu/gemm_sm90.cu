@@ -2,7 +2,7 @@
 // (wgmma) fed by the tensor memory accelerator (TMA); compiled for sm_90a, the
 // architecture-specific target that has both.
 //
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x96,128x128,128x192,128x256}(
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}(
 //   extern "C" gemm90_{f16,bf16}_{128x96,128x128,128x192,128x256}_c2 .. _c8(
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (BM, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
@@ -37,7 +37,8 @@
 //   distributed shared memory in block order: the bits do not depend on which block ends
 //   first, and no workspace, counter or second kernel is needed. Those remote reads are
 //   the split's cost (about 28 GB/s an SM on the H200: 4 us of a 128 x 256 tile in 8), so
-//   the narrower tiles (128 x 192, 128 x 128, 128 x 96), fewer sums, split too.
+//   the narrower tiles (128 x 192, 128 x 128, and 128 x 96, split only), fewer sums, split
+//   too.
 //   grid (cdiv(m, BM) * cdiv(n, BN) * CS) split; unsplit any number of blocks up to the
 //   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
 //   its ring running on from tile to tile (the producer loads the next tile's k tiles while
@@ -46,7 +47,7 @@
 //   numbered in groups of kGroup row tiles, column by column: a wave's blocks share a few row
 //   tiles of x and column tiles of W, so W comes from DRAM about cdiv(m, BM) / kGroup times,
 //   not cdiv(m, BM) times.
-//   extern "C" gemm90_{f16,bf16}_{64x128,128x96,128x128,128x192,128x256}_silu(the same arguments;
+//   extern "C" gemm90_{f16,bf16}_{64x128,128x128,128x192,128x256}_silu(the same arguments;
 //       residual NULL, y and ymap (m, n / 2)): the MLP's gate_up projection finished in the
 //       epilogue, y = T(T(silu(T(gate))) * T(up)) on the interleaved layout silu_mul.cu reads
 //       (8 gate columns, then their 8 up columns): silu_mul.cu's bits without the (m, n)
@@ -162,9 +163,9 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {
 
 // Warpgroup wg's 64 rows of a finished unsplit tile (all below m) into y by TMA: store_tile's
 // values, a 64 x 64 box of outputs at a time (BN / 64 boxes; with SILU BN / 128, each 128
-// columns' gates and ups making 64 outputs; the columns past the last whole box, a 96-wide
-// tile's last 32 or a 192-wide SiLU tile's last 64, are the caller's to store directly, as
-// half a box would overwrite the next tile's) staged in the box's 128-byte
+// columns' gates and ups making 64 outputs; the columns past the last whole box, a 192-wide
+// SiLU tile's last 64 (or a tile's last 32 where BN % 64 = 32), are the caller's to store
+// directly, as half a box would overwrite the next tile's) staged in the box's 128-byte
 // swizzle (16-byte chunk c of row r at c ^ (r % 8): a warp's 8 rows x 4 pairs fall in 32
 // banks), then issued by the warpgroup's first thread. The staging's two boxes take turns: a
 // box waits only until the TMA has read the one before last (a tile's first, where its boxes
@@ -382,6 +383,27 @@ gemm90_f16_128x256(
     int k) {
   gemm90_impl<__half, 2, 256, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x192(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 192, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_f16_128x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 2, 128, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(160, 1)
+gemm90_f16_64x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
+    int k) {
+  gemm90_impl<__half, 1, 128, 8, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x256_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -430,13 +452,6 @@ gemm90_f16_128x256_c8(
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
   gemm90_impl<__half, 2, 256, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_f16_128x192(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 192, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x192_c2(
@@ -487,13 +502,6 @@ gemm90_f16_128x192_c8(
     int k) {
   gemm90_impl<__half, 2, 192, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_f16_128x128(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 128, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x128_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -542,13 +550,6 @@ gemm90_f16_128x128_c8(
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
   gemm90_impl<__half, 2, 128, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_f16_128x96(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 96, 6, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_f16_128x96_c2(
@@ -599,19 +600,33 @@ gemm90_f16_128x96_c8(
     int k) {
   gemm90_impl<__half, 2, 96, 6, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(160, 1)
-gemm90_f16_64x128(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 1, 128, 8, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_bf16_128x256(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 256, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x192(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 192, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(288, 1)
+gemm90_bf16_128x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 2, 128, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(160, 1)
+gemm90_bf16_64x128(
+    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
+    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k) {
+  gemm90_impl<__nv_bfloat16, 1, 128, 8, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x256_c2(
@@ -662,13 +677,6 @@ gemm90_bf16_128x256_c8(
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 256, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_bf16_128x192(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 192, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x192_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -717,13 +725,6 @@ gemm90_bf16_128x192_c8(
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 192, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_bf16_128x128(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 128, 4, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x128_c2(
@@ -774,13 +775,6 @@ gemm90_bf16_128x128_c8(
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 128, 4, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_bf16_128x96(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 96, 6, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 gemm90_bf16_128x96_c2(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -830,13 +824,6 @@ gemm90_bf16_128x96_c8(
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 96, 6, 8>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
-extern "C" __global__ void __launch_bounds__(160, 1)
-gemm90_bf16_64x128(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 1, 128, 8, 1>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
 extern "C" __global__ void __launch_bounds__(288, 1)
 gemm90_f16_128x256_silu(
     const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
@@ -857,13 +844,6 @@ gemm90_f16_128x128_silu(
     const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
     int k) {
   gemm90_impl<__half, 2, 128, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_f16_128x96_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __half* residual, __half* y, int m, int n,
-    int k) {
-  gemm90_impl<__half, 2, 96, 6, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_f16_64x128_silu(
@@ -892,13 +872,6 @@ gemm90_bf16_128x128_silu(
     const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
     int n, int k) {
   gemm90_impl<__nv_bfloat16, 2, 128, 4, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
-}
-extern "C" __global__ void __launch_bounds__(288, 1)
-gemm90_bf16_128x96_silu(
-    const __grid_constant__ TensorMap xmap, const __grid_constant__ TensorMap wmap,
-    const __grid_constant__ TensorMap ymap, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
-    int n, int k) {
-  gemm90_impl<__nv_bfloat16, 2, 96, 6, 1, true>(&xmap, &wmap, &ymap, residual, y, m, n, k);
 }
 extern "C" __global__ void __launch_bounds__(160, 1)
 gemm90_bf16_64x128_silu(

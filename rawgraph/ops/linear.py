@@ -53,7 +53,11 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # ring's fill and drain and the cluster's sum of its fp32 tile. Fit on the H200, with
 # TILE_SPEED, to a sweep of every tile and split at 128-2,048 rows through the LLaMA-1B and
 # 8B weights (CUDA graphs; benchmarks/NOTES.md, "Split k"): the plans it makes are within
-# 0.2% of the sweep's best on average, 4.3% at worst (1B o at 128 rows).
+# 0.14% of the sweep's best on average, 3.8% at worst (1B o at 128 rows). 128 x 96 splits
+# only: its narrower sums take the 128-row projections of widths 3,072-6,144 (8B qkv 64
+# tiles in 2: 17.8 us against 20.9 for 64 x 128; 1B o 16 in 4, 7.2 against 8.0 for 128 x
+# 128 in 6), but unsplit it was nowhere the fastest (1B qkv at 512 rows: 128 tiles 13.8 us,
+# 96 of 128 x 128 13.4).
 SPLIT_COST = {(128, 256): 6.0, (128, 192): 7.0, (128, 128): 5.0, (128, 96): 5.0}
 SPLIT_TILES, GEMM_SPLITS = tuple(SPLIT_COST), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
@@ -70,19 +74,22 @@ GEMM_STAGING = 16384  # bytes of staging for those stores a warpgroup (gemm_sm90
 # idle (H200, CUDA graphs, us: LLaMA-8B's qkv at 512 rows, 128 tiles of 128 x 192 36.7
 # against 96 of 128 x 256 43.3; gate_up 180 against 198; 1B's qkv at 2,048 rows 36.6
 # against 40.1 for 384 of 128 x 128). 128 x 64 lost on every LLaMA shape at 128-2,048 rows.
-GEMM90_TILES = ((128, 256), (128, 192), (128, 128), (128, 96), (64, 128))
+GEMM90_TILES = ((128, 256), (128, 192), (128, 128), (64, 128))
+# (the unsplit tiles, c = 1, and the split tiles, c = 2..8: 128 x 96 splits only)
+_GEMM90_FORMS = [(tile, 1) for tile in GEMM90_TILES] + [
+    (tile, c) for tile in SPLIT_TILES for c in GEMM_SPLITS[1:]]
 GEMM90 = {(dt, tile, c): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}"
                                 + (f"_c{c}" if c > 1 else ""), _SIG90Y.format(t=t))
-          for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM90_TILES
-          for c in (GEMM_SPLITS if tile in SPLIT_TILES else (1,))}
+          for dt, (s, t) in KERNEL_TYPES.items() for tile, c in _GEMM90_FORMS}
 # The unsplit tiles with the MLP's SiLU(gate) * up in the epilogue (ops.fused.gate_up_silu)
 GEMM90_SILU = {(dt, tile): Kernel("gemm_sm90", f"gemm90_{s}_{tile[0]}x{tile[1]}_silu",
                                   _SIG90Y.format(t=t))
                for dt, (s, t) in KERNEL_TYPES.items() for tile in GEMM90_TILES}
 GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu
-# The wgmma GEMM's ring slots a tile (gemm_sm90.cu's S): four on the 128-row tiles, whose
-# slots are 32-48 KiB (and their stores' staging 32); eight on 64 x 128, so its block holds
-# an SM alone with 192 KiB of loads in flight rather than two blocks of four slots (H200,
+# The wgmma GEMM's ring slots a tile (gemm_sm90.cu's S): four on the 128 x 128-256 tiles, whose
+# slots are 32-48 KiB (and their stores' staging 32), six on 128 x 96 (28 KiB), so that each
+# split block holds an SM alone, as split_slots() counts; eight on 64 x 128, so its block
+# holds an SM alone with 192 KiB of loads in flight rather than two blocks of four slots (H200,
 # CUDA graphs, us: LLaMA-8B's qkv at 128 rows 21.6 -> 19.1, o at 256 rows 20.0 -> 17.2,
 # 1B's qkv at 256 rows 10.5 -> 9.4; benchmarks/NOTES.md, "Split k"). Deeper rings on the
 # 128-row tiles (6-7 slots beside the staging or the split's sums) measured level or slower.

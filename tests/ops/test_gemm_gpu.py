@@ -52,7 +52,7 @@ def test_gemm_ragged_shapes(m, n, k, dtype, fused):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (128, 96), (64, 128)])
+@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (64, 128)])
 @pytest.mark.parametrize("fused", [False, True])
 def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, dtype, tile,
                                                       fused):

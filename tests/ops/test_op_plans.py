@@ -195,27 +195,32 @@ def test_gemm_plan_splits_k_where_the_tiles_are_short_of_a_wave():
     def plan(m, n, k):
         return gemm_plan(m, n, k, H200_SLOTS, GEMM90_TILES)
 
-    # decode's 128 rows through LLaMA-8B's weights (H200, CUDA graphs, us): qkv 96 unsplit
-    # tiles of 64 x 128 (20.9, against 21.4 for 48 of 128 x 128 x 2), o 32 x 3 of 128 x 128
-    # (13.5 against 18.4 for 64 x 128), down 22 x 5 of 128 x 192 (37.5), gate_up's 112 tiles
-    # unsplit; LLaMA-1B's qkv 24 x 4 (8.0 against 8.9 for 64 x 128) and down 16 x 6 (14.4)
-    assert plan(128, 6144, 4096) == ((64, 128), 1)
+    # decode's 128 rows through LLaMA-8B's weights (H200, CUDA graphs, us): qkv 64 tiles of
+    # 128 x 96 x 2 (17.8, against 20.6 for 32 of 128 x 192 x 3 and 21.5 for 96 unsplit of
+    # 64 x 128), o 32 x 3 of 128 x 128 (13.2 against 14.4 for 22 of 128 x 192 x 5), down
+    # 22 x 5 of 128 x 192 (38.0), gate_up's 112 tiles unsplit; LLaMA-1B's qkv 32 x 3 of
+    # 128 x 96 (7.9 against 8.0 for 24 of 128 x 128 x 4), o 22 x 5 of 128 x 96 (7.5; 7.2
+    # in 4) and down 22 x 5 (13.4 against 14.4 for 16 of 128 x 128 x 6)
+    assert plan(128, 6144, 4096) == ((128, 96), 2)
     assert plan(128, 4096, 4096) == ((128, 128), 3)
     assert plan(128, 4096, 14336) == ((128, 192), 5)
     assert plan(128, 28672, 4096) == ((128, 256), 1)
-    assert plan(128, 3072, 2048) == ((128, 128), 4)
-    assert plan(128, 2048, 8192) == ((128, 128), 6)
+    assert plan(128, 3072, 2048) == ((128, 96), 3)
+    assert plan(128, 2048, 2048) == ((128, 96), 5)
+    assert plan(128, 2048, 8192) == ((128, 96), 5)
     assert plan(128, 128256, 2048) == ((128, 256), 1)
-    # 256 rows: 8B qkv 64 x 2 of 128 x 192 (28.1 against 32.8 for 64 x 128), o 128 tiles of
-    # 64 x 128 (17.0 against 20.7 for 32 x 2 of 128 x 128)
+    # 256 rows: 8B qkv 64 x 2 of 128 x 192 (24.6 against 26.5 for 128 of 128 x 96 unsplit,
+    # a tile that only splits), o 128 tiles of 64 x 128 (16.5 against 18.5 for 32 x 2 of
+    # 128 x 128)
     assert plan(256, 6144, 4096) == ((128, 192), 2)
     assert plan(256, 4096, 4096) == ((64, 128), 1)
-    # 512 rows: the split pays only with many k tiles a block (8B down 64 x 2: 90.6 vs 98.7
-    # for 128 x 128); 1B down 128 tiles of 64 x 128 (32.2 vs 33.8 for 64 x 2 of 128 x 128)
-    # and o (9.7 vs 11.4 for 64 x 2)
+    # 512 rows: the split pays only with many k tiles a block (8B down 64 x 2: 90.3 vs 98.0
+    # for 128 x 128); 1B down 128 tiles of 64 x 128 (31.9 vs 32.9 for 64 x 2 of 128 x 128)
+    # and o (9.6 vs 11.1 for 64 x 2); qkv 96 of 128 x 128 (13.4 vs 13.8 for 128 of 128 x 96)
     assert plan(512, 4096, 14336) == ((128, 256), 2)
     assert plan(512, 2048, 8192) == ((64, 128), 1)
     assert plan(512, 2048, 2048) == ((64, 128), 1)
+    assert plan(512, 3072, 2048) == ((128, 128), 1)
     assert plan(4096, 4096, 4096) == ((128, 256), 1)
     # each block of a split takes at least SPLIT_MIN_KTILES k tiles of 64
     assert plan(128, 2048, 128) == ((64, 128), 1)
