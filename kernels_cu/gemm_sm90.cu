@@ -20,10 +20,10 @@
 //   matrix descriptors), then one producer warp. The producer's lane 0 issues each k
 //   tile's two TMA boxes (x rows, W rows; 64 elements = 128 bytes wide, in the 128-byte
 //   swizzle the descriptors name: 16-byte chunk c of row r at chunk c ^ (r % 8)) into a ring
-//   of S slots (4 on the 128-row tiles, 8 on 64 x 128: one block an SM either way); each slot
-//   has a `full` barrier (the boxes' bytes landed) and an `empty` one (every consumer warp
-//   has finished reading it). Consumers never load and never meet at a
-//   block barrier: wait for a slot, issue its wgmma, and free the previous tile's slot once
+//   of S slots (4 on 128 x 128-256, 6 on 128 x 96, 8 on 64 x 128: one block an SM each);
+//   each slot has a `full` barrier (the boxes' bytes landed) and an `empty` one (every
+//   consumer warp has finished reading it). Consumers never load and never meet at a block
+//   barrier: wait for a slot, issue its wgmma, and free the previous tile's slot once
 //   its products are done (wait_group 1 keeps one tile's wgmma in flight). Boxes past m, n or
 //   k are zero-filled by the TMA. A warpgroup's finished rows go out by TMA: staged a 64 x 64
 //   box at a time in the boxes' swizzle, two boxes in turn, one thread issuing their stores,

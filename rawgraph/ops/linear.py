@@ -55,7 +55,7 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 # 8B weights (CUDA graphs; benchmarks/NOTES.md, "Split k"): the plans it makes are within
 # 0.14% of the sweep's best on average, 3.8% at worst (1B o at 128 rows). 128 x 96 splits
 # only: its narrower sums take the 128-row projections of widths 3,072-6,144 (8B qkv 64
-# tiles in 2: 17.8 us against 20.9 for 64 x 128; 1B o 16 in 4, 7.2 against 8.0 for 128 x
+# tiles in 2: 17.8 us against 21.5 for 64 x 128; 1B o 22 in 5, 7.5 against 8.0 for 128 x
 # 128 in 6), but unsplit it was nowhere the fastest (1B qkv at 512 rows: 128 tiles 13.8 us,
 # 96 of 128 x 128 13.4).
 SPLIT_COST = {(128, 256): 6.0, (128, 192): 7.0, (128, 128): 5.0, (128, 96): 5.0}
@@ -90,9 +90,10 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu
 # slots are 32-48 KiB (and their stores' staging 32), six on 128 x 96 (28 KiB), so that each
 # split block holds an SM alone, as split_slots() counts; eight on 64 x 128, so its block
 # holds an SM alone with 192 KiB of loads in flight rather than two blocks of four slots (H200,
-# CUDA graphs, us: LLaMA-8B's qkv at 128 rows 21.6 -> 19.1, o at 256 rows 20.0 -> 17.2,
-# 1B's qkv at 256 rows 10.5 -> 9.4; benchmarks/NOTES.md, "Split k"). Deeper rings on the
-# 128-row tiles (6-7 slots beside the staging or the split's sums) measured level or slower.
+# CUDA graphs, us: LLaMA-1B's qkv at 256 rows 10.0-10.5 -> 9.3-9.4, o at 512 10.0 -> 9.6,
+# and 8B's o at 256 rows takes it now, 17.0 against 20.7 for 128 x 128 in 2;
+# benchmarks/NOTES.md, "Split k"). Deeper rings on the 128-row tiles (6-7 slots beside the
+# staging or the split's sums) measured level or slower.
 GEMM90_STAGES = {(128, 256): 4, (128, 192): 4, (128, 128): 4, (128, 96): 6, (64, 128): 8}
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
 # fill whole waves): the wider tile reads less shared memory per product; 64 x 128's refit
