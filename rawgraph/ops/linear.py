@@ -90,15 +90,13 @@ GEMM_THREADS, GEMM_STAGES, GEMM_BK = 256, 4, 32  # gemm.cu
 # slots are 32-48 KiB (and their stores' staging 32), six on 128 x 96 (28 KiB), so that each
 # split block holds an SM alone, as split_slots() counts; eight on 64 x 128, so its block
 # holds an SM alone with 192 KiB of loads in flight rather than two blocks of four slots (H200,
-# CUDA graphs, us: LLaMA-1B's qkv at 256 rows 10.0-10.5 -> 9.3-9.4, o at 512 10.0 -> 9.6,
-# and 8B's o at 256 rows takes it now, 17.0 against 20.7 for 128 x 128 in 2;
-# benchmarks/NOTES.md, "Split k"). Deeper rings on the 128-row tiles (6-7 slots beside the
-# staging or the split's sums) measured level or slower.
+# CUDA graphs, us, 8 slots against 4: LLaMA-1B's qkv at 256 rows 9.3-9.4 against 10.0-10.5,
+# o at 512 9.6 against 10.0; benchmarks/NOTES.md, "Split k"). Deeper rings on the 128-row
+# tiles (6-7 slots beside the staging or the split's sums) measured level or slower.
 GEMM90_STAGES = {(128, 256): 4, (128, 192): 4, (128, 128): 4, (128, 96): 6, (64, 128): 8}
 # relative throughput of each tile on a busy SM (the H200, TMA GEMM, LLaMA shapes whose grids
-# fill whole waves): the wider tile reads less shared memory per product; 64 x 128's refit
-# for its 8-slot ring (0.7 with 4; from 0.88 it would take 8B gate_up at 256 rows, 27%
-# slower than 128 x 256)
+# fill whole waves): the wider tile reads less shared memory per product (64 x 128's: from
+# 0.88 it would take 8B gate_up at 256 rows, 27% slower than 128 x 256)
 TILE_SPEED = {(128, 256): 1.0, (128, 192): 0.94, (128, 128): 0.88, (128, 96): 0.84,
               (64, 128): 0.86}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
@@ -219,8 +217,9 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None,
     and each block takes at least SPLIT_MIN_KTILES k tiles, the speed scaled by kt / (kt +
     SPLIT_COST) for the kt k tiles a block takes. The busy share counts all the SMs, not the
     wave's slots: 15 clusters of 8 fill only 120 of the H200's 132. Decode's 128 rows through
-    LLaMA-8B's o_proj are 32 tiles of 128 x 128, 3 blocks each on 96 SMs (H200: 12.8 us,
-    against 15.8 for 16 of 128 x 256 in 6 and 16.1 for 64 unsplit tiles of 64 x 128)."""
+    LLaMA-8B's o_proj are 32 tiles of 128 x 128, 3 blocks each on 96 SMs (H200: 13.2 us,
+    against 14.4 for 22 of 128 x 192 in 5, 17.0 for 16 of 128 x 256 in 6 and 18.1 for 64
+    unsplit tiles of 64 x 128)."""
     ktiles = -(-k // 64)
 
     def score(plan: tuple[tuple[int, int], int]) -> float:
@@ -248,16 +247,16 @@ def device_plan(m: int, n: int, k: int) -> tuple[tuple[int, int], int]:
 
 @functools.cache
 def split_slots() -> dict[int, int]:
-    """Blocks of the wgmma GEMM's split tiles that one wave holds on this GPU, per split c:
-    resident clusters x c (a cluster's blocks share a GPC: on the H200 132, 132, 117, 120,
-    110, 102, 105, 120 for c = 1 to 8, e.g. 30 clusters of 4 but 15 of 8). Counted for the
+    """Blocks of the wgmma GEMM's split tiles that one wave holds on this GPU, per split
+    c > 1: resident clusters x c (a cluster's blocks share a GPC: on the H200 132, 117, 120,
+    110, 102, 105, 120 for c = 2 to 8, e.g. 30 clusters of 4 but 15 of 8). Counted for the
     first of SPLIT_TILES; a block of any of them takes over half an SM's shared memory, so
     the count is theirs too."""
     tile = SPLIT_TILES[0]
     threads = 2 * tile[0] + 32
-    smem = {c: gemm_smem(tile, True, c) for c in GEMM_SPLITS}
-    return {c: GEMM90["float16", tile, c].resident_clusters(threads, smem[c], c) * c
-            for c in GEMM_SPLITS}
+    return {c: GEMM90["float16", tile, c].resident_clusters(threads, gemm_smem(tile, True, c),
+                                                            c) * c
+            for c in GEMM_SPLITS[1:]}
 
 
 def gemm_smem(tile: tuple[int, int], wgmma: bool = False, c: int = 1) -> int:
