@@ -13,7 +13,8 @@
 //                              //   chunk's last row of each sequence); needs residual NULL
 //       int x_rows)            // rows of x: a gathered index outside [0, x_rows) gives zeros
 //   rmsnorm_*: grid (rows), block (256), a block per row; rmsnorm_rows_*: grid
-//   (cdiv(rows, 4)), block (128), a warp per row. dim % 8 == 0 and 16-byte aligned rows; out
+//   (cdiv(rows, 4)), block (128), a warp per row. Both add a row's squares in one order,
+//   so they give the same bits (a row count may pick either: ops.norm). dim % 8 == 0 and 16-byte aligned rows; out
 //   must not alias x, residual_out may alias residual.
 //   Math (as Hugging Face LLaMA does it): h = T(x + r); s = sum(h^2) in fp32;
 //   out = T(float(w) * float(T(h * rsqrt(s / dim + eps)))), or T(h * rsqrt(...)) without w.
@@ -39,6 +40,27 @@
 // row of 4,096: 1.9 a block, 5.3 a warp. Each thread keeps kKeep pieces in registers
 // between the two passes (the row's first 8 * kKeep * threads-a-row elements) and streams
 // the rest twice.
+constexpr int kBlockThreads = 256;  // rmsnorm_*'s block (ops.norm.BLOCK)
+
+// The row's sum of squares from each thread's partial sums (a block per row: one a thread;
+// a warp per row: the eight of the block threads each lane stands for), added in block_sum's
+// order: within each warp by warp_sum's butterfly, then the warps' sums as warp_sum adds
+// eight lanes and 24 zeros (lanes 4 apart, then 2, then 1; adding the zeros is exact).
+template <bool kWarpRow>
+__device__ __forceinline__ float row_sum(float (&ss)[kWarpRow ? kBlockThreads / 32 : 1]) {
+  if constexpr (!kWarpRow) {
+    return rg::block_sum(ss[0]);
+  } else {
+#pragma unroll
+    for (int v = 0; v < kBlockThreads / 32; ++v) ss[v] = rg::warp_sum(ss[v]);
+#pragma unroll
+    for (int o = kBlockThreads / 64; o > 0; o >>= 1)
+#pragma unroll
+      for (int v = 0; v < o; ++v) ss[v] = ss[v] + ss[v + o];
+    return ss[0];
+  }
+}
+
 template <typename T, bool kWarpRow>
 __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict__ w,
                              T* out, T* residual_out, int rows, int dim, float eps,
@@ -92,7 +114,15 @@ __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict_
     }
     rg::store<T, 8>(out + base + j, y);
   };
-  float ss = 0.f;
+  // ss[v]: the sum of squares of the pieces a block-per-row thread would take, so that both
+  // forms add in one order (the same bits whichever form a row count picks): a block's
+  // thread t sums pieces t, t + 256, ... in turn, then block_sum adds the threads; a warp's
+  // lane l takes pieces l + 32 i, whose i % 8 names the block thread l + 32 (i % 8) that
+  // would have taken it, and sums the eight like block_sum does (row_sum)
+  constexpr int kSums = kWarpRow ? kBlockThreads / 32 : 1;
+  float ss[kSums];
+#pragma unroll
+  for (int v = 0; v < kSums; ++v) ss[v] = 0.f;
   rg::Vec<T, 8> keep[kKeep];
   if (residual == nullptr) {  // every kept piece's load in flight at once
 #pragma unroll
@@ -105,9 +135,13 @@ __device__ void rmsnorm_impl(const T* x, const T* residual, const T* __restrict_
   }
 #pragma unroll
   for (int i = 0; i < kKeep; ++i)
-    if (j0 + i * step < dim) add_squares(keep[i], ss);
-  for (int j = j0 + kKeep * step; j < dim; j += step) add_squares(load_h(j), ss);
-  const float inv = rsqrtf((kWarpRow ? rg::warp_sum(ss) : rg::block_sum(ss)) / dim + eps);
+    if (j0 + i * step < dim) add_squares(keep[i], ss[i % kSums]);
+  for (int j = j0 + kKeep * step; j < dim; j += kSums * step) {
+#pragma unroll
+    for (int v = 0; v < kSums; ++v)
+      if (j + v * step < dim) add_squares(load_h(j + v * step), ss[v]);
+  }
+  const float inv = rsqrtf(row_sum<kWarpRow>(ss) / dim + eps);
   // the kept pieces stay packed until their store: left to itself the compiler keeps each
   // bf16 element's float from the sum, a register an element
 #pragma unroll

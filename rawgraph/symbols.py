@@ -134,6 +134,33 @@ class _Op(Expr):
         return f"({self.a!r} {self.name} {self.b!r})"
 
 
+@dataclass(frozen=True, eq=False)
+class Case:
+    """A condition over symbols: `expr` lies in one of `spans` (closed intervals, ascending).
+    Launches made inside `rawgraph.cuda.launch.when(case)` are the variant an op takes while
+    it holds: captured, their nodes run only then (a patch enables and disables them)."""
+
+    expr: Expr
+    spans: tuple[tuple[int, int], ...]
+
+    def holds(self, env: Mapping[str, int]) -> bool:
+        """Whether the condition holds under `env`."""
+        v = self.expr.eval(env)
+        return any(lo <= v <= hi for lo, hi in self.spans)
+
+    def symbols(self) -> frozenset[str]:
+        """Names of the symbols the condition reads."""
+        return self.expr.symbols()
+
+    def test(self, value: str) -> str:
+        """Python source testing the variable `value` (the expression's value) against the
+        spans."""
+        return " or ".join(f"{lo} <= {value} <= {hi}" for lo, hi in self.spans) or "False"
+
+    def __repr__(self) -> str:
+        return f"{self.expr!r} in {' | '.join(f'[{lo}, {hi}]' for lo, hi in self.spans)}"
+
+
 def _lift(x: Any) -> Expr:
     return x if isinstance(x, Expr) else _Const(_int(x))
 

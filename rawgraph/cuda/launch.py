@@ -18,7 +18,7 @@ from cuda.bindings import driver
 from rawgraph.cuda.check import CudaError
 from rawgraph.cuda.signature import ArgPack, Signature
 from rawgraph.cuda.stream import stream_handle
-from rawgraph.symbols import Expr, Symbols, resolve
+from rawgraph.symbols import Case, Expr, Symbols, resolve
 
 
 class Launchable(Protocol):
@@ -75,6 +75,28 @@ class labelled:
 
     def __exit__(self, *exc: object) -> None:
         _local.label = self.outer
+
+
+class when:
+    """`with when(case):` launches made in the block (this thread) are one variant of an op,
+    taken while `case` (a `rawgraph.symbols.Case`) holds: a capture records them with the
+    case, and the executable graph runs their nodes only while it holds (patching enables
+    and disables them). Ops enter it (`rawgraph.ops.variant`), only while capturing: an
+    eager launch inside runs whatever the case says."""
+
+    __slots__ = ("case", "outer")
+
+    def __init__(self, case: Case):
+        self.case, self.outer = case, None
+
+    def __enter__(self) -> None:
+        self.outer = getattr(_local, "case", None)
+        if self.outer is not None:
+            raise ValueError(f"variants do not nest: {self.case!r} inside {self.outer!r}")
+        _local.case = self.case
+
+    def __exit__(self, *exc: object) -> None:
+        _local.case = self.outer
 
 
 def pdl_default() -> bool:
@@ -155,7 +177,8 @@ class Launch:
     `grid` and `args` may hold symbol expressions, evaluated with `symbols`' values now: the
     launch keeps both the templates (`grid_t`, `args_t`, the symbols they `reads`, the values
     `env` they read) and what they came to (`grid`, the stored arguments). `label`: the
-    innermost `labelled` name around its making, or None."""
+    innermost `labelled` name around its making, or None; `case`: the `when` condition
+    around it (its node runs only while that holds), or None."""
 
     def __init__(self, kernel: Launchable, grid: Any, block: Any, args: tuple, *, smem: int = 0,
                  pdl: bool = False, symbols: Symbols | None = None):
@@ -165,11 +188,13 @@ class Launch:
         self.args_t = tuple(args)
         self.smem, self.pdl, self.symbols = smem, pdl, symbols
         self.label: str | None = getattr(_local, "label", None)
+        self.case: Case | None = getattr(_local, "case", None)
         params = kernel.sig.params
         if len(self.args_t) != len(params):
             raise TypeError(f"{name}: expected {len(params)} arguments ({kernel.sig}), "
                             f"got {len(self.args_t)}")
-        exprs = [t for t in (*self.grid_t, *self.args_t) if isinstance(t, Expr)]
+        exprs = [t for t in (*self.grid_t, *self.args_t, self.case)
+                 if isinstance(t, (Expr, Case))]
         self.reads = frozenset().union(*(t.symbols() for t in exprs))
         self.env: dict[str, int] = {}
         if self.reads:

@@ -241,7 +241,8 @@ class GraphExec:
         prog = self._programs.get(key)
         if prog is None:
             prog = self._programs[key] = self.plan.program(
-                key, self.handle, driver.cuGraphExecKernelNodeSetParams)
+                key, self.handle, driver.cuGraphExecKernelNodeSetParams,
+                set_enabled=driver.cuGraphNodeSetEnabled)
         n = prog(values)
         self.patched_last = n
         self.patched_total += n
@@ -258,6 +259,9 @@ class GraphExec:
     def _use(self, plan: PatchPlan) -> None:
         self.plan = plan
         self._programs: dict[tuple[str, ...], Program] = {}  # compiled set() per symbol names
+        for node in plan.variants():  # each variant's nodes run only while their case holds
+            check(driver.cuGraphNodeSetEnabled(self.handle, node.handle, int(node.enabled)),
+                  f"switch {node.kernel.name} in graph {self.graph.name!r}")
 
     def launches(self) -> list[Launch]:
         """Every captured launch in order, with the values this executable uses now."""
@@ -268,10 +272,14 @@ class GraphExec:
         disabled node runs as an empty node until enabled again, and what it would have
         written keeps its last values: an ablation for profiling, not a way to run less.
         All or none: a node the driver refuses (one inside a conditional node's body, say)
-        puts the others back before the error is raised."""
+        puts the others back before the error is raised. An op's variant that its case
+        leaves off (`when`) stays off: enabling it would run two variants."""
+        off = {int(n.handle) for n in self.plan.variants() if not n.enabled}
         done = []
         try:
             for node in nodes:
+                if enabled and int(node) in off:
+                    continue
                 check(driver.cuGraphNodeSetEnabled(self.handle, node, int(enabled)),
                       f"{'enable' if enabled else 'disable'} a node of graph {self.graph.name!r}")
                 done.append(node)

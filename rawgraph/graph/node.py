@@ -38,8 +38,8 @@ class KernelNode:
     """The record of one patchable kernel node (a launch that reads symbols)."""
 
     # slots: the patch program reads and writes these on every patched node
-    __slots__ = ("_rule", "args", "bounds", "dyn", "floats", "grid", "grid_dyn", "handle",
-                 "kernel", "launch", "pack", "params", "params_grid")
+    __slots__ = ("_rule", "args", "bounds", "case", "dyn", "enabled", "floats", "grid",
+                 "grid_dyn", "handle", "kernel", "launch", "pack", "params", "params_grid")
 
     def __init__(self, handle: Any, launch: Launch):
         self.handle, self.launch, self.kernel = handle, launch, launch.kernel
@@ -59,6 +59,9 @@ class KernelNode:
         self.args: tuple = tuple(values[i] for i in self.dyn)  # the symbolic arguments' values
         self.params: Any = None     # the driver's CUDA_KERNEL_NODE_PARAMS, made on first patch
         self.params_grid: Dims | None = None  # the grid `params` holds
+        # a variant's node (launched inside `when`) runs only while its case holds
+        self.case = launch.case
+        self.enabled: bool = self.case is None or self.case.holds(launch.env)
 
     def resolve(self, env: dict[str, int]) -> tuple[Dims, tuple]:
         """(grid, symbolic argument values) under `env`, validated; changes nothing. Errors

@@ -7,8 +7,10 @@ the argument slots to pack, the node's driver params and the cuGraphExecKernelNo
 call itself. It checks every value and every derived grid and argument first, then writes
 and patches only the nodes whose values change; if the driver refuses a node midway, the
 nodes already patched are put back. A failed check calls the node's `resolve`, which raises
-the error naming the value; nothing has been written by then. The driver call and the
-params come in as arguments, so the planning and the programs run without a GPU in tests.
+the error naming the value; nothing has been written by then. A variant's node (launched
+inside `when(case)`) is also enabled or disabled as its case starts or stops holding, after
+its params are set. The driver calls and the params come in as arguments, so the planning
+and the programs run without a GPU in tests.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rawgraph.graph.node import GRID_MAX, KernelNode, render
 from rawgraph.symbols import Range, Symbols
 
 SetParams = Callable[[Any, Any, Any], tuple]  # (exec handle, node handle, params) -> (err,)
+SetEnabled = Callable[[Any, Any, int], tuple]  # (exec handle, node handle, 0/1) -> (err,)
 Program = Callable[[dict], int]               # symbol values -> nodes patched
 _GRID_OK = " and ".join(f"0 < {{g}}[{i}] <= {hi}" for i, hi in enumerate(GRID_MAX))
 
@@ -49,26 +52,42 @@ class PatchPlan:
                 self.by_symbol[name].append(j)
 
     def launches(self, records: list[tuple[Any, Launch]]) -> list[Launch]:
-        """All launches in capture order, the patchable ones with this plan's values."""
+        """The launches the graph runs now, in capture order, the patchable ones with this
+        plan's values (a variant's node only while enabled)."""
         return [self.nodes[self.at[i]].as_launch() if i in self.at else L
-                for i, (_, L) in enumerate(records)]
+                for i, (_, L) in enumerate(records)
+                if i not in self.at or self.nodes[self.at[i]].enabled]
+
+    def variants(self) -> list[KernelNode]:
+        """The nodes of ops' variants (launched inside `when`): each enabled only while its
+        case holds."""
+        return [n for n in self.nodes if n.case is not None]
 
     def program(self, names: tuple[str, ...], handle: Any, set_params: SetParams,
-                params_for: Callable[[KernelNode], Any] = KernelNode.driver_params) -> Program:
+                params_for: Callable[[KernelNode], Any] = KernelNode.driver_params,
+                set_enabled: SetEnabled | None = None) -> Program:
         """The program setting `names` (in this order): patches through
-        `set_params(handle, node, params_for(node))`. KeyError for a name that is not a
-        symbol of this graph."""
+        `set_params(handle, node, params_for(node))`, and switches variants' nodes through
+        `set_enabled(handle, node, 0 or 1)`. KeyError for a name that is not a symbol of
+        this graph."""
         if self.symbols is None:
             raise KeyError(f"this graph has no patchable nodes; cannot set {sorted(names)}")
         unknown = [n for n in names if n not in self.symbols.specs]
         if unknown:
             raise KeyError(f"unknown symbol {unknown[0]!r}; known: {sorted(self.symbols.specs)}")
-        return _compile(self, names, handle, set_params, params_for)
+        if set_enabled is None and self.variants():
+            raise ValueError("this graph switches variants' nodes: pass set_enabled")
+        return _compile(self, names, handle, set_params, params_for, set_enabled)
 
 
-def _restore(done: list, handle: Any, set_params: SetParams, params_for: Callable) -> None:
-    """Put back the nodes a failed program patched (newest first)."""
+def _restore(done: list, handle: Any, set_params: SetParams, params_for: Callable,
+             set_enabled: SetEnabled | None) -> None:
+    """Put back the nodes a failed program patched or switched (newest first)."""
     for node, grid, args in reversed(done):
+        if grid is None:  # a switch: args holds the state before it
+            node.enabled = args
+            set_enabled(handle, node.handle, int(args))
+            continue
         node.write(grid, args)
         p = params_for(node)
         p.gridDimX, p.gridDimY, p.gridDimZ = node.params_grid = grid
@@ -80,12 +99,13 @@ def _fail(what: str, err: Any) -> None:
 
 
 def _compile(plan: PatchPlan, names: tuple[str, ...], handle: Any, set_params: SetParams,
-             params_for: Callable[[KernelNode], Any]) -> Program:
+             params_for: Callable[[KernelNode], Any],
+             set_enabled: SetEnabled | None) -> Program:
     local = {n: f"v{k}" for k, n in enumerate(names)}
     ref = lambda n: local.get(n) or f"env[{n!r}]"  # noqa: E731
     assert plan.symbols is not None
     ns: dict[str, Any] = {"plan": plan, "restore": _restore, "fail": _fail, "SET": set_params,
-                          "H": handle, "PF": params_for}
+                          "H": handle, "PF": params_for, "EN": set_enabled}
     src = ["def patch(values):"]
     for k, name in enumerate(names):
         spec = plan.symbols.specs[name]
@@ -111,6 +131,9 @@ def _compile(plan: PatchPlan, names: tuple[str, ...], handle: Any, set_params: S
         guard[j] = "True" if len(deps) == len(names) else " or ".join(deps)
         ns[f"N{j}"], ns[f"B{j}"], ns[f"K{j}"] = node, node.pack.buffer, node.handle
         src.append(f"    if {guard[j]}:")
+        if node.case is not None:  # x{j}: the case's value, e{j}: whether the node runs
+            src += [f"        x{j} = {node.case.expr.render(ref)}",
+                    f"        e{j} = {node.case.test(f'x{j}')}"]
         if node.floats:  # rare: float arguments computed from symbols; let resolve convert
             src.append(f"        g{j}, d{j} = N{j}.resolve({new_env})")
             continue
@@ -139,7 +162,15 @@ def _compile(plan: PatchPlan, names: tuple[str, ...], handle: Any, set_params: S
                 f"            err, = SET(H, K{j}, Q{j})",
                 "            if err:",
                 f"                fail(W{j}, err)"]
-    src += ["        pass", "    except BaseException:", "        restore(done, H, SET, PF)",
+        if node.case is not None:  # switched after its params are set
+            ns[f"V{j}"] = f"switch {node.kernel.name} ({node.case!r})"
+            src += [f"        if ({guard[j]}) and e{j} != N{j}.enabled:",
+                    f"            done.append((N{j}, None, N{j}.enabled))",
+                    f"            err, = EN(H, K{j}, int(e{j}))",
+                    "            if err:",
+                    f"                fail(V{j}, err)",
+                    f"            N{j}.enabled = e{j}"]
+    src += ["        pass", "    except BaseException:", "        restore(done, H, SET, PF, EN)",
             "        raise"]
     src += [f"    env[{n!r}] = v{k}" for k, n in enumerate(names)]
     src.append("    return len(done)")

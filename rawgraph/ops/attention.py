@@ -16,6 +16,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES, kind_of
 from rawgraph.ops import shapes
+from rawgraph.ops.variant import by_count
 from rawgraph.symbols import Symbols, cdiv, smax, smin
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
@@ -333,7 +334,7 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     seq_lens[slot] cached for slot seq_slots[i] (append the chunk's K/V first). Lengths,
     offsets, slots and tables are read on the device; `max_q_len` (int or symbol) bounds
     every sequence's query rows and sets the grid; `num_seqs` (default: all of seq_slots) may
-    be symbolic too. `rows` picks the query tile (64 or 128; default by max_q_len).
+    be symbolic too. `rows` picks the query tile (64 or 128; default by max_q_len, below).
 
     Two kernels. By default a block per (query tile, head). For short chunks over long
     contexts, the grouped kernel: a tile holds a GQA group's heads of rows / group tokens,
@@ -342,9 +343,14 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     with `splits` and `run_keys` given (ints), or with `context` (int or symbol: the longest
     sequence's length, this chunk's tokens included; it sets how many run blocks launch,
     which a graph patches per chunk) those `prefill_runs` gives for chunks of `chunk` tokens
-    (default: max_q_len's largest value). The runs need `workspace`, float32:
-    workspace_floats(tokens, q_heads, D, splits). `n` (int or symbol; default tokens):
-    query rows in use, the combine's grid. On compute
+    (default: max_q_len's value). The runs need `workspace`, float32:
+    workspace_floats(tokens, q_heads, D, splits) for the most splits a chunk takes. `n`
+    (int or symbol; default tokens): query rows in use, the combine's grid.
+
+    The query tile (`rows`) and the runs are chosen by `chunk` when given, else by
+    max_q_len's value: a symbolic max_q_len captured over a range that reaches several
+    tiles or run counts records each, and the graph runs the one its value takes
+    (`ops.variant.by_count`), so a patched graph gives the bits an eager call gives. On compute
     capability 9.0 the kernels are wgmma's (`prefill_wgmma()`), elsewhere mma.sync's: same
     arguments, same results within the tests' tolerances.
     """
@@ -379,54 +385,73 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
         unsplit, split = PREFILL, PREFILL_SPLIT
     maps = kv_maps(k_cache, v_cache) if tma else ()
     if splits is None and context is None:
-        rows = rows or prefill_rows(top, d)
-        _check_rows(rows)
-        unsplit[dt, d, rows].launch((cdiv(max_q_len, rows), q_heads, num_seqs), 2 * rows,
-                                    (*args, *maps), stream, smem=prefill_smem(rows, d, tma),
-                                    symbols=symbols)
+        if rows is not None:
+            _check_rows(rows)
+
+        def run(v: int) -> None:
+            r = rows or prefill_rows(v, d)
+            unsplit[dt, d, r].launch((cdiv(max_q_len, r), q_heads, num_seqs), 2 * r,
+                                     (*args, *maps), stream, smem=prefill_smem(r, d, tma),
+                                     symbols=symbols)
+        by_count(max_q_len if rows is None else top, run, lambda v: prefill_rows(v, d),
+                 stream=stream, symbols=symbols)
         return
-    group = q_heads // kv_heads
-    chunk = chunk or top
-    if type(chunk) is not int or chunk < 1:
+    if chunk is not None and (type(chunk) is not int or chunk < 1):
         raise ValueError(f"chunk = {chunk!r}: a positive int")
-    rows = rows or grouped_rows(chunk, group)
-    _check_rows(rows)
-    if group > rows:
-        raise ValueError(f"grouped prefill attention puts a GQA group's {group} heads in a "
-                         f"tile of {rows} rows: too many")
-    tile = rows // group  # tokens per query tile
-    capacity = block_tables.shape[1] * k_cache.shape[1]
     if run_keys != 1 and splits is None:
         raise ValueError("run_keys goes with splits (with context, prefill_runs sets both)")
+    capacity = block_tables.shape[1] * k_cache.shape[1]
     if context is not None:
         if splits is not None:
             raise ValueError("pass splits or context, not both")
         if not 1 <= shapes.top(context, "context", symbols) <= capacity:
             raise ValueError(f"context reaches {shapes.top(context, 'context', symbols)}; the "
                              f"block tables hold at most {capacity} tokens per sequence")
-        splits, run_keys = prefill_runs(chunk, tile, kv_heads, multiprocessors())
     elif type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
         raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
     elif type(run_keys) is not int or run_keys < 1:
         raise ValueError(f"run_keys = {run_keys!r}: a positive int")
-    need = workspace_floats(tokens, q_heads, d, splits) if splits > 1 else 0
-    if need and (getattr(workspace, "dtype", None) != np.float32 or workspace.size < need):
-        raise ValueError(f"workspace must be float32 with at least {need} elements "
-                         f"(workspace_floats(tokens, q_heads, head_dim, splits)); got "
-                         f"{getattr(workspace, 'size', '?')}")
-    ws = workspace if need else None  # one run: never read or written
+    group = q_heads // kv_heads
+    plan = functools.partial(_grouped_plan, rows=rows, group=group, kv_heads=kv_heads,
+                             splits=splits, run_keys=run_keys, runs=context is not None)
     # run blocks to launch: enough for the longest sequence's runs (the count is monotone)
-    launched = row_runs(capacity if context is None else context, splits, run_keys)
-    split[dt, d, rows].launch((cdiv(max_q_len, tile), kv_heads * launched, num_seqs),
-                              2 * rows, (*args, ws, splits, run_keys, *maps), stream,
-                              smem=prefill_smem(rows, d, tma), symbols=symbols)
-    if splits == 1:
-        return
-    # symbolic: a grid of one (idle) block while one run suffices; the kernel exits then too
-    blocks = smax(1, smin(launched - 1, 1) * cdiv(n * q_heads, COMBINE_WARPS))
-    PREFILL_COMBINE[dt, d].launch(blocks, 32 * COMBINE_WARPS,
-                                  (ws, out, cu_seqlens, seq_slots, seq_lens, num_seqs, q_heads,
-                                   splits, run_keys), stream, symbols=symbols)
+    longest = capacity if context is None else context
+
+    def run(v: int) -> None:
+        r, s_, keys = plan(v)
+        need = workspace_floats(tokens, q_heads, d, s_) if s_ > 1 else 0
+        if need and (getattr(workspace, "dtype", None) != np.float32 or workspace.size < need):
+            raise ValueError(f"workspace must be float32 with at least {need} elements "
+                             f"(workspace_floats(tokens, q_heads, head_dim, splits)); got "
+                             f"{getattr(workspace, 'size', '?')}")
+        ws = workspace if need else None  # one run: never read or written
+        launched = row_runs(longest, s_, keys)
+        split[dt, d, r].launch((cdiv(max_q_len, r // group), kv_heads * launched, num_seqs),
+                               2 * r, (*args, ws, s_, keys, *maps), stream,
+                               smem=prefill_smem(r, d, tma), symbols=symbols)
+        if s_ == 1:
+            return
+        # symbolic: a grid of one (idle) block while one run suffices; the kernel exits then
+        blocks = smax(1, smin(launched - 1, 1) * cdiv(n * q_heads, COMBINE_WARPS))
+        PREFILL_COMBINE[dt, d].launch(blocks, 32 * COMBINE_WARPS,
+                                      (ws, out, cu_seqlens, seq_slots, seq_lens, num_seqs,
+                                       q_heads, s_, keys), stream, symbols=symbols)
+    by_count(max_q_len if chunk is None else chunk, run, plan, stream=stream, symbols=symbols)
+
+
+def _grouped_plan(chunk: int, *, rows: int | None, group: int, kv_heads: int,
+                  splits: int | None, run_keys: int, runs: bool) -> tuple[int, int, int]:
+    """(query tile rows, splits, run_keys) of grouped prefill attention for chunks of
+    `chunk` tokens: the rows and splits given, or those `grouped_rows` and (`runs`: with a
+    context) `prefill_runs` give."""
+    rows = rows or grouped_rows(chunk, group)
+    _check_rows(rows)
+    if group > rows:
+        raise ValueError(f"grouped prefill attention puts a GQA group's {group} heads in a "
+                         f"tile of {rows} rows: too many")
+    if runs:
+        splits, run_keys = prefill_runs(chunk, rows // group, kv_heads, multiprocessors())
+    return rows, splits, run_keys
 
 
 def _check_rows(rows: int) -> None:

@@ -16,13 +16,15 @@ from rawgraph.ops.linear import (
     device_plan,
     gemm90_launch,
     hopper,
-    linear,
+    launch_linear,
+    linear_key,
     operands,
     path,
     skinny_gemm,
     skinny_wgmma,
 )
 from rawgraph.ops.norm import rmsnorm
+from rawgraph.ops.variant import by_count
 from rawgraph.symbols import Symbols
 
 # gate_up_silu on the wgmma GEMMs (the tiled GEMM's unsplit tiles, the skinny GEMM) finishes
@@ -31,24 +33,32 @@ from rawgraph.symbols import Symbols
 FUSED_SILU = True
 
 
-def _normed(x: Any, dt: str, norm_eps: float | None, normed: Any, m: Any, kind: str,
-            stream: Any, symbols: Symbols | None) -> tuple[Any, float]:
-    """(the x a projection reads, the GEMV's norm_eps argument) for a projection of
-    rmsnorm(x) without its weight (norm_eps given; the weight is folded into w). The GEMV
-    scales its sums by each row's 1 / rms (one kernel); the other paths normalize into
-    `normed` (x's shape) first."""
+def _check_normed(x: Any, dt: str, norm_eps: float | None, normed: Any, gemv: bool) -> None:
+    """Checks for a projection of rmsnorm(x) without its weight (norm_eps given; the weight
+    is folded into w): `normed` (x's shape) unless every variant is the GEMV's (`gemv`)."""
     if norm_eps is None:
-        return x, -1.0
+        return
     if not norm_eps >= 0:
         raise ValueError(f"norm_eps = {norm_eps}: RMSNorm's epsilon must be >= 0")
-    if kind == "gemv":
-        return x, float(norm_eps)
+    if gemv:
+        return
     if normed is None:
         raise ValueError("pass `normed` (x's shape): this path normalizes x ahead of the "
                          "projection")
     shapes.tensor(normed, "normed", x.shape, dt)
     if shapes.overlap(x, normed):
         raise ValueError("normed must not overlap x")
+
+
+def _normed(x: Any, norm_eps: float | None, normed: Any, m: Any, gemv: bool, stream: Any,
+            symbols: Symbols | None) -> tuple[Any, float]:
+    """(the x a projection reads, the GEMV's norm_eps argument), checked by _check_normed.
+    The GEMV (`gemv`) scales its sums by each row's 1 / rms (one kernel); the other paths
+    normalize into `normed` first."""
+    if norm_eps is None:
+        return x, -1.0
+    if gemv:
+        return x, float(norm_eps)
     rmsnorm(x, None, normed, rows=m, eps=norm_eps, stream=stream, symbols=symbols)
     return normed, -1.0
 
@@ -79,18 +89,26 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
         q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs)
     if shapes.overlap(x, qkv):
         raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
-    kind = "gemv" if path(top, n) == "gemv" and d % GEMV_ROWS == 0 else "other"
-    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
-    if kind != "gemv":
-        linear(x, w, qkv, m=m, m_max=m_max, stream=stream, symbols=symbols)
-        rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs, m,
-                    stream=stream, symbols=symbols)
-        return
-    key, grid, threads = gemv_launch(dt, top, n, k)
-    GEMV_ROPE[key].launch(grid, threads, (x, w, qkv, m, n, k, k_cache, v_cache, block_tables,
-                                          seq_slots, positions, freqs, heads * d, kn.shape[1],
-                                          d, block_size, max_blocks, eps), stream,
-                          symbols=symbols)
+    fits = d % GEMV_ROWS == 0  # the GEMV's epilogue rotates whole heads of its 16-row blocks
+    _check_normed(x, dt, norm_eps, normed, fits and path(top, n) == "gemv")
+    if path(top, n) == "gemm":
+        shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
+
+    def run(rows: int) -> None:
+        gemv = fits and path(rows, n) == "gemv"
+        xn, eps = _normed(x, norm_eps, normed, m, gemv, stream, symbols)
+        if not gemv:
+            launch_linear(dt, rows, xn, w, None, qkv, m, cap, None, stream, symbols)
+            rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs,
+                        m, stream=stream, symbols=symbols)
+            return
+        key, grid, threads = gemv_launch(dt, rows, n, k)
+        GEMV_ROPE[key].launch(grid, threads, (xn, w, qkv, m, n, k, k_cache, v_cache,
+                                              block_tables, seq_slots, positions, freqs,
+                                              heads * d, kn.shape[1], d, block_size,
+                                              max_blocks, eps), stream, symbols=symbols)
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k),
+             stream=stream, symbols=symbols)
 
 
 def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
@@ -112,19 +130,24 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     shapes.tensor(out, "out", (cap, n // 2), dt)
     if shapes.overlap(x, out):
         raise ValueError("out must not overlap x (other blocks still read x while it is written)")
-    kind = path(top, n)
-    x, eps = _normed(x, dt, norm_eps, normed, m, kind, stream, symbols)
-    if kind == "skinny" and skinny_wgmma(top) and FUSED_SILU:  # one kernel, gu untouched
-        skinny_gemm(dt, top, x, w, None, out, m, cap, stream, symbols, silu=True)
-        return
-    if kind == "gemm" and hopper() and FUSED_SILU:
-        tile, c = device_plan(top, n, k)
-        if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
-            gemm90_launch(dt, tile, 1, x, w, None, out, m, cap, stream, symbols, silu=True)
+    _check_normed(x, dt, norm_eps, normed, path(top, n) == "gemv")
+
+    def run(rows: int) -> None:
+        kind = path(rows, n)
+        xn, eps = _normed(x, norm_eps, normed, m, kind == "gemv", stream, symbols)
+        if kind == "skinny" and skinny_wgmma(rows) and FUSED_SILU:  # one kernel, gu untouched
+            skinny_gemm(dt, rows, xn, w, None, out, m, cap, stream, symbols, silu=True)
             return
-    if kind != "gemv":
-        linear(x, w, gu, m=m, m_max=m_max, stream=stream, symbols=symbols)
-        silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
-        return
-    key, grid, threads = gemv_launch(dt, top, n, k)
-    GEMV_SILU[key].launch(grid, threads, (x, w, out, m, n, k, eps), stream, symbols=symbols)
+        if kind == "gemm" and hopper() and FUSED_SILU:
+            tile, c = device_plan(rows, n, k)
+            if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
+                gemm90_launch(dt, tile, 1, xn, w, None, out, m, cap, stream, symbols, silu=True)
+                return
+        if kind != "gemv":
+            launch_linear(dt, rows, xn, w, None, gu, m, cap, None, stream, symbols)
+            silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
+            return
+        key, grid, threads = gemv_launch(dt, rows, n, k)
+        GEMV_SILU[key].launch(grid, threads, (xn, w, out, m, n, k, eps), stream, symbols=symbols)
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k),
+             stream=stream, symbols=symbols)

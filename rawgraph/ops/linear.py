@@ -24,6 +24,7 @@ from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.ops.gemv import GEMV, M_TILES, SMS, gemv_launch
+from rawgraph.ops.variant import by_count
 from rawgraph.symbols import Symbols, cdiv, smin
 
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
@@ -373,15 +374,30 @@ def keeps_row_max(rows: int, n: int) -> bool:
     return path(rows, n) == "gemv"
 
 
+def linear_key(rows: int, n: int, k: int) -> tuple:
+    """What `linear` launches for `rows` rows of x through an (n, k) weight: the path and
+    its variant (the GEMV's x tile and form, the skinny GEMM's form and x tile, the GEMM's
+    tile and split). Row counts with equal keys launch the same kernels."""
+    kind = path(rows, n)
+    if kind == "gemv":
+        return kind, gemv_launch("float16", rows, n, k)[0][1:]
+    if kind == "skinny":
+        wgmma = skinny_wgmma(rows)
+        return kind, wgmma, next(r for r in SKINNY90_ROWS if r >= rows) if wgmma else 0
+    return kind, device_plan(rows, n, k)
+
+
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
            m_max: int | None = None, row_max: Any = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
     """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n).
 
-    `m` (default: all rows) may be symbolic; the kernel (GEMV, skinny GEMM or GEMM) and its
-    row tile are chosen for the largest value m can take, so a patch never needs another
-    kernel: it changes m and, for the GEMM, its grid. `m_max` makes the choice for a larger
-    bound than m's own (an eager run that must launch what a graph for m_max rows would).
+    `m` (default: all rows) may be symbolic. The kernel (GEMV, skinny GEMM or GEMM), its row
+    tile and split are chosen for `m_max` rows when given (the bound the engine's graphs
+    and their eager runs share: the same kernels whatever m is), else for m's value: a
+    symbolic m captured over a range that reaches several variants records each, and the
+    graph runs the one m's value takes (`ops.variant.by_count`), so a patched graph gives
+    the bits an eager call at that m gives. Different variants round differently.
 
     `row_max` (uint64 (rows,), zeros or `sample`'s leftovers; GEMV path only): also each
     row's greedy pick of y, merged by the blocks as they finish (an LM head whose `sample`
@@ -393,7 +409,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         shapes.tensor(residual, "residual", (cap, n), dt, align=2)
     if shapes.overlap(x, y):
         raise ValueError("y must not overlap x (other blocks still read x while y is written)")
-    kind = path(top, n)
+    kind = path(top, n)  # the path of the most rows: fewer take the GEMV, then the skinny
     if row_max is not None:
         shapes.row_array(row_max, "row_max", np.uint64, cap)
         if kind != "gemv":
@@ -401,18 +417,31 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
                              f"{M_TILES[-1]} rows), not the {kind} path of {top} rows")
     if kind == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
-        wgmma = hopper()
-        tile, c = device_plan(top, n, k)
-        if wgmma:
+
+    def run(rows: int) -> None:
+        launch_linear(dt, rows, x, w, residual, y, m, cap, row_max, stream, symbols)
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k),
+             stream=stream, symbols=symbols)
+
+
+def launch_linear(dt: str, rows: int, x: Any, w: Any, residual: Any, y: Any, m: Any, cap: int,
+                  row_max: Any, stream: Any, symbols: Symbols | None) -> None:
+    """Launch what `linear` takes for `rows` rows (m of x's cap rows used; checked by
+    `linear`)."""
+    n, k = w.shape
+    kind = path(rows, n)
+    if kind == "gemm":
+        tile, c = device_plan(rows, n, k)
+        if hopper():
             gemm90_launch(dt, tile, c, x, w, residual, y, m, cap, stream, symbols)
         else:
-            kernel, threads, smem = gemm_launch(dt, tile, c, wgmma)
+            kernel, threads, smem = gemm_launch(dt, tile, c, False)
             grid = (-(-n // tile[1]), cdiv(m, tile[0]))
             kernel.launch(grid, threads, (x, w, residual, y, m, n, k), stream, smem=smem,
                           symbols=symbols)
     elif kind == "skinny":
-        skinny_gemm(dt, top, x, w, residual, y, m, cap, stream, symbols)
+        skinny_gemm(dt, rows, x, w, residual, y, m, cap, stream, symbols)
     else:
-        key, grid, threads = gemv_launch(dt, top, n, k)
+        key, grid, threads = gemv_launch(dt, rows, n, k)
         GEMV[key].launch(grid, threads, (x, w, residual, y, m, n, k, row_max), stream,
                          symbols=symbols)

@@ -45,6 +45,11 @@ def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any
     With `residual`, also writes residual_out = x + residual (it may be `residual` itself).
     With `gather` (int32, one index per row of out), row r of out is the norm of x's row
     gather[r] (x may then have any number of rows; an index outside them gives zeros).
+
+    Its two forms (a block or a warp per row, `rmsnorm_launch`: by the most rows `rows`
+    can take) add a row's squares in one order: the same bits whichever a count picks, so
+    a row's result does not depend on the row count, on whether it was a symbol, nor on
+    the symbol's range.
     """
     if getattr(x, "ndim", 0) != 2:
         raise ValueError(f"x must be (rows, dim), got shape {getattr(x, 'shape', '?')}")

@@ -199,3 +199,92 @@ def test_draw_layers_nodes_by_dependency_depth():
     fake = SimpleNamespace(nodes=[SimpleNamespace(index=i) for i in range(5)],
                            edges=[(0, 1), (1, 2), (0, 3), (3, 2), (2, 4)])
     assert depths(fake) == {0: 0, 1: 1, 3: 1, 2: 2, 4: 3}
+
+
+# ---- variants: nodes launched inside `when(case)` switch on and off as their case holds ------
+
+def _variant_records(S: Symbols) -> list:
+    """Two variants of one op over S.seq (1-8 and 9-512), and a node outside them."""
+    from rawgraph.cuda.launch import when
+    from rawgraph.symbols import Case
+
+    records = []
+    for name, spans in (("small", ((1, 8),)), ("large", ((9, 512),))):
+        with when(Case(S.seq, spans)):
+            records.append((name, Launch(ADD["float16"], cdiv(S.seq, 4), 256,
+                                         (X, Y, X, S.seq), symbols=S)))
+    records.append(("after", Launch(ADD["float16"], 1, 256, (X, Y, X, 7), symbols=S)))
+    return records
+
+
+class FakeSwitch:
+    """Stands in for cuGraphNodeSetEnabled: records (node, on) of each call; refuses the call
+    number `fail_at`."""
+
+    def __init__(self, fail_at=None):
+        self.calls, self.fail_at = [], fail_at
+
+    def __call__(self, handle, node, on):
+        assert handle == "exec"
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            self.fail_at = None
+            return (REFUSED,)
+        self.calls.append((node, on))
+        return (OK,)
+
+
+def _variant_plan(seq: int):
+    S = Symbols(seq=Range(1, 512))
+    S.set(seq=seq)
+    return PatchPlan(_variant_records(S))
+
+
+@pytest.mark.parametrize(("seq", "to", "switched", "patched"), [
+    # (value at capture, value set, switches made, params set)
+    (5, 6, [], ["small", "large"]),                     # the same variant: params only
+    (5, 8, [], ["small", "large"]),
+    (5, 9, [("small", 0), ("large", 1)], ["small", "large"]),
+    (200, 3, [("small", 1), ("large", 0)], ["small", "large"]),
+    (9, 512, [], ["small", "large"]),                    # the off variant's params follow
+    (5, 5, [], []),
+])
+def test_variants_switch_where_their_case_starts_or_stops_holding(seq, to, switched, patched):
+    plan = _variant_plan(seq)
+    assert [n.enabled for n in plan.nodes if n.case] == [seq <= 8, seq > 8]
+    fake, switch = FakeDriver(plan), FakeSwitch()
+    prog = plan.program(("seq",), "exec", fake, fake.params, switch)
+    n = prog({"seq": to})
+    assert switch.calls == switched
+    assert sorted(c[0] for c in fake.calls) == sorted(patched)
+    assert n == len(fake.calls) + len(switch.calls)
+    assert [n.enabled for n in plan.nodes if n.case] == [to <= 8, to > 8]
+    runs = [L.args[3] for L in plan.launches(_variant_records(plan.symbols))]
+    assert len(runs) == 2  # the enabled variant and the node after: never both variants
+
+
+def test_a_refused_switch_puts_back_every_node_it_changed():
+    plan = _variant_plan(5)
+    fake, switch = FakeDriver(plan), FakeSwitch(fail_at=1)  # the second switch fails
+    prog = plan.program(("seq",), "exec", fake, fake.params, switch)
+    before = {n.handle: (n.grid, n.args, n.enabled) for n in plan.nodes}
+    with pytest.raises(CudaError, match="switch add_f16"):
+        prog({"seq": 100})
+    assert {n.handle: (n.grid, n.args, n.enabled) for n in plan.nodes} == before
+    assert plan.env["seq"] == 5
+    assert switch.calls[-1] == ("small", 1)  # switched back
+
+
+def test_a_graph_with_variants_needs_the_switch():
+    plan = _variant_plan(5)
+    fake = FakeDriver(plan)
+    with pytest.raises(ValueError, match="set_enabled"):
+        plan.program(("seq",), "exec", fake, fake.params)
+
+
+def test_variants_do_not_nest():
+    from rawgraph.cuda.launch import when
+    from rawgraph.symbols import Case, Sym
+
+    with when(Case(Sym("a"), ((1, 2),))), pytest.raises(ValueError, match="do not nest"):
+        with when(Case(Sym("a"), ((3, 4),))):
+            pass
