@@ -37,7 +37,9 @@ FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 @dataclass
 class ModelInfo:
     """What the handlers need to know of the model: its name and limits, the tokenizer
-    (None: prompts as token ids only) and chat template (None: no chat)."""
+    (None: prompts as token ids only), chat template (None: no chat), end-of-sequence ids,
+    and the sampling defaults of its generation_config.json (temperature, top_p, top_k: what
+    a request that sets none gets) with the fields it sets that are not applied."""
 
     model_id: str
     vocab: int
@@ -46,6 +48,8 @@ class ModelInfo:
     template: ChatTemplate | None = None
     eos: tuple[int, ...] = ()
     created: int = field(default_factory=lambda: int(time.time()))
+    sampling: dict[str, Any] = field(default_factory=dict)
+    unapplied: tuple[str, ...] = ()
 
 
 def _error(e: APIError) -> JSONResponse:
@@ -57,8 +61,8 @@ def _prompt_ids(g: Generation, info: ModelInfo) -> list[int]:
     if g.chat:
         if info.template is None or tok is None:
             raise APIError(400, f"model {info.model_id!r} has no chat template "
-                           f"(tokenizer_config.json) and tokenizer; use /v1/completions",
-                           "messages")
+                           f"(chat_template.jinja or tokenizer_config.json) and tokenizer; "
+                           f"use /v1/completions", "messages")
         try:
             text = info.template.render(g.messages)
         except ValueError as e:
@@ -99,7 +103,8 @@ def _request(g: Generation, info: ModelInfo) -> Request:
     temperature = 0.0 if g.temperature <= GREEDY_TEMPERATURE else g.temperature
     seed = protocol.random_seed() if g.seed is None else g.seed
     sampling = SamplingParams(temperature, g.top_k, g.top_p, seed)
-    return Request(ids, g.max_tokens or room, sampling, [*g.stop_ids, *info.eos])
+    return Request(ids, g.max_tokens or room, sampling,
+                   [*g.stop_ids, *(() if g.ignore_eos else info.eos)])
 
 
 class _Relay:
@@ -242,7 +247,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                 body = await http.json()
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise APIError(400, "the request body is not valid JSON") from None
-            g = protocol.parse(body, chat, info.model_id)
+            g = protocol.parse(body, chat, info.model_id, info.sampling)
             job = Job(_request(g, info), asyncio.get_running_loop())
             worker.submit(job)
             try:

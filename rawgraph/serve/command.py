@@ -108,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
                              daemon=True).start()
             self.should_exit = True
 
+    if info.sampling:
+        log.info("sampling defaults from generation_config.json: %s",
+                 ", ".join(f"{k}={v}" for k, v in info.sampling.items()))
+    if info.unapplied:
+        log.warning("generation_config.json sets %s, which rawgraph does not apply",
+                    ", ".join(info.unapplied))
     log.info("serving %s (context %d, batch %d) on http://%s:%d, the engine %s%s",
              info.model_id, info.max_context, args.max_batch, args.host, args.port,
              "in its own process" if args.engine == "process" else "on a thread",

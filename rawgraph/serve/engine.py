@@ -8,9 +8,11 @@ from pathlib import Path
 
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.reference import reference_engine
+from rawgraph.model import generation
 from rawgraph.model.checkpoint import config, load
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
+from rawgraph.model.generation import GenerationConfig
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.serve.app import ModelInfo
@@ -18,20 +20,24 @@ from rawgraph.serve.text import ChatTemplate
 
 
 def model_info(args: argparse.Namespace) -> ModelInfo:
-    """What the handlers know of the model (its configuration, tokenizer and chat template;
-    no weights are read); ValueError (CheckpointError included) for a checkpoint the
-    configuration or tokenizer of which is refused."""
+    """What the handlers know of the model (its configuration, tokenizer, chat template and
+    generation_config.json's defaults and eos ids; no weights are read); ValueError
+    (CheckpointError included) for a checkpoint whose configuration, tokenizer or
+    generation config is refused."""
     tok = template = None
+    gen = GenerationConfig()
     if args.model is not None:
-        cfg = config(args.model)
-        path = Path(args.model) / "tokenizer.json"
-        if path.is_file():
-            tok = Tokenizer(path)
-            template = ChatTemplate.from_config(Path(args.model) / "tokenizer_config.json")
-        name = Path(args.model).resolve().name
+        root = Path(args.model)
+        cfg, gen = config(root), generation.read(root)
+        if (root / "tokenizer.json").is_file():
+            tok = Tokenizer(root / "tokenizer.json")
+            template = ChatTemplate.from_dir(root)
+        name = root.resolve().name
     else:
         cfg, name = preset(args.preset), args.preset
-    return ModelInfo(args.name or name, cfg.vocab, args.max_context, tok, template, cfg.eos)
+    eos = tuple(dict.fromkeys((*cfg.eos, *gen.eos)))  # config.json's, then the generation's
+    return ModelInfo(args.name or name, cfg.vocab, args.max_context, tok, template, eos,
+                     sampling=gen.sampling(), unapplied=gen.unapplied)
 
 
 def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:

@@ -41,7 +41,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """The `serve` subcommand's options (the caller sets what runs it)."""
     q = sub.add_parser("serve", help="an OpenAI-compatible HTTP server over the engine")
     q.add_argument("--model", type=Path, help="a checkpoint directory (config.json, "
-                   "*.safetensors, tokenizer.json and tokenizer_config.json for text and chat)")
+                   "*.safetensors; tokenizer.json for text, its chat template for chat, "
+                   "generation_config.json's sampling defaults)")
     q.add_argument("--preset", default="tiny", help=f"random weights of a named shape: "
                    f"{', '.join(PRESETS)} (prompts as token ids)")
     q.add_argument("--name", default=None, help="the model id clients send (default: the "

@@ -3,8 +3,9 @@ the response, chunk and error objects.
 
 Every field OpenAI defines is either honoured or refused by name (`n > 1`, `logprobs`,
 penalties, tools, ...): a client never gets a silent approximation. Extensions, as vLLM
-spells them: `top_k`, `stop_token_ids`, prompts as token ids, and `token_ids` in each
-completion choice.
+spells them: `top_k`, `stop_token_ids`, `ignore_eos`, prompts as token ids, and `token_ids`
+in each completion choice. Sampling fields a request leaves out take the model's defaults
+(its generation_config.json), then OpenAI's.
 """
 
 from __future__ import annotations
@@ -55,13 +56,14 @@ class Generation:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False                   # the model's eos ids do not stop it
     stream: bool = False
     include_usage: bool = False
 
 
 # fields accepted, and those refused unless they hold their neutral value
 _COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-           "stop_token_ids", "stream", "stream_options", "user", "n", "logprobs",
+           "stop_token_ids", "ignore_eos", "stream", "stream_options", "user", "n", "logprobs",
            "presence_penalty", "frequency_penalty", "logit_bias", "best_of"}
 _COMPLETION = _COMMON | {"prompt", "echo", "suffix"}
 _CHAT = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
@@ -135,6 +137,9 @@ def _stops(body: dict) -> tuple[list[str], list[int]]:
     return strings, ids
 
 
+ROLES = ("system", "user", "assistant", "tool")  # what chat templates are written for
+
+
 def _messages(v: Any) -> list[dict[str, str]]:
     if not isinstance(v, list) or not v:
         raise _bad("messages", "a non-empty list of {role, content} objects")
@@ -143,6 +148,8 @@ def _messages(v: Any) -> list[dict[str, str]]:
         where = f"messages[{i}]"
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise _bad(where, "an object with a string role")
+        if m["role"] not in ROLES:
+            raise _bad(f"{where}.role", f"{m['role']!r} is not one of {', '.join(ROLES)}")
         if set(m) - {"role", "content", "name"}:
             raise _bad(where, f"unsupported fields {sorted(set(m) - {'role', 'content', 'name'})}")
         content = m.get("content")
@@ -158,9 +165,12 @@ def _messages(v: Any) -> list[dict[str, str]]:
     return out
 
 
-def parse(body: Any, chat: bool, model_id: str) -> Generation:
+def parse(body: Any, chat: bool, model_id: str,
+          defaults: dict[str, Any] | None = None) -> Generation:
     """A request body (parsed JSON) as a `Generation`; APIError naming the field if any is
-    wrong, unknown or unsupported."""
+    wrong, unknown or unsupported. `defaults`: the model's temperature, top_p and top_k for
+    a request that leaves them out (generation_config.json)."""
+    defaults = defaults or {}
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     known = _CHAT if chat else _COMPLETION
@@ -189,10 +199,15 @@ def parse(body: Any, chat: bool, model_id: str) -> Generation:
         g.prompt = _prompt(body.get("prompt"))
         g.max_tokens = _int(body, "max_tokens", 1)
         g.max_tokens = 16 if g.max_tokens is None else g.max_tokens  # OpenAI's default
-    g.temperature = _float(body, "temperature", 0.0, 2.0, 1.0)
-    g.top_p = _float(body, "top_p", 1e-9, 1.0, 1.0)
+    g.temperature = _float(body, "temperature", 0.0, 2.0, defaults.get("temperature", 1.0))
+    g.top_p = _float(body, "top_p", 1e-9, 1.0, defaults.get("top_p", 1.0))
     top_k = _int(body, "top_k", -1, 2**31 - 1)
-    g.top_k = 0 if top_k is None or top_k == -1 else top_k  # -1 or 0: off (vLLM spells -1)
+    top_k = defaults.get("top_k", 0) if top_k is None else top_k
+    g.top_k = 0 if top_k == -1 else top_k  # -1 or 0: off (vLLM spells -1)
+    ignore = body.get("ignore_eos", False)
+    if not isinstance(ignore, bool):
+        raise _bad("ignore_eos", f"must be true or false, got {ignore!r}")
+    g.ignore_eos = ignore
     g.seed = _int(body, "seed", 0, 2**64 - 1)
     g.stop, g.stop_ids = _stops(body)
     stream = body.get("stream", False)

@@ -17,11 +17,36 @@ def _raise(message: str) -> None:
     raise ValueError(message)
 
 
+def _json_object(path: Path) -> dict | None:
+    """A JSON file's object (None: no such file); CheckpointError naming the file."""
+    if not path.is_file():
+        return None
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return cfg
+
+
+def _template(cfg: dict | None, path: Path) -> str | None:
+    """The `chat_template` of a JSON object: a string, or the list of named templates
+    ("default" taken); None if it has none."""
+    src = (cfg or {}).get("chat_template")
+    if isinstance(src, list):  # [{"name": ..., "template": ...}]
+        named = {t.get("name"): t.get("template") for t in src if isinstance(t, dict)}
+        src = named.get("default")
+    if src is not None and not isinstance(src, str):
+        raise CheckpointError(f"{path}: chat_template must be a string")
+    return src
+
+
 class ChatTemplate:
-    """A checkpoint's chat template (tokenizer_config.json's `chat_template`, a string or the
-    list of named templates, "default" taken) rendered with Jinja2 in a sandbox, with the
-    environment transformers gives it: trim_blocks, lstrip_blocks, loop controls, `tojson`,
-    `raise_exception`, `strftime_now`, `bos_token` and `eos_token`."""
+    """A checkpoint's chat template (`from_dir`: where transformers writes it) rendered with
+    Jinja2 in a sandbox, with the environment transformers gives it: trim_blocks,
+    lstrip_blocks, loop controls, `tojson`, `raise_exception`, `strftime_now`, `bos_token`
+    and `eos_token`."""
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = ""):
         try:
@@ -44,28 +69,30 @@ class ChatTemplate:
         self.bos_token, self.eos_token = bos_token, eos_token
 
     @classmethod
-    def from_config(cls, path: Path) -> ChatTemplate | None:
-        """The template of a tokenizer_config.json (None: the file or its template is
-        absent); CheckpointError for a file that is not what it should be."""
-        if not path.is_file():
-            return None
-        try:
-            cfg = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{path}: not readable JSON ({e})") from None
-        if not isinstance(cfg, dict):
-            raise CheckpointError(f"{path}: not a JSON object")
-        src = cfg.get("chat_template")
-        if isinstance(src, list):  # [{"name": ..., "template": ...}]
-            named = {t.get("name"): t.get("template") for t in src if isinstance(t, dict)}
-            src = named.get("default")
+    def from_dir(cls, root: Path) -> ChatTemplate | None:
+        """The chat template of the checkpoint in `root` (None: it has none), where
+        transformers puts it: `chat_template.jinja` (since 4.52), else tokenizer_config.json's
+        `chat_template`, else `chat_template.json`'s (a processor's); the bos and eos tokens
+        from tokenizer_config.json. CheckpointError naming a file that is not what it
+        should be."""
+        root = Path(root)
+        cfg = _json_object(root / "tokenizer_config.json")
+        jinja = root / "chat_template.jinja"
+        if jinja.is_file():
+            try:
+                src = jinja.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise CheckpointError(f"{jinja}: not readable text ({e})") from None
+        else:
+            src = _template(cfg, root / "tokenizer_config.json")
+            if src is None:
+                src = _template(_json_object(root / "chat_template.json"),
+                                root / "chat_template.json")
         if src is None:
             return None
-        if not isinstance(src, str):
-            raise CheckpointError(f"{path}: chat_template must be a string")
 
         def token(name: str) -> str:
-            v = cfg.get(name) or ""
+            v = (cfg or {}).get(name) or ""
             return v.get("content", "") if isinstance(v, dict) else str(v)
 
         return cls(src, token("bos_token"), token("eos_token"))

@@ -76,7 +76,11 @@ def test_bad_completion_fields_are_refused_by_name(body, param):
      "response_format"),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
       "max_completion_tokens": 3}, "max_completion_tokens"),
-    ({"messages": [{"role": "user", "content": "x"}], "prompt": "x"}, "prompt")])
+    ({"messages": [{"role": "user", "content": "x"}], "prompt": "x"}, "prompt"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "narrator", "content": "y"}]},
+     "messages[1].role"),
+    ({"messages": [{"role": "developer", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}, "ignore_eos")])
 def test_bad_chat_fields_are_refused_by_name(body, param):
     assert _refused(body, chat=True).param == param
 
@@ -113,3 +117,23 @@ def test_a_streamed_chunk_line_is_the_chunk_as_json(chat):
                       ("[2]", [2])]:
         want = protocol.chunk(g, "cmpl-7", model, 1700000000, text, ids, None)
         assert line(text, ids) == f"data: {json.dumps(want, ensure_ascii=False)}\n\n"
+
+
+def test_the_models_sampling_defaults_fill_what_a_request_leaves_out():
+    # generation_config.json's temperature, top_p and top_k (ModelInfo.sampling)
+    model = {"temperature": 0.6, "top_p": 0.9, "top_k": 20}
+    g = parse({"prompt": "x"}, False, "m", model)
+    assert (g.temperature, g.top_p, g.top_k) == (0.6, 0.9, 20)
+    g = parse({"prompt": "x", "temperature": 0, "top_p": 1, "top_k": -1}, False, "m", model)
+    assert (g.temperature, g.top_p, g.top_k) == (0.0, 1.0, 0)  # the request's own win
+    g = parse({"prompt": "x", "top_k": 0}, False, "m", model)
+    assert g.top_k == 0
+    assert parse({"prompt": "x"}, False, "m", {"top_p": 0.5}).temperature == 1.0
+
+
+def test_ignore_eos_and_the_roles_templates_know():
+    assert not parse({"prompt": "x"}, False, "m").ignore_eos
+    assert parse({"prompt": "x", "ignore_eos": True}, False, "m").ignore_eos
+    msgs = [{"role": r, "content": "c"} for r in protocol.ROLES]
+    assert [m["role"] for m in parse({"messages": msgs}, True, "m").messages] == \
+        list(protocol.ROLES)

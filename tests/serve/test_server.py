@@ -88,7 +88,7 @@ class Served:
 def served(checkpoint):
     root, tensors = checkpoint
     s = Served(tensors, Tokenizer(root / "tokenizer.json"),
-               ChatTemplate.from_config(root / "tokenizer_config.json"))
+               ChatTemplate.from_dir(root))
     yield s
     s.close()
 
@@ -752,3 +752,32 @@ def test_a_stream_ends_quietly_when_its_client_goes_and_closes_its_events():
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
     assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n", b"data: 2\n\n", b""]
     assert sent[-1]["more_body"] is False and closed == [True] and err is None
+
+
+def test_a_checkpoint_as_transformers_5_writes_it(tmp_path, checkpoint):
+    # the chat template in chat_template.jinja (not in tokenizer_config.json), sampling
+    # defaults and more eos ids in generation_config.json; ignore_eos leaves the eos ids out
+    import shutil
+
+    from rawgraph.serve import protocol
+    from rawgraph.serve.app import _request
+    from rawgraph.serve.engine import model_info
+
+    root = tmp_path / "hf5"
+    shutil.copytree(checkpoint[0], root)
+    (root / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>",
+                                                            "eos_token": "</s>"}))
+    (root / "chat_template.jinja").write_text(TEMPLATE)
+    (root / "generation_config.json").write_text(json.dumps({
+        "eos_token_id": [2, 7], "temperature": 0.0, "top_k": 5, "repetition_penalty": 1.1}))
+    info = model_info(_serve_args(root))
+    assert info.template is not None and info.eos == (2, 7)  # config.json's 2, then 7
+    assert info.sampling == {"temperature": 0.0, "top_k": 5}
+    assert info.unapplied == ("repetition_penalty=1.1",)
+    g = protocol.parse({"messages": [{"role": "user", "content": "w5"}]}, True, "m",
+                       info.sampling)
+    req = _request(g, info)
+    assert req.prompt[0] == 1 and req.sampling.temperature == 0.0 and req.sampling.top_k == 5
+    assert set(info.eos) <= set(req.stop)
+    g = protocol.parse({"prompt": [5, 6], "ignore_eos": True}, False, "m", info.sampling)
+    assert not set(info.eos) & set(_request(g, info).stop)

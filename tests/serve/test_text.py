@@ -108,19 +108,44 @@ def test_chat_template_from_tokenizer_config(tmp_path):
     import json
 
     cfg = tmp_path / "tokenizer_config.json"
-    assert ChatTemplate.from_config(cfg) is None
+    assert ChatTemplate.from_dir(tmp_path) is None
     cfg.write_text(json.dumps({"chat_template": [{"name": "default", "template": TEMPLATE}],
                                "bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
-    t = ChatTemplate.from_config(cfg)
+    t = ChatTemplate.from_dir(tmp_path)
     assert t.bos_token == "<s>" and t.eos_token == "</s>"
     cfg.write_text(json.dumps({"bos_token": "<s>"}))
-    assert ChatTemplate.from_config(cfg) is None
+    assert ChatTemplate.from_dir(tmp_path) is None
     cfg.write_text("{broken")
-    with pytest.raises(CheckpointError, match="not readable JSON"):
-        ChatTemplate.from_config(cfg)
+    with pytest.raises(CheckpointError, match=r"tokenizer_config\.json: not readable JSON"):
+        ChatTemplate.from_dir(tmp_path)
     cfg.write_text(json.dumps({"chat_template": "{% for %}"}))
     with pytest.raises(CheckpointError, match="does not compile"):
-        ChatTemplate.from_config(cfg)
+        ChatTemplate.from_dir(tmp_path)
+    cfg.write_text(json.dumps({"chat_template": 7}))
+    with pytest.raises(CheckpointError, match="chat_template must be a string"):
+        ChatTemplate.from_dir(tmp_path)
+
+
+def test_chat_template_where_transformers_5_writes_it(tmp_path):
+    # transformers >= 4.52 writes chat_template.jinja and leaves it out of
+    # tokenizer_config.json; processors wrote chat_template.json. The .jinja file wins.
+    import json
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>",
+                                                                "eos_token": "</s>"}))
+    (tmp_path / "chat_template.json").write_text(json.dumps({"chat_template": "json:"
+                                                             "{{ messages[0].content }}"}))
+    assert ChatTemplate.from_dir(tmp_path).render([{"role": "user", "content": "a"}]) == "json:a"
+    (tmp_path / "chat_template.jinja").write_text(TEMPLATE)
+    t = ChatTemplate.from_dir(tmp_path)
+    assert (t.bos_token, t.eos_token) == ("<s>", "</s>")
+    assert t.render([{"role": "user", "content": "hi"}]) == \
+        ChatTemplate(TEMPLATE, "<s>", "</s>").render([{"role": "user", "content": "hi"}])
+    (tmp_path / "tokenizer_config.json").unlink()  # no special tokens named: empty
+    assert ChatTemplate.from_dir(tmp_path).bos_token == ""
+    (tmp_path / "chat_template.jinja").write_bytes(b"\xff\xfe{{")
+    with pytest.raises(CheckpointError, match=r"chat_template\.jinja: not readable text"):
+        ChatTemplate.from_dir(tmp_path)
 
 
 def test_chat_template_matches_transformers(tmp_path):

@@ -1,0 +1,71 @@
+"""generation_config.json: a checkpoint's default sampling parameters and end-of-sequence
+ids, as transformers writes them (only the fields that differ from its defaults). A server
+applies them to requests that do not set their own, as vLLM does."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rawgraph.model.hfconfig import eos_ids
+from rawgraph.model.safetensors import CheckpointError
+
+FILE = "generation_config.json"
+# fields that change what is sampled and are not applied yet: named at the server's start
+_UNAPPLIED = {"repetition_penalty": 1.0, "min_p": 0.0, "no_repeat_ngram_size": 0,
+              "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """The defaults a checkpoint asks for (None: not set, the server's own default)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    eos: tuple[int, ...] = ()
+    unapplied: tuple[str, ...] = ()  # "name=value" of the fields set that are not applied
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling defaults that are set: temperature, top_p, top_k."""
+        return {k: v for k in ("temperature", "top_p", "top_k")
+                if (v := getattr(self, k)) is not None}
+
+
+def _number(cfg: dict, name: str, low: float, high: float, where: str) -> float | None:
+    v = cfg.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or not low <= v <= high:
+        raise CheckpointError(f"{where}: {name} must be a number in [{low}, {high}], got {v!r}")
+    return float(v)
+
+
+def read(root: Path) -> GenerationConfig:
+    """The generation config of the checkpoint in `root` (none set when the file is absent);
+    CheckpointError naming the file and the field for a value that is not what it should
+    be."""
+    path = Path(root) / FILE
+    if not path.is_file():
+        return GenerationConfig()
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    top_k = cfg.get("top_k")
+    if top_k is not None and (type(top_k) is not int or top_k < 0):
+        raise CheckpointError(f"{path}: top_k must be an integer >= 0, got {top_k!r}")
+    try:
+        eos = eos_ids(cfg)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    unapplied = tuple(f"{k}={cfg[k]}" for k, neutral in _UNAPPLIED.items()
+                      if cfg.get(k) is not None and cfg[k] != neutral)
+    return GenerationConfig(_number(cfg, "temperature", 0.0, math.inf, str(path)),
+                            _number(cfg, "top_p", 0.0, 1.0, str(path)), top_k, eos, unapplied)
