@@ -56,7 +56,9 @@ def _error(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
-def _prompt_ids(g: Generation, info: ModelInfo) -> list[int]:
+def _prompt_ids(g: Generation, info: ModelInfo) -> list[list[int]]:
+    """The token ids of each prompt (a chat request's one: its messages through the
+    template)."""
     tok = info.tokenizer
     if g.chat:
         if info.template is None or tok is None:
@@ -67,44 +69,48 @@ def _prompt_ids(g: Generation, info: ModelInfo) -> list[int]:
             text = info.template.render(g.messages)
         except ValueError as e:
             raise APIError(400, str(e), "messages") from None
-        return tok.encode(text, special=False)  # the template wrote the special tokens
-    if isinstance(g.prompt, str):
-        if tok is None:
-            raise APIError(400, f"model {info.model_id!r} has no tokenizer.json; send the "
-                           f"prompt as token ids", "prompt")
-        return tok.encode(g.prompt)
-    return g.prompt
+        return [tok.encode(text, special=False)]  # the template wrote the special tokens
+    if tok is None and any(isinstance(p, str) for p in g.prompts):
+        raise APIError(400, f"model {info.model_id!r} has no tokenizer.json; send the "
+                       f"prompt as token ids", "prompt")
+    return [tok.encode(p) if isinstance(p, str) else p for p in g.prompts]
 
 
-def _request(g: Generation, info: ModelInfo) -> Request:
-    """The engine request for a checked generation; APIError for a prompt or length the
-    model cannot take."""
-    ids = _prompt_ids(g, info)
-    if not ids:
-        raise APIError(400, "the prompt encodes to no tokens", "prompt")
-    bad = max(ids)
-    if bad >= info.vocab:
-        raise APIError(400, f"token id {bad} is outside the vocabulary [0, {info.vocab})",
-                       "prompt")
-    room = info.max_context - len(ids)
-    if room < 1:
-        raise APIError(400, f"the prompt is {len(ids)} tokens; this server's context holds "
-                       f"{info.max_context} (prompt and output)",
-                       "messages" if g.chat else "prompt")
-    if g.max_tokens is not None and g.max_tokens > room:
-        raise APIError(400, f"max_tokens = {g.max_tokens}: the prompt's {len(ids)} tokens "
-                       f"leave room for {room} in the context of {info.max_context}",
-                       "max_tokens")
+def _requests(g: Generation, info: ModelInfo) -> list[Request]:
+    """The engine requests of a checked generation, one per choice (each prompt's n in
+    turn: choice i * n + j is prompt i's sample j, seeded `seed + j` when the request gives
+    a seed); APIError for a prompt or length the model cannot take, before any is made."""
+    param = "messages" if g.chat else "prompt"
+    prompts = _prompt_ids(g, info)
+    for ids in prompts:
+        if not ids:
+            raise APIError(400, "the prompt encodes to no tokens", param)
+        bad = max(ids)
+        if bad >= info.vocab:
+            raise APIError(400, f"token id {bad} is outside the vocabulary [0, {info.vocab})",
+                           param)
+        room = info.max_context - len(ids)
+        if room < 1:
+            raise APIError(400, f"the prompt is {len(ids)} tokens; this server's context "
+                           f"holds {info.max_context} (prompt and output)", param)
+        if g.max_tokens is not None and g.max_tokens > room:
+            raise APIError(400, f"max_tokens = {g.max_tokens}: the prompt's {len(ids)} tokens "
+                           f"leave room for {room} in the context of {info.max_context}",
+                           "max_tokens")
     if any(t >= info.vocab for t in g.stop_ids):
         raise APIError(400, f"stop token ids must be < {info.vocab}", "stop")
     if g.stop and info.tokenizer is None:
         raise APIError(400, f"model {info.model_id!r} has no tokenizer.json, so no text to "
                        f"find stop strings in; give stop token ids", "stop")
     temperature = 0.0 if g.temperature <= GREEDY_TEMPERATURE else g.temperature
-    seed = protocol.random_seed() if g.seed is None else g.seed
-    sampling = SamplingParams(temperature, g.top_k, g.top_p, seed)
-    return Request(ids, g.max_tokens or room, sampling,
-                   [*g.stop_ids, *(() if g.ignore_eos else info.eos)])
+    stop = [*g.stop_ids, *(() if g.ignore_eos else info.eos)]
+    out = []
+    for ids in prompts:
+        for j in range(g.n):
+            seed = protocol.random_seed() if g.seed is None else (g.seed + j) % 2**64
+            out.append(Request(ids, g.max_tokens or info.max_context - len(ids),
+                               SamplingParams(temperature, g.top_k, g.top_p, seed), stop))
+    return out
 
 
 class _Relay:
@@ -248,38 +254,68 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise APIError(400, "the request body is not valid JSON") from None
             g = protocol.parse(body, chat, info.model_id, info.sampling)
-            job = Job(_request(g, info), asyncio.get_running_loop())
-            worker.submit(job)
-            try:
-                event = await job.events.get()
-            except asyncio.CancelledError:  # the client left before the engine took it
-                worker.abort(job)
-                raise
-            if event[0] == "error":
-                raise event[1]
+            jobs = await _submit(_requests(g, info))
         except APIError as e:
             return _error(e)
-        relay = _Relay(g, job, info, worker, http, timeout_s)
+        relays = [_Relay(g, job, info, worker, http, timeout_s) for job in jobs]
         rid = protocol.new_id(chat)
         if g.stream:
-            return _EventStream(_stream(relay, rid))
-        return await _whole(relay, rid)
+            return _EventStream(_stream(relays[0], rid) if len(relays) == 1
+                                else _stream_many(relays, rid))
+        return await _whole(relays, rid)
 
-    async def _whole(relay: _Relay, rid: str) -> Response:
+    async def _submit(requests: list[Request]) -> list[Job]:
+        """Queue a request's choices and wait until the engine took them all; if one is
+        refused, the others are aborted and the refusal raised."""
+        loop, jobs = asyncio.get_running_loop(), []
+        try:
+            for r in requests:
+                job = Job(r, loop)
+                worker.submit(job)
+                jobs.append(job)
+            for job in jobs:
+                event = await job.events.get()
+                if event[0] == "error":
+                    raise event[1]
+        except BaseException:  # a refusal, or the client left before the engine took them
+            for job in jobs:
+                worker.abort(job)
+            raise
+        return jobs
+
+    async def _collect(relay: _Relay) -> str:
+        """A relay's whole text (its job aborted if the relay ends early)."""
         text = []
         try:
             while (piece := await relay.next()) is not None:
                 text.append(piece[0])
-        except APIError as e:
-            return _error(e)
         finally:
             relay.close()
             if relay.finish is None:
                 worker.abort(relay.job)
-        text.append(relay.rest())
-        return JSONResponse(protocol.response(
-            relay.g, rid, info.model_id, "".join(text), relay.ids, relay.finish,
-            len(relay.job.request.prompt), relay.generated))
+        return "".join(text) + relay.rest()
+
+    def _usage(relays: list[_Relay]) -> tuple[int, int]:
+        """(prompt tokens, each prompt once: the first of its n choices; completion tokens,
+        every choice's)."""
+        prompts = relays[::relays[0].g.n]
+        return (sum(len(r.job.request.prompt) for r in prompts),
+                sum(r.generated for r in relays))
+
+    async def _whole(relays: list[_Relay], rid: str) -> Response:
+        try:
+            texts = await asyncio.gather(*map(_collect, relays))
+        except APIError as e:
+            for r in relays:
+                r.close()
+                if r.finish is None:
+                    worker.abort(r.job)
+            return _error(e)
+        g = relays[0].g
+        choices = [protocol.choice(g, i, t, r.ids, r.finish)
+                   for i, (t, r) in enumerate(zip(texts, relays))]
+        return JSONResponse(protocol.response(g, rid, info.model_id, choices,
+                                              *_usage(relays)))
 
     async def _stream(relay: _Relay, rid: str) -> AsyncGenerator[str, None]:
         g, created = relay.g, int(time.time())
@@ -305,12 +341,63 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                                      relay.finish))
             if g.include_usage:
                 yield sse(protocol.usage_chunk(g, rid, info.model_id, created,
-                                               len(relay.job.request.prompt), relay.generated))
+                                               *_usage([relay])))
             yield "data: [DONE]\n\n"
         finally:  # the client went away (the stream was cancelled) or the stream ended
             relay.close()
             if relay.finish is None:
                 worker.abort(relay.job)
+
+    async def _stream_many(relays: list[_Relay], rid: str) -> AsyncGenerator[str, None]:
+        """The stream of several choices: each one's chunks (its index) as they come."""
+        g, created = relays[0].g, int(time.time())
+        merged: asyncio.Queue = asyncio.Queue()
+
+        def sse(obj: dict) -> str:
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        async def pump(i: int, relay: _Relay) -> None:
+            try:
+                while (piece := await relay.next()) is not None:
+                    merged.put_nowait((i, piece))
+                merged.put_nowait((i, None))
+            except APIError as e:
+                merged.put_nowait((i, e))
+
+        tasks = [asyncio.get_running_loop().create_task(pump(i, r))
+                 for i, r in enumerate(relays)]
+        try:
+            if g.chat:
+                for i in range(len(relays)):
+                    yield sse(protocol.chunk(g, rid, info.model_id, created, None, [], None,
+                                             True, i))
+            for _ in relays:
+                while True:
+                    i, piece = await merged.get()
+                    if isinstance(piece, APIError):
+                        yield sse(piece.body())
+                        yield "data: [DONE]\n\n"
+                        return
+                    if piece is None:
+                        r = relays[i]
+                        yield sse(protocol.chunk(g, rid, info.model_id, created,
+                                                 r.rest() or None, [], r.finish, index=i))
+                        break
+                    text, ids = piece
+                    if text or (ids and not g.chat):
+                        yield sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
+                                                 None, index=i))
+            if g.include_usage:
+                yield sse(protocol.usage_chunk(g, rid, info.model_id, created,
+                                               *_usage(relays)))
+            yield "data: [DONE]\n\n"
+        finally:  # the client went away (the stream was cancelled) or the stream ended
+            for task in tasks:
+                task.cancel()
+            for r in relays:
+                r.close()
+                if r.finish is None:
+                    worker.abort(r.job)
 
     async def completions(http: HTTPRequest) -> Response | _EventStream:
         return await generate(http, chat=False)

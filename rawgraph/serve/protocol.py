@@ -1,8 +1,8 @@
 """The OpenAI HTTP protocol: request bodies checked field by field into a `Generation`, and
 the response, chunk and error objects.
 
-Every field OpenAI defines is either honoured or refused by name (`n > 1`, `logprobs`,
-penalties, tools, ...): a client never gets a silent approximation. Extensions, as vLLM
+Every field OpenAI defines is either honoured or refused by name (`logprobs`, penalties,
+tools, ...): a client never gets a silent approximation. Extensions, as vLLM
 spells them: `top_k`, `stop_token_ids`, `ignore_eos`, prompts as token ids, and `token_ids`
 in each completion choice. Sampling fields a request leaves out take the model's defaults
 (its generation_config.json), then OpenAI's.
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_STOP = 16  # stop strings per request
+MAX_CHOICES = 64  # choices per request: prompts x n
 
 
 class APIError(Exception):
@@ -47,8 +48,9 @@ class Generation:
     when to stop, how to answer."""
 
     chat: bool
-    prompt: str | list[int] | None = None      # completions
+    prompts: list[str | list[int]] = field(default_factory=list)  # completions: one or more
     messages: list[dict[str, str]] | None = None  # chat
+    n: int = 1                                 # choices per prompt
     max_tokens: int | None = None              # None: up to the context
     temperature: float = 1.0
     top_p: float = 1.0
@@ -68,11 +70,11 @@ _COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop
 _COMPLETION = _COMMON | {"prompt", "echo", "suffix"}
 _CHAT = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                    "response_format", "parallel_tool_calls", "stream_options"}
-_NEUTRAL = {"n": (1,), "best_of": (1,), "logprobs": (None, False), "top_logprobs": (None, 0),
+_NEUTRAL = {"best_of": (1,), "logprobs": (None, False), "top_logprobs": (None, 0),
             "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "echo": (False,),
             "suffix": (None, ""), "logit_bias": (None,), "tools": (None,),
             "tool_choice": (None, "none"), "parallel_tool_calls": (None,)}
-_WHY = {"n": "one choice per request", "best_of": "one choice per request",
+_WHY = {"best_of": "no server-side choice among samples",
         "logprobs": "log probabilities are not computed", "top_logprobs":
         "log probabilities are not computed", "presence_penalty": "penalties are not applied",
         "frequency_penalty": "penalties are not applied", "echo": "the prompt is not echoed",
@@ -196,9 +198,13 @@ def parse(body: Any, chat: bool, model_id: str,
             raise _bad("max_completion_tokens", "give max_tokens or max_completion_tokens")
         g.max_tokens = _int(body, "max_completion_tokens", 1) or _int(body, "max_tokens", 1)
     else:
-        g.prompt = _prompt(body.get("prompt"))
+        g.prompts = _prompts(body.get("prompt"))
         g.max_tokens = _int(body, "max_tokens", 1)
         g.max_tokens = 16 if g.max_tokens is None else g.max_tokens  # OpenAI's default
+    g.n = _int(body, "n", 1, MAX_CHOICES) or 1
+    if max(1, len(g.prompts)) * g.n > MAX_CHOICES:
+        raise _bad("n", f"{len(g.prompts)} prompts x n = {g.n} choices: at most "
+                   f"{MAX_CHOICES} a request")
     g.temperature = _float(body, "temperature", 0.0, 2.0, defaults.get("temperature", 1.0))
     g.top_p = _float(body, "top_p", 1e-9, 1.0, defaults.get("top_p", 1.0))
     top_k = _int(body, "top_k", -1, 2**31 - 1)
@@ -225,18 +231,22 @@ def parse(body: Any, chat: bool, model_id: str,
     return g
 
 
-def _prompt(v: Any) -> str | list[int]:
-    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, list)):
-        v = v[0]  # a batch of one
+def _prompts(v: Any) -> list[str | list[int]]:
+    """The prompts of a completions request: a string, a list of token ids, or a list of
+    either (one choice each, OpenAI's batch)."""
+    if isinstance(v, list) and v and all(isinstance(p, (str, list)) for p in v):
+        return [_prompt(p, f"prompt[{i}]") for i, p in enumerate(v)]
+    return [_prompt(v, "prompt")]
+
+
+def _prompt(v: Any, name: str) -> str | list[int]:
     if isinstance(v, str):
         if not v:
-            raise _bad("prompt", "must not be empty")
+            raise _bad(name, "must not be empty")
         return v
-    if isinstance(v, list) and v and all(isinstance(p, (str, list)) for p in v):
-        raise _bad("prompt", "one prompt per request (a batch of prompts is not supported)")
     if isinstance(v, list):
-        return _token_ids(v, "prompt")
-    raise _bad("prompt", f"a string or a list of token ids, got {type(v).__name__}")
+        return _token_ids(v, name)
+    raise _bad(name, f"a string or a list of token ids, got {type(v).__name__}")
 
 
 def new_id(chat: bool) -> str:
@@ -255,41 +265,47 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
             "total_tokens": prompt + completion}
 
 
-def response(g: Generation, rid: str, model: str, text: str, ids: list[int],
-             finish: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    """A whole (non-streamed) completion or chat completion."""
+def choice(g: Generation, index: int, text: str, ids: list[int],
+           finish: str | None) -> dict[str, Any]:
+    """One choice of a whole response."""
     if g.chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                  "logprobs": None, "finish_reason": finish}
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-                  "token_ids": ids}
+        return {"index": index, "message": {"role": "assistant", "content": text},
+                "logprobs": None, "finish_reason": finish}
+    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish,
+            "token_ids": ids}
+
+
+def response(g: Generation, rid: str, model: str, choices: list[dict[str, Any]],
+             prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """A whole (non-streamed) completion or chat completion of `choices` (`choice(...)`)."""
     return {"id": rid, "object": "chat.completion" if g.chat else "text_completion",
-            "created": int(time.time()), "model": model, "choices": [choice],
+            "created": int(time.time()), "model": model, "choices": choices,
             "usage": usage(prompt_tokens, completion_tokens)}
 
 
 def chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
-          ids: list[int], finish: str | None, role: bool = False) -> dict[str, Any]:
-    """One streamed chunk: new text (and token ids), or the final one with the finish
-    reason; `role`: the chat stream's first chunk, which names the assistant."""
+          ids: list[int], finish: str | None, role: bool = False,
+          index: int = 0) -> dict[str, Any]:
+    """One streamed chunk of choice `index`: new text (and token ids), or the final one with
+    the finish reason; `role`: a chat choice's first chunk, which names the assistant."""
     if g.chat:
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else \
             ({} if text is None else {"content": text})
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
         kind = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish,
-                  "token_ids": ids}
+        choice = {"index": index, "text": text or "", "logprobs": None,
+                  "finish_reason": finish, "token_ids": ids}
         kind = "text_completion"
     return {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice]}
 
 
 def chunk_line(g: Generation, rid: str, model: str, created: int
                ) -> Callable[[str, list[int]], str]:
-    """line(text, ids): the server-sent event of a streamed chunk with new text and token ids
-    (`chunk(...)` as JSON, `data: ` before it, a blank line after), the parts that stay the
-    same over the stream rendered once: a token then costs the encoding of its own text."""
+    """line(text, ids): the server-sent event of a streamed chunk of choice 0 with new text
+    and token ids (`chunk(...)` as JSON, `data: ` before it, a blank line after), the parts
+    that stay the same over the stream rendered once: a token then costs the encoding of
+    its own text."""
     mark, mark_id = "\ue000", 2**62 + 17  # values no chunk holds, found and cut out below
     line = f"data: {json.dumps(chunk(g, rid, model, created, mark, [mark_id], None), ensure_ascii=False)}\n\n"  # noqa: E501
     # (the last occurrences: a model name could hold the marks, the choice comes after it)

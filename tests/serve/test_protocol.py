@@ -16,12 +16,12 @@ def _refused(body, chat=False, status=400):
 
 def test_a_completion_body_is_read_with_openai_defaults():
     g = parse({"model": "m", "prompt": "hello"}, False, "m")
-    assert (g.prompt, g.max_tokens, g.temperature, g.top_p, g.top_k, g.seed) == \
-        ("hello", 16, 1.0, 1.0, 0, None)
+    assert (g.prompts, g.n, g.max_tokens, g.temperature, g.top_p, g.top_k, g.seed) == \
+        (["hello"], 1, 16, 1.0, 1.0, 0, None)
     g = parse({"prompt": [[1, 2, 3]], "max_tokens": 5, "temperature": 0, "top_k": -1,
                "seed": 7, "stop": ["\n", 9], "stop_token_ids": [4], "stream": True,
                "stream_options": {"include_usage": True}}, False, "m")
-    assert g.prompt == [1, 2, 3] and g.max_tokens == 5 and g.temperature == 0.0
+    assert g.prompts == [[1, 2, 3]] and g.max_tokens == 5 and g.temperature == 0.0
     assert g.top_k == 0 and g.seed == 7 and g.stop == ["\n"] and g.stop_ids == [9, 4]
     assert g.stream and g.include_usage
 
@@ -35,7 +35,9 @@ def test_a_chat_body_takes_text_parts_and_either_token_limit():
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"prompt": "x", "n": 2}, "n"), ({"prompt": "x", "logprobs": 1}, "logprobs"),
+    ({"prompt": "x", "n": 0}, "n"), ({"prompt": "x", "n": 65}, "n"),
+    ({"prompt": ["a"] * 9, "n": 8}, "n"), ({"prompt": "x", "n": 1.5}, "n"),
+    ({"prompt": "x", "logprobs": 1}, "logprobs"),
     ({"prompt": "x", "echo": True}, "echo"), ({"prompt": "x", "best_of": 3}, "best_of"),
     ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
     ({"prompt": "x", "frequency_penalty": -1}, "frequency_penalty"),
@@ -55,11 +57,12 @@ def test_a_chat_body_takes_text_parts_and_either_token_limit():
     ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": ""}, "prompt"), ({"prompt": []}, "prompt"), ({"prompt": [1.5]}, "prompt"),
     ({"prompt": [True]}, "prompt"), ({"prompt": [1, 2, True]}, "prompt"),
-    ({"prompt": [1, 2, -1]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({}, "prompt"),
+    ({"prompt": [1, 2, -1]}, "prompt"), ({"prompt": ["a", ""]}, "prompt[1]"),
+    ({"prompt": ["a", [1, -2]]}, "prompt[1]"), ({"prompt": ["a", 5]}, "prompt"), ({}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt")])
 def test_bad_completion_fields_are_refused_by_name(body, param):
     e = _refused(body)
-    assert e.param == param and e.message.startswith(param)
+    assert e.param == param and e.message.startswith(param + ":")
     assert e.body()["error"]["param"] == param and e.body()["error"]["type"]
 
 
@@ -92,9 +95,12 @@ def test_another_model_is_404_and_a_non_object_is_400():
 
 def test_response_and_chunk_shapes():
     g = parse({"prompt": [1]}, False, "m")
-    r = protocol.response(g, "cmpl-1", "m", "hi", [5, 6], "stop", 1, 2)
+    r = protocol.response(g, "cmpl-1", "m", [protocol.choice(g, 0, "hi", [5, 6], "stop"),
+                                             protocol.choice(g, 1, "yo", [7], "length")], 1, 3)
     assert r["object"] == "text_completion" and r["choices"][0]["text"] == "hi"
-    assert r["choices"][0]["token_ids"] == [5, 6] and r["usage"]["total_tokens"] == 3
+    assert r["choices"][0]["token_ids"] == [5, 6] and r["usage"]["total_tokens"] == 4
+    assert [c["index"] for c in r["choices"]] == [0, 1]
+    assert protocol.chunk(g, "id", "m", 0, "a", [3], None, index=5)["choices"][0]["index"] == 5
     c = parse({"messages": [{"role": "user", "content": "x"}], "stream": True}, True, "m")
     first = protocol.chunk(c, "id", "m", 0, None, [], None, role=True)
     assert first["object"] == "chat.completion.chunk"
@@ -137,3 +143,11 @@ def test_ignore_eos_and_the_roles_templates_know():
     msgs = [{"role": r, "content": "c"} for r in protocol.ROLES]
     assert [m["role"] for m in parse({"messages": msgs}, True, "m").messages] == \
         list(protocol.ROLES)
+
+
+def test_a_batch_of_prompts_and_n_choices_each():
+    g = parse({"prompt": ["a b", [3, 4], "c"], "n": 2}, False, "m")
+    assert g.prompts == ["a b", [3, 4], "c"] and g.n == 2
+    assert parse({"prompt": [[5, 6]]}, False, "m").prompts == [[5, 6]]  # a batch of one
+    g = parse({"messages": [{"role": "user", "content": "x"}], "n": 3}, True, "m")
+    assert g.n == 3 and g.prompts == []

@@ -221,7 +221,8 @@ def _wait(cond, timeout=10.0):
     ({"prompt": [5], "max_tokens": CONTEXT}, 400, "max_tokens"),
     ({"prompt": [CFG.vocab]}, 400, "prompt"),
     ({"prompt": [5], "stop_token_ids": [CFG.vocab]}, 400, "stop"),
-    ({"prompt": [5], "n": 3}, 400, "n"),
+    ({"prompt": [5], "n": 65}, 400, "n"),
+    ({"prompt": [[5], [CFG.vocab]]}, 400, "prompt"),
     ({"prompt": [5], "model": "gpt-4"}, 404, "model"),
     ({"prompt": [5], "unknown": 1}, 400, "unknown")])
 def test_refusals_are_openai_errors_and_the_server_goes_on(served, body, status, param):
@@ -760,7 +761,7 @@ def test_a_checkpoint_as_transformers_5_writes_it(tmp_path, checkpoint):
     import shutil
 
     from rawgraph.serve import protocol
-    from rawgraph.serve.app import _request
+    from rawgraph.serve.app import _requests
     from rawgraph.serve.engine import model_info
 
     root = tmp_path / "hf5"
@@ -776,8 +777,75 @@ def test_a_checkpoint_as_transformers_5_writes_it(tmp_path, checkpoint):
     assert info.unapplied == ("repetition_penalty=1.1",)
     g = protocol.parse({"messages": [{"role": "user", "content": "w5"}]}, True, "m",
                        info.sampling)
-    req = _request(g, info)
+    req, = _requests(g, info)
     assert req.prompt[0] == 1 and req.sampling.temperature == 0.0 and req.sampling.top_k == 5
     assert set(info.eos) <= set(req.stop)
     g = protocol.parse({"prompt": [5, 6], "ignore_eos": True}, False, "m", info.sampling)
-    assert not set(info.eos) & set(_request(g, info).stop)
+    assert not set(info.eos) & set(_requests(g, info)[0].stop)
+
+
+def _whole_choices(served, route, body):
+    r = httpx.post(f"{served.url}/v1/{route}", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_batch_of_prompts_and_n_samples_each_are_choices_in_order(served):
+    # choice i * n + j is prompt i's sample j (seeded seed + j): each the engine's own tokens
+    prompts, n = [[5, 6, 7], list(range(10, 30)), [9]], 2
+    body = {"prompt": prompts, "n": n, "max_tokens": 6, "temperature": 0.9, "seed": 40}
+    whole = _whole_choices(served, "completions", body)
+    assert [c["index"] for c in whole["choices"]] == list(range(len(prompts) * n))
+    for i, p in enumerate(prompts):
+        for j in range(n):
+            alone = _whole_choices(served, "completions", {**body, "prompt": p, "n": 1,
+                                                          "seed": 40 + j})
+            assert whole["choices"][i * n + j]["token_ids"] == \
+                alone["choices"][0]["token_ids"]
+    assert whole["usage"]["prompt_tokens"] == sum(map(len, prompts))  # each prompt once
+    assert whole["usage"]["completion_tokens"] == sum(
+        len(c["token_ids"]) for c in whole["choices"])
+    # streamed: every choice's chunks (its index) add up to its whole text, one final chunk
+    with httpx.stream("POST", f"{served.url}/v1/completions", timeout=60,
+                      json={**body, "stream": True,
+                            "stream_options": {"include_usage": True}}) as r:
+        chunks = _events(r.iter_lines())
+    assert chunks[-1]["usage"] == whole["usage"]
+    for c in whole["choices"]:
+        mine = [k["choices"][0] for k in chunks[:-1] if k["choices"][0]["index"] == c["index"]]
+        assert [t for x in mine for t in x["token_ids"]] == c["token_ids"]
+        assert "".join(x["text"] for x in mine) == c["text"]
+        assert [x["finish_reason"] for x in mine][-1] == c["finish_reason"]
+        assert all(x["finish_reason"] is None for x in mine[:-1])
+
+
+def test_chat_with_n_choices_streams_each_from_its_role(served):
+    msgs = [{"role": "user", "content": "w5 w6 w7"}]
+    body = {"messages": msgs, "n": 3, "max_tokens": 5, "temperature": 0}
+    whole = _whole_choices(served, "chat/completions", body)
+    texts = [c["message"]["content"] for c in whole["choices"]]
+    assert len(texts) == 3 and len(set(texts)) == 1  # greedy: the same answer thrice
+    with httpx.stream("POST", f"{served.url}/v1/chat/completions", timeout=60,
+                      json={**body, "stream": True}) as r:
+        chunks = _events(r.iter_lines())
+    for i in range(3):
+        mine = [k["choices"][0] for k in chunks if k["choices"][0]["index"] == i]
+        assert mine[0]["delta"] == {"role": "assistant", "content": ""}
+        assert "".join(x["delta"].get("content", "") for x in mine) == texts[i]
+
+
+def test_a_refused_choice_queues_none_of_them(checkpoint):
+    # a queue with room for one: the second choice is refused (429) and the first aborted
+    s = Served(checkpoint[1], max_queue=1, start=False)
+    try:
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5], "n": 2,
+                                                        "max_tokens": 3})
+        assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
+        s.worker.start()
+        deadline = time.monotonic() + 10
+        while s.worker.load != (0, 0):
+            assert time.monotonic() < deadline, s.worker.load
+            time.sleep(0.01)
+        assert _used_blocks(s) == 0
+    finally:
+        s.close()
