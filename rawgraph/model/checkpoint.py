@@ -47,6 +47,17 @@ def _json(path: Path) -> Any:
         raise CheckpointError(f"{path}: not JSON ({e})") from None
 
 
+def json_object(path: Path) -> dict | None:
+    """A checkpoint's optional JSON file as an object (None: no such file); CheckpointError
+    naming the file if it cannot be read, is not JSON or is not an object."""
+    if not path.is_file():
+        return None
+    got = _json(path)
+    if not isinstance(got, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return got
+
+
 def _files(root: Path) -> dict[str, Path]:
     """tensor name -> file, from the index or the single file."""
     index = root / INDEX

@@ -4,12 +4,12 @@ applies them to requests that do not set their own, as vLLM does."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rawgraph.model.checkpoint import json_object
 from rawgraph.model.hfconfig import eos_ids
 from rawgraph.model.safetensors import CheckpointError
 
@@ -50,14 +50,9 @@ def read(root: Path) -> GenerationConfig:
     CheckpointError naming the file and the field for a value that is not what it should
     be."""
     path = Path(root) / FILE
-    if not path.is_file():
+    cfg = json_object(path)
+    if cfg is None:
         return GenerationConfig()
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{path}: not a JSON object")
     top_k = cfg.get("top_k")
     if top_k is not None and (type(top_k) is not int or top_k < 0):
         raise CheckpointError(f"{path}: top_k must be an integer >= 0, got {top_k!r}")

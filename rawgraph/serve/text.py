@@ -10,24 +10,12 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from rawgraph.model.checkpoint import json_object
 from rawgraph.model.safetensors import CheckpointError
 
 
 def _raise(message: str) -> None:
     raise ValueError(message)
-
-
-def _json_object(path: Path) -> dict | None:
-    """A JSON file's object (None: no such file); CheckpointError naming the file."""
-    if not path.is_file():
-        return None
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{path}: not a JSON object")
-    return cfg
 
 
 def _template(cfg: dict | None, path: Path) -> str | None:
@@ -76,7 +64,7 @@ class ChatTemplate:
         from tokenizer_config.json. CheckpointError naming a file that is not what it
         should be."""
         root = Path(root)
-        cfg = _json_object(root / "tokenizer_config.json")
+        cfg = json_object(root / "tokenizer_config.json")
         jinja = root / "chat_template.jinja"
         if jinja.is_file():
             try:
@@ -86,7 +74,7 @@ class ChatTemplate:
         else:
             src = _template(cfg, root / "tokenizer_config.json")
             if src is None:
-                src = _template(_json_object(root / "chat_template.json"),
+                src = _template(json_object(root / "chat_template.json"),
                                 root / "chat_template.json")
         if src is None:
             return None

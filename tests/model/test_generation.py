@@ -24,7 +24,7 @@ def test_the_defaults_and_eos_ids_a_checkpoint_sets(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "match"), [
-    ("{broken", "not readable JSON"), ("[1]", "not a JSON object"),
+    ("{broken", "not JSON"), ("[1]", "not a JSON object"),
     (json.dumps({"temperature": -1}), "temperature must be a number"),
     (json.dumps({"temperature": "warm"}), "temperature must be a number"),
     (json.dumps({"top_p": 1.5}), "top_p must be a number"),
