@@ -69,3 +69,19 @@ def test_concurrent_clients_get_their_own_tokens(server, want):
         assert ids == want[i], i
     text = httpx.get(f"{server}/metrics").text
     assert 'rawgraph_iterations_total{mode="graph"}' in text
+
+
+def test_openai_client_batch_of_prompts_and_n(server, want):
+    # a list of prompts, n = 2 each, greedy: choice 2i and 2i + 1 are prompt i's tokens
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="none")
+    r = client.completions.create(model="tiny", prompt=PROMPTS, n=2, max_tokens=24,
+                                  temperature=0)
+    assert sorted(c.index for c in r.choices) == list(range(2 * len(PROMPTS)))
+    for c in r.choices:
+        assert c.token_ids == want[c.index // 2], c.index
+    assert r.usage.prompt_tokens == sum(map(len, PROMPTS))
+    chunks = list(client.completions.create(model="tiny", prompt=PROMPTS[:2], n=2,
+                                            max_tokens=24, temperature=0, stream=True))
+    for i in range(4):
+        ids = [t for c in chunks for ch in c.choices if ch.index == i for t in ch.token_ids]
+        assert ids == want[i // 2], i
