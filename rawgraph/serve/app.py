@@ -52,6 +52,11 @@ class ModelInfo:
     unapplied: tuple[str, ...] = ()
 
 
+def _sse(obj: dict) -> str:
+    """One server-sent event of a JSON object."""
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
 def _error(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
@@ -303,14 +308,20 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                 sum(r.generated for r in relays))
 
     async def _whole(relays: list[_Relay], rid: str) -> Response:
-        try:
-            texts = await asyncio.gather(*map(_collect, relays))
-        except APIError as e:
-            for r in relays:
-                r.close()
-                if r.finish is None:
-                    worker.abort(r.job)
-            return _error(e)
+        tasks = [asyncio.ensure_future(_collect(r)) for r in relays]
+        try:  # the first failure ends the rest (each collect aborts its job as it ends)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        failed = next((t.exception() for t in tasks if not t.cancelled() and t.exception()),
+                      None)
+        if isinstance(failed, APIError):
+            return _error(failed)
+        if failed is not None:
+            raise failed
+        texts = [t.result() for t in tasks]
         g = relays[0].g
         choices = [protocol.choice(g, i, t, r.ids, r.finish)
                    for i, (t, r) in enumerate(zip(texts, relays))]
@@ -320,12 +331,9 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
     async def _stream(relay: _Relay, rid: str) -> AsyncGenerator[str, None]:
         g, created = relay.g, int(time.time())
 
-        def sse(obj: dict) -> str:
-            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
         try:
             if g.chat:
-                yield sse(protocol.chunk(g, rid, info.model_id, created, None, [], None, True))
+                yield _sse(protocol.chunk(g, rid, info.model_id, created, None, [], None, True))
             line = protocol.chunk_line(g, rid, info.model_id, created)
             try:
                 while (piece := await relay.next()) is not None:
@@ -333,14 +341,14 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                     if text or (ids and not g.chat):
                         yield line(text, ids)
             except APIError as e:
-                yield sse(e.body())
+                yield _sse(e.body())
                 yield "data: [DONE]\n\n"
                 return
             rest = relay.rest()
-            yield sse(protocol.chunk(g, rid, info.model_id, created, rest or None, [],
+            yield _sse(protocol.chunk(g, rid, info.model_id, created, rest or None, [],
                                      relay.finish))
             if g.include_usage:
-                yield sse(protocol.usage_chunk(g, rid, info.model_id, created,
+                yield _sse(protocol.usage_chunk(g, rid, info.model_id, created,
                                                *_usage([relay])))
             yield "data: [DONE]\n\n"
         finally:  # the client went away (the stream was cancelled) or the stream ended
@@ -353,15 +361,12 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
         g, created = relays[0].g, int(time.time())
         merged: asyncio.Queue = asyncio.Queue()
 
-        def sse(obj: dict) -> str:
-            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
         async def pump(i: int, relay: _Relay) -> None:
             try:
                 while (piece := await relay.next()) is not None:
                     merged.put_nowait((i, piece))
                 merged.put_nowait((i, None))
-            except APIError as e:
+            except Exception as e:  # handed to the stream, which ends with it
                 merged.put_nowait((i, e))
 
         tasks = [asyncio.get_running_loop().create_task(pump(i, r))
@@ -369,26 +374,28 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
         try:
             if g.chat:
                 for i in range(len(relays)):
-                    yield sse(protocol.chunk(g, rid, info.model_id, created, None, [], None,
+                    yield _sse(protocol.chunk(g, rid, info.model_id, created, None, [], None,
                                              True, i))
             for _ in relays:
                 while True:
                     i, piece = await merged.get()
                     if isinstance(piece, APIError):
-                        yield sse(piece.body())
+                        yield _sse(piece.body())
                         yield "data: [DONE]\n\n"
                         return
+                    if isinstance(piece, Exception):
+                        raise piece
                     if piece is None:
                         r = relays[i]
-                        yield sse(protocol.chunk(g, rid, info.model_id, created,
+                        yield _sse(protocol.chunk(g, rid, info.model_id, created,
                                                  r.rest() or None, [], r.finish, index=i))
                         break
                     text, ids = piece
                     if text or (ids and not g.chat):
-                        yield sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
+                        yield _sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
                                                  None, index=i))
             if g.include_usage:
-                yield sse(protocol.usage_chunk(g, rid, info.model_id, created,
+                yield _sse(protocol.usage_chunk(g, rid, info.model_id, created,
                                                *_usage(relays)))
             yield "data: [DONE]\n\n"
         finally:  # the client went away (the stream was cancelled) or the stream ended

@@ -626,12 +626,21 @@ def test_an_engine_that_keeps_failing_fails_its_requests_and_the_server_goes_on(
         r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 8},
                        timeout=30)
         assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+        # several choices, whole and streamed: the failure ends the request, all choices
+        r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [[5, 6], [7]], "n": 2,
+                                                         "max_tokens": 8}, timeout=30)
+        assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+        with httpx.stream("POST", f"{s.url}/v1/completions", timeout=30, json={
+                "prompt": [5, 6], "n": 3, "max_tokens": 8, "stream": True}) as st:
+            events = _events(st.iter_lines())
+        assert events[-1]["error"]["type"] == "server_error"
         broken["on"] = False
-        _wait(lambda: _used_blocks(s) == 0)
+        _wait(lambda: _used_blocks(s) == 0 and s.worker.load == (0, 0))
         r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 8,
                                                          "temperature": 0})
         assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) == 8
-        assert s.worker.metrics.step_failures >= 3 and s.worker.metrics.requests["failed"] == 1
+        m = s.worker.metrics
+        assert m.step_failures >= 3 and m.requests["failed"] == 8  # 1 + 4 + 3 choices
     finally:
         s.close()
 
