@@ -14,6 +14,11 @@ work runs again offline through `Engine.run`: every request the server took, tho
 clients left cut to the tokens they had received (the server prefilled their prompts and
 decoded those tokens too).
 
+The closed-loop rows (`CLOSED`; `--only closed` for those alone) hold the batch full
+instead: `Load.closed` clients, each sending its next request (256 prompt ids, 128 tokens)
+when its last ends, as many as the batch holds and twice that, and no faults; served against
+offline is then the server's own cost per iteration, which Poisson arrivals never show.
+
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the decode step at that batch (`max_batch` rows at the
 work's mean context, timed as `bench decode` times it, after the offline run; the offline
@@ -87,6 +92,10 @@ class Load:
     decode_chunk: int | None = None   # `rawgraph serve --decode-chunk` (and offline the same)
     http_processes: int = 1           # `rawgraph serve --http-processes`
     clients: int = CLIENT_PROCS       # client processes (the streams dealt among them)
+    # clients in a closed loop, each sending its next request when its last ends (0: Poisson
+    # arrivals at `rate`); with as many as the batch holds or more, the batch stays full,
+    # so served against offline is the server's own cost per iteration
+    closed: int = 0
 
     @property
     def max_queue(self) -> int:
@@ -123,7 +132,8 @@ class Plan:
 def plans(load: Load, vocab: int) -> list[Plan]:
     """The load's requests (seeded): the streams and the malformed ones."""
     rng = np.random.default_rng(load.seed)
-    at = np.cumsum(rng.exponential(1 / load.rate, load.requests))
+    at = np.zeros(load.requests) if load.closed else \
+        np.cumsum(rng.exponential(1 / load.rate, load.requests))
     out = []
     for i in range(load.requests):
         n = int(rng.integers(load.prompt[0], load.prompt[1] + 1))
@@ -193,16 +203,25 @@ async def _one(client: Any, url: str, p: Plan, load: Load, t0: float) -> dict[st
     return res
 
 
-def _clients(args: tuple[str, list[Plan], Load, float]) -> list[dict[str, Any]]:
-    """One client process: its share of the requests, each on its own stream."""
+def _clients(args: tuple[str, list[Plan], Load, float, int]) -> list[dict[str, Any]]:
+    """One client process: its share of the requests, each on its own stream at its time;
+    or (closed loop) in `loops` clients, each sending its next request when its last
+    ends."""
     import httpx
 
-    url, mine, load, t0 = args
+    url, mine, load, t0, loops = args
+
+    async def closed(client: Any, share: list[Plan]) -> list[dict[str, Any]]:
+        return [await _one(client, url, p, load, t0) for p in share]
 
     async def go() -> list[dict[str, Any]]:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
-            return await asyncio.gather(*(_one(client, url, p, load, t0) for p in mine))
+            if not load.closed:
+                return await asyncio.gather(*(_one(client, url, p, load, t0) for p in mine))
+            parts = await asyncio.gather(*(closed(client, mine[j::loops])
+                                           for j in range(loops)))
+            return [r for part in parts for r in part]
     return asyncio.run(go())
 
 
@@ -263,7 +282,9 @@ def _send(pool: Any, url: str, work: list[Plan], load: Load
     """`work` from the client processes; (results, seconds from the first planned send)."""
     shares = [work[k::load.clients] for k in range(load.clients)]
     t0 = time.monotonic() + 1.0  # the client processes start within a second
-    out = [r for share in pool.map(_clients, [(url, s, load, t0) for s in shares])
+    loops = [len(range(k, load.closed, load.clients)) for k in range(load.clients)]
+    out = [r for share in pool.map(_clients, [(url, s, load, t0, n)
+                                              for s, n in zip(shares, loops)])
            for r in share]
     return out, time.monotonic() - t0
 
@@ -280,7 +301,8 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
         with multiprocessing.get_context("spawn").Pool(load.clients) as pool:
             results, wall = _send(pool, url, plans(load, vocab), load)
             _progress(f"{load.preset}: {len(results)} requests served in {wall:.1f} s")
-            more, _ = _send(pool, url, burst(load), load)
+            # (a closed loop measures throughput alone: no burst after it)
+            more = [] if load.closed else _send(pool, url, burst(load), load)[0]
         idle = time.monotonic()
         while True:  # aborts take effect at the next step boundary
             text = httpx.get(f"{url}/metrics").text
@@ -379,7 +401,8 @@ def measure(load: Load) -> dict[str, Any]:
     burst = [r for r in results if r["bad"] == "burst"]
     itl_p99 = _pct(itl, 99) * 1e3
     return {
-        "preset": load.preset, "engine": load.engine, "mixed": load.mixed,
+        "preset": load.preset, "closed-loop clients": load.closed,
+        "engine": load.engine, "mixed": load.mixed,
         "HTTP processes": load.http_processes, "client processes": load.clients,
         "decode chunk": load.decode_chunk or min(256, load.max_context),
         "requests": load.requests, "batch": load.max_batch,
@@ -439,18 +462,31 @@ LATENCY_CHUNK = {"llama-1b": 48, "llama-8b": 128}
 HTTP_PROCESSES = 4  # the several-event-loops row's --http-processes (llama-1b: most tokens/s)
 
 
+# the closed-loop rows, (preset, --max-batch, clients): the batch held full by as many
+# clients as it holds, and by twice as many; 512 requests of 256 prompt ids and 128 tokens
+CLOSED = (("llama-1b", 64, 64), ("llama-1b", 64, 128), ("llama-1b", 128, 128),
+          ("llama-8b", 64, 64))
+
+
+def closed_load(name: str, batch: int, clients: int) -> Load:
+    """A closed-loop row's load: throughput at saturation, no faults."""
+    return Load(preset=name, requests=512, prompt=(256, 256), output=(128, 128), leave=0.0,
+                malformed=0, max_batch=batch, max_context=2048, closed=clients)
+
+
 def run(only: str = "") -> list[dict[str, Any]]:
     """llama-1b and llama-8b (or the presets whose names contain `only`), the engine in its
     own process as `rawgraph serve` starts it, then tuned for inter-token latency (`--mixed
     --decode-chunk N`, N the preset's LATENCY_CHUNK: at most that many prompt tokens ride
     along with the decoding rows, in one pass over the weights); llama-1b (the shortest
     steps) also with the engine on the server's thread, and with HTTP_PROCESSES event
-    loops."""
+    loops; then the CLOSED rows (`only` "closed": those alone)."""
     names = [n for n in ("llama-1b", "llama-8b") if only in n]
     loads = [Load(preset=n) for n in names]
     loads += [Load(preset=n, mixed=True, decode_chunk=LATENCY_CHUNK[n]) for n in names]
     loads += [Load(preset=n, engine="thread") for n in ("llama-1b",) if only in n]
     loads += [Load(preset=n, http_processes=HTTP_PROCESSES) for n in ("llama-1b",) if only in n]
+    loads += [closed_load(*row) for row in CLOSED if only in row[0] or only == "closed"]
     return [measure(load) for load in loads]
 
 
@@ -459,11 +495,16 @@ def _http(r: dict[str, Any]) -> str:
     return f", {n} HTTP processes" if n > 1 else ""
 
 
+def _closed(r: dict[str, Any]) -> str:
+    n = r.get("closed-loop clients", 0)
+    return f", batch {r['batch']}, {n} clients in a closed loop" if n else ""
+
+
 def summary(rows: list[dict[str, Any]]) -> str:
     """One line per preset on the goals: served >= 90% of offline; ITL p99 <= 2 steps."""
     return "\n".join(
-        f"{r['preset']} (engine on a {r['engine']}{', mixed' if r['mixed'] else ''}{_http(r)}, "
-        f"decode chunk {r['decode chunk']}): served {r['served / offline']:.0%} of "
+        f"{r['preset']} (engine on a {r['engine']}{', mixed' if r['mixed'] else ''}{_http(r)}"
+        f"{_closed(r)}, decode chunk {r['decode chunk']}): served {r['served / offline']:.0%} of "
         f"offline (goal 90%); ITL p99 {r['ITL p99 / step']:.2f}x the decode step (goal <= 2); "
         f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"
         for r in rows)

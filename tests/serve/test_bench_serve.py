@@ -53,3 +53,27 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http, clients):
     assert row["server fed decode p99 ms"] > 0 or row["server fed mixed p99 ms"] > 0
     assert row["gc frozen objects"] > 1000 and row["gc full passes"] >= 0
     assert row["graph captures in load"] == 0 == row["graph evictions"]  # no graphs here
+
+
+def test_a_closed_loop_keeps_its_clients_busy_and_loses_nothing():
+    # 6 clients in a closed loop over 3 processes (2 each), 18 requests: each client sends
+    # its next request when its last ends; no faults, no burst
+    load = Load(preset="tiny", reference=True, requests=18, prompt=(16, 16), output=(8, 8),
+                leave=0.0, malformed=0, max_batch=4, max_context=96, clients=3, closed=6)
+    assert all(p.at == 0.0 for p in plans(load, 512))
+    row = measure(load)
+    assert row["closed-loop clients"] == 6 and row["sent"] == 18 == row["completed"]
+    assert row["cancelled"] == 0 == row["unexpected"] and row["burst ok"] == 0
+    assert row["tokens lost"] == 0 and row["KV blocks leaked"] == 0
+    assert row["streams unlike offline"] == 0
+    assert row["served tok/s"] > 0 and row["exit"] == 0
+
+
+def test_the_closed_loop_rows():
+    from rawgraph.bench.serve import CLOSED, closed_load
+
+    loads = [closed_load(*row) for row in CLOSED]
+    assert all(ld.closed >= ld.max_batch and ld.requests == 512 for ld in loads)
+    assert {(ld.preset, ld.max_batch) for ld in loads} == {("llama-1b", 64), ("llama-1b", 128),
+                                                           ("llama-8b", 64)}
+    assert any(ld.closed > ld.max_batch for ld in loads)  # beyond the batch too
