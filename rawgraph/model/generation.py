@@ -35,13 +35,15 @@ class GenerationConfig:
                 if (v := getattr(self, k)) is not None}
 
 
-def _number(cfg: dict, name: str, low: float, high: float, where: str) -> float | None:
+def _number(cfg: dict, name: str, low: float, high: float, where: str,
+            open_low: bool = False) -> float | None:
     v = cfg.get(name)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-            or not low <= v <= high:
-        raise CheckpointError(f"{where}: {name} must be a number in [{low}, {high}], got {v!r}")
+            or not low <= v <= high or (open_low and v == low):
+        raise CheckpointError(f"{where}: {name} must be a number in {'(' if open_low else '['}"
+                              f"{low}, {high}], got {v!r}")
     return float(v)
 
 
@@ -54,8 +56,8 @@ def read(root: Path) -> GenerationConfig:
     if cfg is None:
         return GenerationConfig()
     top_k = cfg.get("top_k")
-    if top_k is not None and (type(top_k) is not int or top_k < 0):
-        raise CheckpointError(f"{path}: top_k must be an integer >= 0, got {top_k!r}")
+    if top_k is not None and (type(top_k) is not int or not 0 <= top_k < 2**31):
+        raise CheckpointError(f"{path}: top_k must be an integer in [0, 2**31), got {top_k!r}")
     try:
         eos = eos_ids(cfg)
     except ValueError as e:
@@ -63,4 +65,5 @@ def read(root: Path) -> GenerationConfig:
     unapplied = tuple(f"{k}={cfg[k]}" for k, neutral in _UNAPPLIED.items()
                       if cfg.get(k) is not None and cfg[k] != neutral)
     return GenerationConfig(_number(cfg, "temperature", 0.0, math.inf, str(path)),
-                            _number(cfg, "top_p", 0.0, 1.0, str(path)), top_k, eos, unapplied)
+                            _number(cfg, "top_p", 0.0, 1.0, str(path), open_low=True), top_k,
+                            eos, unapplied)

@@ -28,6 +28,8 @@ def test_the_defaults_and_eos_ids_a_checkpoint_sets(tmp_path):
     (json.dumps({"temperature": -1}), "temperature must be a number"),
     (json.dumps({"temperature": "warm"}), "temperature must be a number"),
     (json.dumps({"top_p": 1.5}), "top_p must be a number"),
+    (json.dumps({"top_p": 0}), r"top_p must be a number in \(0"),
+    (json.dumps({"top_k": 2**31}), "top_k must be an integer"),
     (json.dumps({"top_k": 2.5}), "top_k must be an integer"),
     (json.dumps({"eos_token_id": "x"}), "eos_token_id")])
 def test_a_bad_generation_config_is_refused_naming_the_file_and_field(tmp_path, text, match):
