@@ -2,6 +2,8 @@
 //
 //   extern "C" sample_{f16,bf16}(
 //       const T* logits,                 // (rows, vocab)
+//       const T* proc, const int* rules, // a row with rules[r] != 0 samples from proc's row
+//                                        //   (logits.cu's processed copy); NULL: none
 //       const float* temperature,        // (rows,) <= 1e-6: greedy (argmax, smallest index)
 //       const int* top_k,                // (rows,) <= 0 or >= vocab: no top-k cut
 //       const float* top_p,              // (rows,) >= 1: no top-p cut
@@ -18,7 +20,11 @@
 //       int advance,                     // nonzero: hand each token on to the next decode
 //       int* ids,                        //   step: ids[r] = token, positions[r] += 1 and
 //       const int* seq_slots,            //   seq_lens[seq_slots[r]] += 1 for every row with a
-//       int* seq_lens)                   //   sequence (seq_slots[r] >= 0); NULL if advance = 0
+//       int* seq_lens,                   //   sequence (seq_slots[r] >= 0); NULL if advance = 0
+//       const int* top_n,                // (rows,) or NULL: rows with top_n[r] >= 0 get the
+//       const float* lse,                //   token's raw log-probability, logits[token] -
+//       float* lp, int* lp_ids)          //   lse[r] (logits.cu), in lp[.. 0], lp_ids[.. 0] of
+//                                        //   (rows, [2,] 21): halves as host_out's when given
 //   Semantics (as Hugging Face's warpers): x = logits / temperature; top-k keeps tokens whose
 //   logit is >= the k-th largest (ties kept); top-p then keeps the fewest largest tokens whose
 //   probability mass reaches top_p (ties at the cut kept); one token is drawn from what is left
@@ -38,14 +44,11 @@
 //   grid (rows), block (1024), dynamic shared memory 32 * 512 * 4 bytes. Patchable: rows
 //   with grid.x; everything per row is read from device memory, so requests with their own
 //   parameters share one graph node.
-#include <argmax.cuh>
+#include <select.cuh>
 
 namespace {
 
-constexpr int kThreads = 1024, kWarps = kThreads / 32;
-using u64 = unsigned long long;
-
-using rg::key_of;
+using namespace rg;
 
 __device__ __forceinline__ u64 mix64(u64 z) {  // splitmix64's finalizer
   z += 0x9E3779B97F4A7C15ull;
@@ -54,151 +57,11 @@ __device__ __forceinline__ u64 mix64(u64 z) {  // splitmix64's finalizer
   return z ^ (z >> 31);
 }
 
-struct Shared {
-  u64 hist[256];
-  u64 scan[kWarps];
-  float fval[kWarps];
-  unsigned prefix;
-  u64 need;
-  int token;  // the drawn token, for the thread that emits it
-};
-
-// op over the block (one value per thread, 32 warps); every thread gets the result.
-// `slots`: kWarps values of shared memory.
-template <typename V, typename Op> __device__ V block_reduce(V v, V* slots, Op op) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();  // slots may still be read by a previous call
-  if (lane == 0) slots[warp] = v;
-  __syncthreads();
-  v = slots[lane];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
-// exclusive prefix sum over the block; every thread also gets the total
-__device__ u64 block_scan(u64 v, u64& total, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  u64 inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 up = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += up;
-  }
-  __syncthreads();
-  if (lane == 31) sh.scan[warp] = inc;
-  __syncthreads();
-  u64 w = sh.scan[lane], winc = w;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 up = __shfl_up_sync(0xffffffffu, winc, o);
-    if (lane >= o) winc += up;
-  }
-  total = __shfl_sync(0xffffffffu, winc, 31);
-  const u64 before = __shfl_sync(0xffffffffu, winc - w, warp);
-  return before + inc - v;
-}
-
-// weight of a token for a radix pass: 1 (counting) or its fixed-point mass
-template <typename T> struct Row {
-  const T* x;
-  int vocab;
-  float m, scale2;  // max logit; log2(e) / temperature
-  // tokens i0 .. i0 + 7 (one 16-byte load when the row allows it); past the end: NaN
-  __device__ void load8(int i0, float (&v)[8]) const { rg::load8(x, i0, vocab, v); }
-  __device__ int chunks() const { return (vocab + 7) / 8; }
-  __device__ u64 mass(float v) const {  // exp(x - max) in [0, 1] as 32-bit fixed point
-    return static_cast<u64>(exp2f((v - m) * scale2) * 4294967296.0f);
-  }
-};
-
-// The largest key threshold t such that the weight of keys >= t (among keys >= floor)
-// reaches `need`. Four passes of 8 bits, most significant first.
-template <typename T>
-__device__ unsigned radix_select(const Row<T>& row, unsigned floor, bool by_mass, u64 need,
-                                 Shared& sh, unsigned* whist) {
-  const int lane = threadIdx.x & 31;
-  unsigned prefix = 0, mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    // Each warp fills its own histogram with 32-bit shared atomics (conflicts only among its
-    // own lanes; one histogram for all warps made the first pass, which sees mostly one
-    // exponent byte, crawl). Masses go in as two 16-bit halves so 32 bits never overflow:
-    // a warp sees at most vocab / 32 tokens, each half < 2^16 (high half <= 2^16).
-    unsigned* lo_h = whist + (threadIdx.x >> 5) * 512;
-    unsigned* hi_h = lo_h + 256;
-    for (int b = lane; b < 512; b += 32) lo_h[b] = 0;
-    __syncwarp();
-    for (int j = threadIdx.x; j < row.chunks(); j += kThreads) {
-      float v[8];
-      row.load8(8 * j, v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const unsigned k = key_of(v[e]);  // NaN and past-the-end: 0, below any floor
-        if (k < floor || ((k ^ prefix) & mask)) continue;
-        const unsigned bin = (k >> shift) & 255;
-        if (!by_mass) {
-          atomicAdd(&lo_h[bin], 1u);
-          continue;
-        }
-        const u64 w = row.mass(v[e]);
-        if (w == 0) continue;
-        atomicAdd(&lo_h[bin], static_cast<unsigned>(w & 0xffff));
-        atomicAdd(&hi_h[bin], static_cast<unsigned>(w >> 16));
-      }
-    }
-    __syncthreads();
-    for (int b = threadIdx.x; b < 256; b += kThreads) {
-      u64 sum = 0;
-      for (int w = 0; w < kWarps; ++w)
-        sum += whist[w * 512 + b] + (static_cast<u64>(whist[w * 512 + 256 + b]) << 16);
-      sh.hist[b] = sum;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {  // lane l scans bins 255 - 8l .. 248 - 8l, from the top down
-      u64 part = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) part += sh.hist[255 - 8 * lane - j];
-      u64 inc = part;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const u64 up = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += up;
-      }
-      u64 before = inc - part;
-      // the lane whose bins cross `need` (or the last lane, when rounding left it short)
-      const bool mine = (before < need && need <= inc) || (lane == 31 && inc < need);
-      if (mine) {
-        int bin = 248 - 8 * lane;
-        for (int j = 0; j < 8; ++j) {
-          const u64 h = sh.hist[255 - 8 * lane - j];
-          if (before + h >= need || j == 7) {
-            bin = 255 - 8 * lane - j;
-            break;
-          }
-          before += h;
-        }
-        sh.prefix = prefix | (static_cast<unsigned>(bin) << shift);
-        sh.need = need > before ? need - before : 1;
-      }
-    }
-    __syncthreads();
-    prefix = sh.prefix;
-    need = sh.need;
-    mask |= 255u << shift;
-    __syncthreads();
-  }
-  return prefix;
-}
-
-// Where a row's token goes: `out`, the host's mapped copy, and with `advance` the inputs of
-// the decode step that continues this one. Called by one thread per row, after every thread
-// of the row has read positions[r].
-struct Emit {
+// Where a row's token goes: `out`, the host's mapped copy, its log-probability (rows that ask,
+// from the raw logits and logits.cu's lse), and with `advance` the inputs of the decode step
+// that continues this one. Called by one thread per row, after every thread of the row has
+// read positions[r].
+template <typename T> struct Emit {
   int* out;
   int* host_out;
   int advance;
@@ -206,10 +69,22 @@ struct Emit {
   int* positions;
   const int* seq_slots;
   int* seq_lens;
+  const T* logits;     // the raw logits (rows, vocab)
+  int vocab;
+  const int* top_n;    // (rows,) >= 0: write lp[0], lp_ids[0]; NULL: none
+  const float* lse;
+  float* lp;           // (rows, [2,] 21) as logits.cu's: halves with host_out
+  int* lp_ids;
 
   __device__ void operator()(int r, int token) const {
     out[r] = token;
-    if (host_out != nullptr) host_out[2 * r + (positions[r] & 1)] = token;
+    const int half = positions[r] & 1;
+    if (host_out != nullptr) host_out[2 * r + half] = token;
+    if (top_n != nullptr && top_n[r] >= 0) {
+      const int at = (host_out != nullptr ? 2 * r + half : r) * 21;
+      lp_ids[at] = token;
+      lp[at] = to_float(logits[static_cast<long long>(r) * vocab + token]) - lse[r];
+    }
     if (advance == 0) return;
     const int seq = seq_slots[r];
     if (seq < 0) return;  // a padding row
@@ -220,10 +95,10 @@ struct Emit {
 };
 
 template <typename T>
-__device__ void sample_impl(const T* logits, const float* temperature,
-                            const int* top_k, const float* top_p,
+__device__ void sample_impl(const T* logits, const T* proc, const int* rules,
+                            const float* temperature, const int* top_k, const float* top_p,
                             const u64* seeds, const int* positions,
-                            int rows, int vocab, u64* row_max, const Emit& emit) {
+                            int rows, int vocab, u64* row_max, const Emit<T>& emit) {
   rg::pdl_start();
   __shared__ Shared sh;
   extern __shared__ unsigned whist[];  // (warps, 2, 256): per-warp radix histograms
@@ -234,7 +109,11 @@ __device__ void sample_impl(const T* logits, const float* temperature,
     key = row_max[r];
     row_max[r] = 0;
   }
-  Row<T> row{logits + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
+  // a row with rules samples from logits.cu's processed copy, whose greedy key the head
+  // did not merge
+  const bool ruled = rules != nullptr && rules[r] != 0;
+  if (ruled) row_max = nullptr;
+  Row<T> row{(ruled ? proc : logits) + static_cast<long long>(r) * vocab, vocab, 0.f, 0.f};
   const int tid = threadIdx.x, chunks = row.chunks();
   const float temp = temperature[r];
   float m = rg::neg_inf();
@@ -312,20 +191,27 @@ __device__ void sample_impl(const T* logits, const float* temperature,
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-sample_f16(const __half* logits, const float* temperature, const int* top_k, const float* top_p,
-           const unsigned long long* seeds, int* positions, int* out, int rows, int vocab,
-           unsigned long long* row_max, int* host_out, int advance, int* ids,
-           const int* seq_slots, int* seq_lens) {
-  sample_impl(logits, temperature, top_k, top_p, seeds, positions, rows, vocab, row_max,
-              Emit{out, host_out, advance, ids, positions, seq_slots, seq_lens});
+extern "C" __global__ void __launch_bounds__(kThreads, 1) sample_f16(
+    const __half* logits, const __half* proc, const int* rules, const float* temperature,
+    const int* top_k, const float* top_p, const unsigned long long* seeds, int* positions,
+    int* out, int rows, int vocab, unsigned long long* row_max, int* host_out, int advance,
+    int* ids, const int* seq_slots, int* seq_lens, const int* top_n, const float* lse,
+    float* lp, int* lp_ids) {
+  sample_impl(logits, proc, rules, temperature, top_k, top_p, seeds, positions, rows,
+              vocab, row_max,
+              Emit<__half>{out, host_out, advance, ids, positions, seq_slots, seq_lens, logits,
+                      vocab, top_n, lse, lp, lp_ids});
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-sample_bf16(const __nv_bfloat16* logits, const float* temperature, const int* top_k,
-            const float* top_p, const unsigned long long* seeds, int* positions, int* out,
-            int rows, int vocab, unsigned long long* row_max, int* host_out, int advance,
-            int* ids, const int* seq_slots, int* seq_lens) {
-  sample_impl(logits, temperature, top_k, top_p, seeds, positions, rows, vocab, row_max,
-              Emit{out, host_out, advance, ids, positions, seq_slots, seq_lens});
+extern "C" __global__ void __launch_bounds__(kThreads, 1) sample_bf16(
+    const __nv_bfloat16* logits, const __nv_bfloat16* proc, const int* rules, const float* temperature,
+    const int* top_k, const float* top_p, const unsigned long long* seeds, int* positions,
+    int* out, int rows, int vocab, unsigned long long* row_max, int* host_out, int advance,
+    int* ids, const int* seq_slots, int* seq_lens, const int* top_n, const float* lse,
+    float* lp, int* lp_ids) {
+  sample_impl(logits, proc, rules, temperature, top_k, top_p, seeds, positions, rows,
+              vocab, row_max,
+              Emit<__nv_bfloat16>{out, host_out, advance, ids, positions, seq_slots, seq_lens, logits,
+                      vocab, top_n, lse, lp, lp_ids});
 }
+

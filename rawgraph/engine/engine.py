@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rawgraph.cuda.stream import cupy_stream
-from rawgraph.engine.request import Request, token_ids
+from rawgraph.engine.request import Logprob, Request, token_ids
 from rawgraph.engine.runner import IterStats, Pending, Runner
 from rawgraph.engine.scheduler import Plan, Scheduler
 from rawgraph.model.decoder import Model, chunk_sizes
@@ -64,11 +64,23 @@ class EngineStats:
                 "eager iterations": self.eager_iterations, **self.capture}
 
 
+def _row(arrays: tuple[Any, Any] | None, i: int) -> tuple[Any, Any] | None:
+    """Row i of read (lp, ids) arrays, or None."""
+    return None if arrays is None else (arrays[0][i], arrays[1][i])
+
+
+def _logprob(lp: Any, ids: Any, k: int) -> Logprob:
+    """A token's entries as ops.Logprobs lays them out (entry 0 the token, then the top k;
+    an id -1: fewer numbers than k) as a Logprob."""
+    top = tuple((int(t), float(v)) for t, v in zip(ids[1:k + 1], lp[1:k + 1]) if t >= 0)
+    return Logprob(int(ids[0]), float(lp[0]), top)
+
+
 @dataclass
 class _Mark:
     """What an iteration may change, as it was before: enough to roll the iteration back."""
 
-    requests: list[tuple[Request, int, int, str, int, int]]  # (r, len(output), prefilled, ...)
+    requests: list[tuple[Request, int, int, str, int, int, int, int]]  # (r, len(output), ...)
     lens: Any                 # the cache's host lengths
     active: set[int]          # cache slots in use
     ahead: tuple[list[Request], list[tuple[Request, PrefillPiece]], Pending] | None
@@ -154,6 +166,13 @@ class Engine:
         if max(request.prompt) >= vocab:
             raise ValueError(f"{request.name}: prompt token id {max(request.prompt)} outside "
                              f"[0, {vocab})")
+        bias = request.sampling.logit_bias
+        if bias and bias[-1][0] >= vocab:  # sorted by id
+            raise ValueError(f"{request.name}: logit_bias token id {bias[-1][0]} outside "
+                             f"[0, {vocab})")
+        if request.sampling.min_tokens and request.stop and max(request.stop) >= vocab:
+            raise ValueError(f"{request.name}: min_tokens bans stop id {max(request.stop)}, "
+                             f"outside [0, {vocab})")
         self.scheduler.check(request)
 
     def add(self, request: Request) -> Request:
@@ -240,7 +259,8 @@ class Engine:
             self._prefilled(plan.prefill)
             if self.overlap and plan.decode:
                 self._ahead = (plan.decode, plan.prefill, pending)
-            elif not self.overlap or any(piece.final for _, piece in plan.prefill):
+            elif not self.overlap or any(piece.final or piece.sampling.prompt_logprobs
+                                         is not None for _, piece in plan.prefill):
                 emitted += self._read(plan.decode, plan.prefill, pending, done)
             # else a chunk of prompts' inner pieces alone: it has no token to wait for, so
             # the host plans and queues the next chunk while this one runs (its half of the
@@ -304,13 +324,25 @@ class Engine:
         prompt's last logits), then the decode rows'; requests that finished meanwhile drop
         theirs."""
         first, nxt, _ = self.runner.collect(pending)
-        n = sum(self._emit(r, tok, done) for (r, piece), tok in zip(pieces, first)
+        scored = pending.prompt_lp or [None] * len(pieces)
+        for (r, piece), sc in zip(pieces, scored):
+            if sc is not None and not r.finish:
+                if piece.start == 0:  # the first prompt token has nothing before it
+                    r.prompt_logprobs.append(None)
+                k = r.sampling.prompt_logprobs or 0
+                r.prompt_logprobs += [_logprob(lp, ids, k) for lp, ids in zip(*sc)]
+        n = sum(self._emit(r, tok, done, _row(pending.first_lp, i))
+                for i, ((r, piece), tok) in enumerate(zip(pieces, first))
                 if piece.final and not r.finish)
-        return n + sum(self._emit(r, tok, done) for r, tok in zip(rows, nxt)
+        return n + sum(self._emit(r, tok, done, _row(pending.lp, i))
+                       for i, (r, tok) in enumerate(zip(rows, nxt))
                        if r is not None and not r.finish)
 
-    def _emit(self, r: Request, tok: int, done: list[Request]) -> int:
+    def _emit(self, r: Request, tok: int, done: list[Request],
+              lp: tuple[Any, Any] | None = None) -> int:
         r.output.append(tok)
+        if r.sampling.logprobs is not None and lp is not None:
+            r.logprobs.append(_logprob(*lp, r.sampling.logprobs))
         if r.first_step < 0:
             r.first_step = self.steps
         r.last_step = self.steps
@@ -325,7 +357,8 @@ class Engine:
 
     def _mark(self) -> _Mark:
         t, run = self.model.kv.tables, self.runner
-        return _Mark([(r, len(r.output), r.prefilled, r.finish, r.first_step, r.last_step)
+        return _Mark([(r, len(r.output), r.prefilled, r.finish, r.first_step, r.last_step,
+                       len(r.logprobs), len(r.prompt_logprobs))
                       for r in self.scheduler.running],
                      t.lens.copy(), set(t.active), self._ahead, run.state(),
                      self.scheduler.books())
@@ -340,8 +373,8 @@ class Engine:
                 cupy_stream(s).synchronize()
             except Exception:  # a sticky CUDA error: the host state is put back regardless
                 pass
-        for r, n, prefilled, finish, first, last in mark.requests:
-            del r.output[n:]
+        for r, n, prefilled, finish, first, last, n_lp, n_prompt_lp in mark.requests:
+            del r.output[n:], r.logprobs[n_lp:], r.prompt_logprobs[n_prompt_lp:]
             r.prefilled, r.finish, r.first_step, r.last_step = prefilled, finish, first, last
         for s in sorted(t.active):
             if s not in mark.active:
@@ -351,6 +384,8 @@ class Engine:
         self.scheduler.unadmit(mark.admitted, mark.books)
         for r in mark.admitted:  # back to how they were queued
             r.output.clear()
+            r.logprobs.clear()
+            r.prompt_logprobs.clear()
             r.prefilled, r.finish, r.first_step, r.last_step = 0, "", -1, -1
         run.restore(mark.runner)  # and the next decode step copies its inputs again
         self._ahead, self._chained = mark.ahead, False

@@ -26,7 +26,9 @@ from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import LlamaConfig
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import Limits, PrefillPiece, check_follow, final_tokens, last_step
-from rawgraph.ops.reference import sample_probs
+from rawgraph.ops.logits import LP_STRIDE
+from rawgraph.ops.reference import apply_rules, sample_probs
+from rawgraph.ops.reference import logprobs as ref_logprobs
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
 
 
@@ -59,26 +61,61 @@ class ReferenceModel:
                                         max_batch, per_seq), block_size)
         self.states: dict[int, KVState] = {}
         self.sampling: dict[int, SamplingParams] = {}
+        self.history: dict[int, list[int]] = {}  # each slot's tokens by position
+        self.rules: dict[int, tuple[int, dict[int, int]]] = {}  # prompt length, bans' until
 
     def free(self, slot: int) -> None:
         """Release a finished sequence's slot and blocks."""
         self.kv.tables.free(slot)
         self.states.pop(slot, None)
         self.sampling.pop(slot, None)
+        self.history.pop(slot, None)
+        self.rules.pop(slot, None)
 
-    def logits(self, slot: int, tokens: Sequence[int]) -> np.ndarray:
+    def logits(self, slot: int, tokens: Sequence[int], every: bool = False) -> np.ndarray:
         """The next-token logits after feeding `tokens` to `slot`'s sequence (its cache
-        trimmed to the tables' length first, so a rolled-back step leaves no trace)."""
+        trimmed to the tables' length first, so a rolled-back step leaves no trace); `every`:
+        each fed token's, (len(tokens), vocab)."""
         t = self.kv.tables
         st = self.states.setdefault(slot, KVState())
         keep = int(t.lens[slot]) - len(tokens)  # the tables already count the new tokens
         if st.length > keep:
             st.k = [k[:keep] for k in st.k]
             st.v = [v[:keep] for v in st.v]
-        return forward(self.cfg, self.w, np.asarray(tokens), st)[-1]
+        hist = self.history.setdefault(slot, [])
+        del hist[keep:]
+        hist += [int(t) for t in tokens]
+        out = forward(self.cfg, self.w, np.asarray(tokens), st)
+        return out if every else out[-1]
+
+    def ruled(self, slot: int, logits: np.ndarray, s: SamplingParams) -> np.ndarray:
+        """`logits` of the sequence in `slot` after its rules (ops.reference.apply_rules over
+        its history: the prompt, then the output so far)."""
+        prompt_len, until = self.rules.get(slot, (0, {}))
+        hist = self.history.get(slot, [])
+        if not (s.rules(bool(until)) and prompt_len):
+            return logits
+        vocab = logits.shape[0]
+        counts = np.bincount(hist[prompt_len:], minlength=vocab)[:vocab]
+        in_prompt = np.zeros(vocab, bool)
+        in_prompt[hist[:prompt_len]] = True
+        return apply_rules(logits, None, counts=counts, in_prompt=in_prompt,
+                           presence=s.presence_penalty, frequency=s.frequency_penalty,
+                           repetition=s.repetition_penalty, bias=dict(s.logit_bias),
+                           until=until, position=len(hist) - 1)
 
     def close(self) -> None:
         """Nothing to free on the host."""
+
+
+def entries(logits: np.ndarray, token: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A row's log-probability entries as ops.Logprobs lays them out: (lp, ids) of
+    LP_STRIDE, entry 0 `token`'s, then the top k."""
+    lse, top, lps = ref_logprobs(logits, k)
+    lp, ids = np.full(LP_STRIDE, -np.inf, np.float32), np.full(LP_STRIDE, -1, np.int32)
+    lp[0], ids[0] = float(logits[token]) - lse, token
+    lp[1:1 + len(top)], ids[1:1 + len(top)] = lps, top
+    return lp, ids
 
 
 def pick(logits: np.ndarray, s: SamplingParams, position: int) -> int:
@@ -99,6 +136,9 @@ class HostPending:
     first: list[int]
     out: list[int]
     tokens: list[int] | None = field(default=None)
+    lp: tuple[Any, Any] | None = None        # as the GPU runner's Pending
+    first_lp: tuple[Any, Any] | None = None
+    prompt_lp: list[tuple[Any, Any] | None] | None = None
 
 
 class ReferenceRunner(Launched):
@@ -143,22 +183,34 @@ class ReferenceRunner(Launched):
                     tokens.append(int(given[i]))  # type: ignore[index]
                 else:  # continued with its last token, or an empty row
                     tokens.append(self._last[s] if s >= 0 else -1)
-        first = []
+        first, first_lp, prompt_lp = [], [], []
         for p in pieces:
             if p.slot not in t.active:
                 t.add(p.slot)
             t.append(p.slot, len(p.tokens))
             m.sampling[p.slot] = p.sampling
-            logits = m.logits(p.slot, p.tokens)
-            first.append(pick(logits, p.sampling, p.start + len(p.tokens)) if p.final else -1)
-        out = []
+            if p.start == 0:
+                m.rules[p.slot] = (0, dict.fromkeys(p.bans, p.ban_until)
+                                   if p.sampling.min_tokens else {})
+            every = m.logits(p.slot, p.tokens, every=True)
+            prompt_lp.append(self._score(p, every))
+            if p.final:
+                m.rules[p.slot] = (p.start + len(p.tokens), m.rules[p.slot][1])
+            logits = m.ruled(p.slot, every[-1], p.sampling)
+            tok = pick(logits, p.sampling, p.start + len(p.tokens)) if p.final else -1
+            first.append(tok)
+            first_lp.append(entries(every[-1], max(tok, 0), p.sampling.logprobs or 0))
+        out, out_lp = [], []
         for i, (s, tok) in enumerate(zip(slots, tokens or [])):
             if s < 0:  # an empty row: a padding row, no token
                 out.append(-1)
+                out_lp.append(entries(np.zeros(1, np.float32), 0, 0))
                 continue
             t.append(s, 1)
             params = sampling[i] if sampling is not None else m.sampling[s]
-            out.append(pick(m.logits(s, [tok]), params, int(t.lens[s])))
+            raw = m.logits(s, [tok])
+            out.append(pick(m.ruled(s, raw, params), params, int(t.lens[s])))
+            out_lp.append(entries(raw, out[-1], params.logprobs or 0))
         self._last.update((s, tok) for s, tok in zip(slots, out) if s >= 0)
         self._chunk, self._chunk_first = list(pieces), first  # a following step's joins
         if slots:
@@ -167,10 +219,23 @@ class ReferenceRunner(Launched):
                        prefill_tokens=sum(len(p.tokens) for p in pieces),
                        host_us=(time.perf_counter() - t0) * 1e6,
                        eager=["the reference decoder on the host"])
-        pending = HostPending(list(pieces), len(slots), st, final_tokens(first, pieces), out)
+        pending = HostPending(list(pieces), len(slots), st, final_tokens(first, pieces), out,
+                              lp=_stack(out_lp), first_lp=_stack(first_lp),
+                              prompt_lp=prompt_lp)
         if slots:
             self._unread.append(pending)
         return pending
+
+    @staticmethod
+    def _score(p: PrefillPiece, every: np.ndarray) -> tuple[Any, Any] | None:
+        """A piece's prompt log-probability entries (Model.score's rows), or None."""
+        k = p.sampling.prompt_logprobs
+        if k is None:
+            return None
+        targets = [*p.tokens[1:], p.next_token] if not p.final else list(p.tokens[1:])
+        rows = [entries(every[i], t, k) for i, t in enumerate(targets)]
+        return _stack(rows) or (np.zeros((0, LP_STRIDE), np.float32),
+                                np.zeros((0, LP_STRIDE), np.int32))
 
     def collect(self, p: HostPending) -> tuple[list[int], list[int], IterStats]:
         """(next token per piece, -1 for pieces that are not final; next token per decode
@@ -182,6 +247,13 @@ class ReferenceRunner(Launched):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _stack(rows: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
+    """Rows of (lp, ids) entries as two arrays, or None for none."""
+    if not rows:
+        return None
+    return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
 
 def reference_engine(cfg: LlamaConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rawgraph.ops.logits import MAX_BANS
 from rawgraph.ops.sampling import SamplingParams
 
 _ids = itertools.count()
@@ -63,6 +64,16 @@ def _stop(v: Any) -> frozenset[int]:
     return frozenset(token_ids(ids, "stop"))
 
 
+@dataclass(frozen=True)
+class Logprob:
+    """A token's log-probability under the model (its raw distribution), and the `top`
+    alternatives asked for: (token id, log-probability), larger first."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass(eq=False)
 class Request:
     """`prompt` token ids in, up to `max_new_tokens` ids out; stops early at a `stop` id.
@@ -85,6 +96,8 @@ class Request:
     finish: str = ""  # "stop", "length" or "abort" once done
     first_step: int = -1
     last_step: int = -1
+    logprobs: list[Logprob] = field(default_factory=list)  # per output (sampling.logprobs)
+    prompt_logprobs: list[Logprob | None] = field(default_factory=list)  # sampling's; [0] None
 
     def __post_init__(self) -> None:
         self.prompt = token_ids(self.prompt)
@@ -95,6 +108,9 @@ class Request:
             raise TypeError(f"sampling must be a SamplingParams, got "
                             f"{type(self.sampling).__name__}")
         self.stop = _stop(self.stop)
+        if self.sampling.min_tokens and len(self.stop) > MAX_BANS:
+            raise ValueError(f"min_tokens bans the {len(self.stop)} stop ids, at most "
+                             f"{MAX_BANS}")
         self.arrival = _count(self.arrival, "arrival", 0)
         if not isinstance(self.name, str):
             raise TypeError(f"name must be a str, got {type(self.name).__name__}")

@@ -38,8 +38,9 @@ from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import Graph
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
-from rawgraph.model.decoder import PREFILL_CHUNKS, Model
+from rawgraph.model.decoder import PREFILL_CHUNKS, Model, Scores
 from rawgraph.model.step import LastStep, PrefillPiece, check_follow, final_tokens, last_step
+from rawgraph.ops import LP_STRIDE
 from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Range, Symbols
 
@@ -74,6 +75,11 @@ class Pending:
     t0: float
     tokens: list[int] | None = None  # the decode tokens, once read
     first: list[int] | None = None   # the pieces' next tokens (-1: not final), once read
+    want_lp: bool = False            # a decode row asked for log-probabilities
+    lp: tuple[Any, Any] | None = None        # (rows, LP_STRIDE) lp and ids, once read
+    first_lp: tuple[Any, Any] | None = None  # the pieces' likewise (firsts' half), once read
+    scores: Scores | None = None     # prompt log-probabilities on their way (Model.score)
+    prompt_lp: list[tuple[Any, Any] | None] | None = None  # per piece, once read
 
 
 def _sizes(default: Sequence[int], limit: int, given: Sequence[int] | None) -> tuple[int, ...]:
@@ -92,6 +98,18 @@ def _replay(ex: Any, stream: Any, st: IterStats, **values: Any) -> None:
     st.patched += ex.set(**values)
     st.patch_us += (time.perf_counter() - tp) * 1e6
     ex.launch(stream)
+
+
+def _split_scores(sc: Scores, pieces: int) -> list[tuple[Any, Any] | None]:
+    """Each piece's rows of read prompt log-probabilities ((rows, LP_STRIDE) lp, ids), None
+    for a piece that did not ask."""
+    lp, ids = sc.lp.get(), sc.ids.get()
+    out: list[tuple[Any, Any] | None] = [None] * pieces
+    row = 0
+    for i, n in sc.spans:
+        out[i] = (lp[row:row + n], ids[row:row + n])
+        row += n
+    return out
 
 
 class Launched:
@@ -197,12 +215,19 @@ class Runner(Launched):
         # step continuing it (launched before they were read) writes the other half
         self._tokens = MappedArray(2 * model.max_batch)
         self._token_pairs = self._tokens.dev.reshape(model.max_batch, 2)
+        # and the log-probabilities of the rows that ask, likewise (ops.Logprobs' halves)
+        self._lp = (MappedArray(2 * LP_STRIDE * model.max_batch, np.float32),
+                    MappedArray(2 * LP_STRIDE * model.max_batch, np.int32))
+        self._lp_pairs = tuple(a.dev.reshape(model.max_batch, 2, LP_STRIDE) for a in self._lp)
         self._done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
         # a chunk's first tokens likewise: the head's picks copied into mapped memory after
         # the chunk, the iterations taking the two halves in turn, so a chunk's may be read
         # while the next iteration (launched before they were) runs
         self._firsts = MappedArray(2 * model.max_chunk_seqs)
         self._first_halves = self._firsts.dev.reshape(2, model.max_chunk_seqs)
+        s = model.max_chunk_seqs
+        self._first_lp = (MappedArray(2 * s * LP_STRIDE, np.float32),
+                          MappedArray(2 * s * LP_STRIDE, np.int32))
         self._first_done = [cupy.cuda.Event(block=False, disable_timing=True) for _ in range(2)]
         self._first_owner: list[Pending | None] = [None, None]  # whose tokens each half holds
         super().__init__()
@@ -223,13 +248,14 @@ class Runner(Launched):
             with capture(s, name=f"mixed B={b} C={c}") as cap:
                 m.launch_mixed(b, sym.max_len, sym.n, sym.seqs, sym.max_q_len, sym.pre_len, s,
                                symbols=sym, chunk=c, pdl=self.pdl, advance=sym.advance,
-                               host_next=self._token_pairs[:b])
+                               host_next=self._token_pairs[:b], host_lp=self._host_lp(b))
         elif kind == "decode":
             sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1))
             sym.set(max_len=m.max_context, advance=1)
             with capture(s, name=f"decode B={size}") as cap:
                 m.launch_decode(size, sym.max_len, s, symbols=sym, pdl=self.pdl,
-                                advance=sym.advance, host_next=self._token_pairs[:size])
+                                advance=sym.advance, host_next=self._token_pairs[:size],
+                                host_lp=self._host_lp(size))
         else:
             sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs),
                           max_q_len=Range(1, size), max_len=Range(1, m.max_context))
@@ -238,6 +264,10 @@ class Runner(Launched):
                 m.launch_prefill(sym.n, sym.seqs, sym.max_q_len, sym.max_len, s, symbols=sym,
                                  chunk=size, pdl=self.pdl)
         return cap.graph
+
+    def _host_lp(self, rows: int) -> tuple[Any, Any]:
+        """The first `rows` rows of the mapped log-probability pairs (lp, ids)."""
+        return self._lp_pairs[0][:rows], self._lp_pairs[1][:rows]
 
     def keys(self) -> list[tuple[str, Any]]:
         """Every graph this runner uses: decode buckets, prefill chunk sizes, then (`mixed`)
@@ -365,7 +395,7 @@ class Runner(Launched):
             else:  # the bucket's rows (the graphs' launches), or above them the rows alone
                 rows = b or len(slots)
                 m.launch_decode(rows, max_len, ds, pdl=self.pdl, advance=1,
-                                host_next=self._token_pairs[:rows])
+                                host_next=self._token_pairs[:rows], host_lp=self._host_lp(rows))
             done.record(cupy_stream(ds))
             self._turn ^= 1
         if pieces:
@@ -373,17 +403,24 @@ class Runner(Launched):
                 _replay(pre_ex, ps, st, n=n, seqs=seqs, max_q_len=max_q_len, max_len=pre_len)
             else:
                 m.launch_prefill(n, seqs, max_q_len, pre_len, ps, chunk=c, pdl=self.pdl)
-        firsts = self._copy_firsts(len(pieces), ps) if pieces else None
+        scores = m.score(pieces, m.pre["r"], ps) if pieces else None
+        firsts = self._copy_firsts(pieces, ps) if pieces else None
         if pieces and ps is not ds:
             self._prefill_done.record(cupy_stream(ps))
         st.host_us = (time.perf_counter() - t0) * 1e6
         parity = self._parity() if slots else None
-        return self._pending(pieces, firsts, len(slots), parity, done, st, t0)
+        return self._pending(pieces, firsts, slots, parity, done, st, t0, scores)
 
     def _pending(self, pieces: Sequence[PrefillPiece], firsts: tuple[int, Any] | None,
-                 rows: int, parity: Any, done: Any, st: IterStats, t0: float) -> Pending:
+                 slots: Sequence[int], parity: Any, done: Any, st: IterStats, t0: float,
+                 scores: Scores | None) -> Pending:
         """A launch's Pending, recorded as the owner of what it left in the shared halves."""
-        p = Pending(list(pieces), firsts, rows, parity, done, st, t0)
+        rows = len(slots)
+        live = np.asarray(slots, np.int64)
+        live = live[live >= 0]
+        want = bool(live.size) and bool((self.model.sampling["top_n"][live] >= 0).any())
+        p = Pending(list(pieces), firsts, rows, parity, done, st, t0, want_lp=want,
+                    scores=scores)
         self._chunk = list(pieces)  # whose first tokens a following step may take
         if rows:
             self._unread.append(p)
@@ -391,16 +428,20 @@ class Runner(Launched):
             self._first_owner[firsts[0]] = p
         return p
 
-    def _copy_firsts(self, n: int, stream: Any) -> tuple[int, Any]:
-        """After a chunk on `stream`: its n pieces' next tokens into this turn's half of the
-        mapped first-token pairs (the chunk's before it there read first, if nobody has);
-        (the half, the event after the copy)."""
-        k, done = self._first_turn, self._first_done[self._first_turn]
+    def _copy_firsts(self, pieces: Sequence[PrefillPiece], stream: Any) -> tuple[int, Any]:
+        """After a chunk on `stream`: its pieces' next tokens (and log-probabilities, where a
+        final piece asks) into this turn's half of the mapped first-token pairs (the chunk's
+        before it there read first, if nobody has); (the half, the event after the copy)."""
+        k, done, n = self._first_turn, self._first_done[self._first_turn], len(pieces)
         self._first_turn ^= 1
         if (owner := self._first_owner[k]) is not None:
             self._read_firsts(owner)
+        pre = self.model.pre
         with cupy_stream(stream):
-            self._first_halves[k, :n] = self.model.pre["next"][:n]
+            self._first_halves[k, :n] = pre["next"][:n]
+            if any(p.final and p.sampling.logprobs is not None for p in pieces):
+                for mapped, src in zip(self._first_lp, (pre["lp"], pre["lp_ids"])):
+                    mapped.dev.reshape(2, -1, LP_STRIDE)[k, :n] = src[:n]
         done.record(cupy_stream(stream))
         return k, done
 
@@ -430,12 +471,13 @@ class Runner(Launched):
                     pre_len=pre_len)
         else:
             m.launch_mixed(b, max_len, n, seqs, max_q_len, pre_len, ds, chunk=c, pdl=self.pdl,
-                           advance=1, host_next=self._token_pairs[:b])
+                           advance=1, host_next=self._token_pairs[:b], host_lp=self._host_lp(b))
         done.record(cupy_stream(ds))
         self._turn ^= 1
-        firsts = self._copy_firsts(len(pieces), ds)
+        scores = m.score(pieces, m.mixed_buffers()["r"][b:], ds)
+        firsts = self._copy_firsts(pieces, ds)
         st.host_us = (time.perf_counter() - t0) * 1e6
-        return self._pending(pieces, firsts, len(slots), self._parity(), done, st, t0)
+        return self._pending(pieces, firsts, slots, self._parity(), done, st, t0, scores)
 
     def _check_inputs(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                       tokens: Sequence[int] | None, fed: Sequence[int] | None) -> None:
@@ -457,8 +499,12 @@ class Runner(Launched):
     def _settle(self, p: Pending) -> None:
         """Wait for a decode launch and read its tokens out of the shared pairs."""
         p.done.synchronize()
-        pairs = self._tokens.host.reshape(-1, 2)[np.arange(p.rows), np.maximum(p.parity, 0)]
+        at = (np.arange(p.rows), np.maximum(p.parity, 0))
+        pairs = self._tokens.host.reshape(-1, 2)[at]
         p.tokens = np.where(p.parity >= 0, pairs, -1).tolist()
+        if p.want_lp:
+            lp, ids = (a.host.reshape(-1, 2, LP_STRIDE)[at] for a in self._lp)
+            p.lp = (lp, ids)
         self._unread.remove(p)
 
     def _read_firsts(self, p: Pending) -> None:
@@ -467,8 +513,14 @@ class Runner(Launched):
         k, done = p.firsts
         if p.first is None:
             done.synchronize()
-            half = self._firsts.host.reshape(2, -1)[k, :len(p.pieces)]
+            n = len(p.pieces)
+            half = self._firsts.host.reshape(2, -1)[k, :n]
             p.first = final_tokens(half.tolist(), p.pieces)
+            if any(q.final and q.sampling.logprobs is not None for q in p.pieces):
+                lp, ids = (a.host.reshape(2, -1, LP_STRIDE)[k, :n].copy() for a in self._first_lp)
+                p.first_lp = (lp, ids)
+            if p.scores is not None:  # queued before the firsts' copy: done too
+                p.prompt_lp = _split_scores(p.scores, n)
         if self._first_owner[k] is p:
             self._first_owner[k] = None
 
@@ -507,5 +559,5 @@ class Runner(Launched):
         self.pool.close()
         for stream in {self.decode_stream, self.prefill_stream}:
             cupy_stream(stream).synchronize()
-        self._tokens.close()
-        self._firsts.close()
+        for mapped in (self._tokens, self._firsts, *self._lp, *self._first_lp):
+            mapped.close()

@@ -104,8 +104,12 @@ class Scheduler:
             if r.decoding or r.finish or budget == 0 or len(pieces) == self.chunk_seqs:
                 continue
             take = min(len(r.prompt) - r.prefilled, budget)
-            piece = PrefillPiece(r.slot, r.prompt[r.prefilled:r.prefilled + take], r.prefilled,
-                                 r.sampling, final=r.prefilled + take == len(r.prompt))
+            end = r.prefilled + take
+            bans = tuple(sorted(r.stop)) if r.sampling.min_tokens else ()
+            piece = PrefillPiece(r.slot, r.prompt[r.prefilled:end], r.prefilled, r.sampling,
+                                 final=end == len(r.prompt), bans=bans,
+                                 ban_until=len(r.prompt) + r.sampling.min_tokens - 1,
+                                 next_token=r.prompt[end] if end < len(r.prompt) else -1)
             pieces.append((r, piece))
             budget -= take
         return Plan(pieces, decode)

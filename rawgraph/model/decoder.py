@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import cupy
@@ -83,8 +84,29 @@ def chunk_sizes(max_chunk: int) -> tuple[int, ...]:
 
 
 def _sampling_fields(n: int) -> dict[str, tuple[Any, int]]:
+    """Per-row fields a head reads (set per slot: `Model.set_sampling`)."""
     return {"seeds": (np.uint64, n), "temperature": (np.float32, n), "top_k": (np.int32, n),
-            "top_p": (np.float32, n)}
+            "top_p": (np.float32, n), "presence": (np.float32, n),
+            "frequency": (np.float32, n), "repetition": (np.float32, n),
+            "rules": (np.int32, n), "top_n": (np.int32, n)}
+
+
+# what a slot's sampling fields hold before set_sampling: greedy, no rules, no logprobs
+_NEUTRAL = {"top_p": 1.0, "repetition": 1.0, "top_n": -1}
+
+# rows of prompt logprobs (`Model.score`) through the LM head at once
+SCORE_ROWS = 64
+
+
+@dataclass
+class Scores:
+    """Prompt log-probabilities on their way (`Model.score`): per asking piece (its index in
+    the chunk, its scored rows), and the rows' entries in order, as ops.Logprobs lays them
+    out: (rows, LP_STRIDE) each; entry 0 the target token."""
+
+    spans: list[tuple[int, int]]
+    lp: Any
+    ids: Any
 
 
 class DeviceStateError(RuntimeError):
@@ -170,7 +192,14 @@ class Model:
                                  "pos": (np.int32, max_chunk), "slots": (np.int32, max_chunk),
                                  "cu": (np.int32, s + 1), "seqs": (np.int32, s),
                                  "last": (np.int32, s), "last_pos": (np.int32, s),
-                                 "final": (np.int32, s)})
+                                 "final": (np.int32, s), "install": (np.int32, s)})
+        # rules: per-slot state (counts, bias entries), installed by a sequence's first chunk
+        # from what rule_meta stages (pushed only for chunks that install)
+        self.rule_state = ops.RuleState(max_batch, cfg.vocab)
+        cap = ops.logits.BIAS_CAP
+        self.rule_meta = Staging({"nb": (np.int32, s), "ids": (np.int32, s * cap),
+                                  "vals": (np.float32, s * cap), "until": (np.int32, s * cap)})
+        self.score_buf: dict[str, cupy.ndarray] | None = None  # Model.score's, on first use
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
         # a mixed iteration's rows (decode rows, then a chunk's tokens): made on first use
         self.mix: dict[str, cupy.ndarray] | None = None
@@ -190,7 +219,8 @@ class Model:
         # per-slot sampling parameters, gathered into each step's metadata
         self.sampling = {name: np.zeros(max_batch, dt)
                          for name, (dt, _) in _sampling_fields(max_batch).items()}
-        self.sampling["top_p"][:] = 1.0  # greedy until set_sampling says otherwise
+        for name, v in _NEUTRAL.items():  # greedy until set_sampling says otherwise
+            self.sampling[name][:] = v
         self._sampling_pushed = False
         # buffers were zeroed and constants copied on the current stream: done before any
         # other stream (the engine's) may read them
@@ -250,6 +280,10 @@ class Model:
         out["logits"] = cupy.zeros((seqs, cfg.vocab), st)
         out["next"] = cupy.zeros(seqs, np.int32)
         out["best"] = cupy.zeros(seqs, np.uint64)  # greedy keys: LM head -> sample (zeroed)
+        out["proc"] = cupy.zeros((seqs, cfg.vocab), st)  # rows with rules: what is sampled
+        out["lse"] = cupy.zeros(seqs, np.float32)
+        out["lp"] = cupy.zeros((seqs, ops.LP_STRIDE), np.float32)
+        out["lp_ids"] = cupy.zeros((seqs, ops.LP_STRIDE), np.int32)
         return out
 
     # -- host side: grow the cache, write the step's metadata, one copy ---------------------
@@ -270,12 +304,18 @@ class Model:
                 t.add(slot)
             t.append(slot, n)
 
-    def set_sampling(self, slot: int, params: SamplingParams) -> None:
-        """How the sequence in `slot` samples from now on (kept per slot, like its table)."""
+    def set_sampling(self, slot: int, params: SamplingParams, bans: bool = False) -> None:
+        """How the sequence in `slot` samples from now on (kept per slot, like its table);
+        `bans`: it has stop ids for min_tokens to ban (installed by its first chunk)."""
         step.check_slots([slot], self.limits)
         p = self.sampling
         p["seeds"][slot], p["temperature"][slot] = params.seed, params.temperature
         p["top_k"][slot], p["top_p"][slot] = params.top_k, params.top_p
+        p["presence"][slot] = params.presence_penalty
+        p["frequency"][slot] = params.frequency_penalty
+        p["repetition"][slot] = params.repetition_penalty
+        p["rules"][slot] = params.rules(bans)
+        p["top_n"][slot] = -1 if params.logprobs is None else params.logprobs
         self._sampling_pushed = False  # a continuing step copies them again
 
     def check_decode(self, slots: Sequence[int], tokens: Sequence[int]
@@ -393,6 +433,10 @@ class Model:
         it. Without `sync`, call `kv.sync` before launching: a prefill and a decode step
         prepared together share one copy of the tables."""
         chunk = step.chunk(pieces, self.kv.tables, self.limits)
+        installs = [(i, p) for i, p in enumerate(pieces)
+                    if p.start == 0 and p.sampling.rules(bool(p.bans))]
+        for _, p in installs:  # before anything changes
+            step.check_rules(p, self.limits)
         self.grow(chunk.need)
         h = self.pre_meta.begin()
         row = 0
@@ -409,14 +453,37 @@ class Model:
             row += m
             h["cu"][i + 1] = row
         for i, p in enumerate(pieces):  # stored per slot: later decode steps use them too
-            self.set_sampling(p.slot, p.sampling)
+            self.set_sampling(p.slot, p.sampling, bool(p.bans))
             for name, arr in self.sampling.items():
                 h[name][i] = arr[p.slot]
+        for name in self.sampling:  # the head's rows past the pieces: nothing to do
+            h[name][len(pieces):] = _NEUTRAL.get(name, 0)
+        h["install"][:] = 0
+        for i, p in installs:
+            h["install"][i] = 1 | (p.sampling.repetition_penalty != 1) << 1
+        if installs:
+            self._stage_rules(installs, stream)
         self.pre_meta.push(stream)
         if sync:
             self.kv.sync(stream)
         max_len = int(self.kv.tables.lens[[p.slot for p in pieces]].max())
         return chunk.tokens, chunk.seqs, chunk.max_q_len, max_len
+
+    def _stage_rules(self, installs: list[tuple[int, PrefillPiece]], stream: Any) -> None:
+        """Stage the bias entries of the pieces that start their sequences' rules: each
+        logit_bias entry, and each stop id min_tokens bans (-inf below ban_until; a banned id
+        with a bias keeps it after)."""
+        cap, h = ops.logits.BIAS_CAP, self.rule_meta.begin()
+        for i, p in installs:
+            bias = dict(p.sampling.logit_bias)
+            until = dict.fromkeys(p.bans, p.ban_until) if p.sampling.min_tokens else {}
+            ids = sorted(set(bias) | set(until))  # step.check_rules: at most cap, in vocab
+            row = slice(i * cap, i * cap + len(ids))
+            h["nb"][i] = len(ids)
+            h["ids"][row] = ids
+            h["vals"][row] = [bias.get(t, 0.0) for t in ids]
+            h["until"][row] = [until.get(t, 0) for t in ids]
+        self.rule_meta.push(stream)
 
     def mixed_buffers(self) -> dict[str, cupy.ndarray]:
         """The activations of a mixed iteration (`launch_mixed`): max_batch decode rows, then
@@ -474,9 +541,14 @@ class Model:
         with labelled("down_proj"), programmatic(False) if plain else contextlib.nullcontext():
             ops.linear(a["act"], down, a["r"], residual=a["r"], **lin)
 
-    def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any,
-              handoff: ops.Handoff | None = None, gather: Any = None) -> None:
-        """Final norm, LM head and sampling of `rows` rows of x (of x's rows gather[r])."""
+    def _head(self, x: Any, a: dict, meta: dict, pos: Any, rows: Any, slots: Any,
+              handoff: ops.Handoff | None = None, gather: Any = None, fed: Any = None,
+              host_lp: tuple[Any, Any] | None = None) -> None:
+        """Final norm, LM head, log-probabilities and rules (`ops.process`: rows that ask
+        alone do work), and sampling of `rows` rows of x (of x's rows gather[r]); `slots`:
+        each row's sequence, `fed` (decode): the token each row was fed, counted for the
+        penalties. `host_lp`: (lp, ids) of (rows, 2, LP_STRIDE) mapped host memory the
+        log-probabilities go to (halves as handoff.host's), else a["lp"], a["lp_ids"]."""
         cfg, w = self.cfg, self.w
         # on the GEMV path the LM head also merges each row's greedy pick as its blocks end,
         # and sample's greedy rows read that instead of passing over the vocabulary
@@ -485,13 +557,29 @@ class Model:
             ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, gather=gather)
             ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],
                        row_max=best)
+        lp, lp_ids = host_lp if host_lp is not None else (a["lp"], a["lp_ids"])
+        out = ops.Logprobs(meta["top_n"], a["lse"], lp, lp_ids)
+        rr = ops.RowRules(meta["rules"], slots, meta["presence"], meta["frequency"],
+                          meta["repetition"], fed)
         with labelled("sample"):
+            ops.process(a["logits"], a["proc"], pos, out, rows, row_rules=rr,
+                        state=self.rule_state)
             ops.sample(a["logits"], a["next"], meta["temperature"], meta["top_k"],
-                       meta["top_p"], meta["seeds"], pos, rows, row_max=best, handoff=handoff)
+                       meta["top_p"], meta["seeds"], pos, rows, row_max=best, handoff=handoff,
+                       proc=a["proc"], rules=meta["rules"], logprobs=out)
+
+    def _start_rules(self, n: Any, num_seqs: Any) -> None:
+        """A chunk's rules (the current stream and symbols): the state of each sequence its
+        pieces start with rules, then their prompt and bias bits."""
+        m, st, staged = self.pre_meta.dev, self.rule_state, self.rule_meta.dev
+        with programmatic(False):
+            ops.rules_start(st, num_seqs, m["install"], m["seqs"], staged)
+            ops.rules_mark(st, n, m["ids"], m["slots"], num_seqs, m["install"], m["seqs"],
+                           staged)
 
     def launch_decode(self, batch: int, max_len: Any, stream: Any,
                       symbols: Symbols | None = None, *, pdl: bool = False, advance: Any = 0,
-                      host_next: Any = None) -> None:
+                      host_next: Any = None, host_lp: tuple[Any, Any] | None = None) -> None:
         """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
         sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
         row's context (int, or a symbol when captured). `pdl`: programmatic dependent
@@ -500,13 +588,15 @@ class Model:
         `advance` (0/1 or a symbol): the sampler hands each token on to a step that
         continues this one (ops.Handoff; then a replay is not idempotent: each moves the
         rows on a token). `host_next`: (batch, 2) int32 mapped host memory the tokens are
-        also written to (row r's at [r, its position % 2], ops.Handoff)."""
+        also written to (row r's at [r, its position % 2], ops.Handoff); `host_lp`: (lp, ids)
+        of (batch, 2, LP_STRIDE) mapped host memory its log-probabilities go to likewise."""
         if not 1 <= batch <= self.max_batch:
             raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
         with programmatic(pdl), _on(stream, symbols):
-            self._decode(batch, max_len, advance, host_next)
+            self._decode(batch, max_len, advance, host_next, host_lp)
 
-    def _decode(self, batch: int, max_len: Any, advance: Any, host_next: Any) -> None:
+    def _decode(self, batch: int, max_len: Any, advance: Any, host_next: Any,
+                host_lp: tuple[Any, Any] | None) -> None:
         cfg, a, meta = self.cfg, {k: v[:batch] for k, v in self.dec.items()}, self.dec_meta.dev
         m = {k: v[:batch] for k, v in meta.items()}
         q3 = a["q"]
@@ -532,7 +622,8 @@ class Model:
         for i in range(cfg.layers):
             self._layer(i, a, m, batch, batch, attend)
         handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
-        self._head(a["r"], a, m, m["pos"], batch, handoff)
+        self._head(a["r"], a, m, m["pos"], batch, m["slots"], handoff, fed=m["ids"],
+                   host_lp=host_lp)
 
     def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, max_len: Any, stream: Any,
                        symbols: Symbols | None = None, *, chunk: int | None = None,
@@ -558,6 +649,7 @@ class Model:
                                       max_q_len, max_len, chunk)
 
         with programmatic(pdl), _on(stream, symbols):
+            self._start_rules(n, num_seqs)
             with labelled("embedding"):
                 ops.embedding(m["ids"], self.w["embed"], a["r"], n)
             for i in range(cfg.layers):
@@ -600,18 +692,19 @@ class Model:
         it is an IF node's body, which cannot be patched; unused rows read row 0)."""
         a, m, s = self.pre, self.pre_meta.dev, self.max_chunk_seqs
         with _on(stream, None):
-            self._head(x, a, m, m["last_pos"], s, gather=m["last"])
+            self._head(x, a, m, m["last_pos"], s, m["seqs"], gather=m["last"])
 
     def launch_mixed(self, batch: int, max_len: Any, n: Any, num_seqs: Any, max_q_len: Any,
                      pre_len: Any, stream: Any, symbols: Symbols | None = None, *, chunk: int,
-                     pdl: bool = False, advance: Any = 0, host_next: Any = None) -> None:
+                     pdl: bool = False, advance: Any = 0, host_next: Any = None,
+                     host_lp: tuple[Any, Any] | None = None) -> None:
         """A decode step of `batch` rows (a bucket; its longest context `max_len`) and a
         prefill chunk of `n` tokens (`num_seqs`, `max_q_len` and its longest context
         `pre_len`, as `prepare_prefill` returns them) as one iteration. Every layer's
         projections run over the decode rows and the chunk's tokens together (the weights
         read once); attention by kind (decode attention over the first `batch` rows, the
         chunk's attention over the rest). The decode rows' tokens land as `launch_decode`'s
-        do (dec["next"], `host_next`, the hand-off with `advance`), the chunk's as
+        do (dec["next"], `host_next` and `host_lp`, the hand-off with `advance`), the chunk's as
         `launch_prefill`'s (pre["next"], its head an IF node when captured). Metadata:
         `prepare_prefill`, `prepare_decode` (in that order: the decode's copy of the tables
         carries the chunk's), then `prepare_mixed`. Kernels are chosen for batch + chunk
@@ -637,6 +730,7 @@ class Model:
                                       vc, n, num_seqs, max_q_len, pre_len, chunk)
 
         with _on(stream, symbols):
+            self._start_rules(n, num_seqs)
             # the decode rows' inputs as the device has them (a step continuing the last one
             # finds them there, moved on by its sampler), over the host's copy
             for name in ("ids", "pos", "slots"):
@@ -651,8 +745,53 @@ class Model:
             dec = {k: v[:batch] for k, v in self.dec.items()}
             m = {k: v[:batch] for k, v in dm.items()}
             handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
-            self._head(a["r"][:batch], dec, m, m["pos"], batch, handoff)
+            self._head(a["r"][:batch], dec, m, m["pos"], batch, m["slots"], handoff,
+                       fed=m["ids"], host_lp=host_lp)
         self._chunk_head(num_seqs, stream, symbols, a["r"][batch:])
+
+    def score(self, pieces: Sequence[PrefillPiece], x: Any, stream: Any) -> Scores | None:
+        """Queue the prompt log-probabilities of a chunk's pieces that ask
+        (sampling.prompt_logprobs) on `stream`, after the chunk: each of their rows scores
+        the prompt token after it (the piece's next_token for its last row; a final piece's
+        last row has none: its next token is sampled). `x`: the chunk's rows after the
+        layers (pre["r"], or a mixed iteration's chunk rows). Eager launches, SCORE_ROWS rows
+        through the LM head at a time, the kernels of that many rows whatever the count (so a
+        row's numbers do not depend on the others). None when no piece asks."""
+        idx, tgt, top, spans, row = [], [], [], [], 0
+        for i, p in enumerate(pieces):
+            k = p.sampling.prompt_logprobs
+            if k is not None:
+                targets = [*p.tokens[1:], p.next_token] if not p.final else list(p.tokens[1:])
+                idx += range(row, row + len(targets))
+                tgt += targets
+                top += [k] * len(targets)
+                spans.append((i, len(targets)))
+            row += len(p.tokens)
+        if not spans:
+            return None
+        cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
+        pad = -len(idx) % SCORE_ROWS  # whole blocks: padding rows gather row 0, ask nothing
+        n = len(idx) + pad
+        if self.score_buf is None:
+            self.score_buf = {"last": cupy.zeros((SCORE_ROWS, cfg.hidden), st),
+                              "logits": cupy.zeros((SCORE_ROWS, cfg.vocab), st),
+                              "lse": cupy.zeros(SCORE_ROWS, np.float32)}
+        b = self.score_buf
+        with cupy_stream(stream):
+            meta = cupy.asarray(np.array([idx + [0] * pad, tgt + [-1] * pad, top + [-1] * pad],
+                                         np.int32))
+            lp = cupy.empty((n, ops.LP_STRIDE), np.float32)
+            ids = cupy.empty((n, ops.LP_STRIDE), np.int32)
+        with _on(stream, None), programmatic(False):
+            for r0 in range(0, n, SCORE_ROWS):
+                r1 = r0 + SCORE_ROWS
+                ops.rmsnorm(x, self.w["norm"], b["last"], eps=cfg.rms_eps, gather=meta[0, r0:r1])
+                ops.linear(b["last"], self.w["lm_head"], b["logits"])
+                out = ops.Logprobs(meta[2, r0:r1], b["lse"], lp[r0:r1], ids[r0:r1])
+                # positions only place a row's entries (one half) and time bans (no rules)
+                ops.process(b["logits"], b["logits"], meta[1, r0:r1], out,
+                            targets=meta[1, r0:r1])
+        return Scores(spans, lp, ids)
 
     # -- eager conveniences -----------------------------------------------------------------
 

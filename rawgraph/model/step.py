@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rawgraph.memory.blocks import BlockTables
+from rawgraph.ops.logits import BIAS_CAP
 from rawgraph.ops.sampling import SamplingParams
 
 GREEDY = SamplingParams()
@@ -26,13 +27,32 @@ GREEDY = SamplingParams()
 class PrefillPiece:
     """One sequence's share of a prefill chunk: `tokens` at positions start, start + 1, ...
     `final`: the piece ends its prompt, so its last position's next token is sampled (a chunk
-    of non-final pieces skips the LM head: an IF node in a graph)."""
+    of non-final pieces skips the LM head: an IF node in a graph). `bans`: the ids
+    sampling.min_tokens bans (the request's stop ids) while the position is below
+    `ban_until` (read from the sequence's first piece). `next_token`: the prompt token after
+    the piece (-1 for a final piece): what its last row scores with prompt_logprobs."""
 
     slot: int
     tokens: Sequence[int]
     start: int
     sampling: SamplingParams = GREEDY
     final: bool = True
+    bans: tuple[int, ...] = ()
+    ban_until: int = 0
+    next_token: int = -1
+
+
+def check_rules(piece: PrefillPiece, limits: Limits) -> None:
+    """ValueError unless a sequence's rules fit: its logit_bias ids and banned ids in the
+    vocabulary, and few enough for its bias entries."""
+    ids = {t for t, _ in piece.sampling.logit_bias} | set(piece.bans)
+    bad = [t for t in ids if not 0 <= t < limits.vocab]
+    if bad:
+        raise ValueError(f"slot {piece.slot}: token id {min(bad)} of logit_bias or the banned "
+                         f"stop ids outside [0, {limits.vocab})")
+    if len(ids) > BIAS_CAP:
+        raise ValueError(f"slot {piece.slot}: {len(ids)} biased and banned ids, at most "
+                         f"{BIAS_CAP}")
 
 
 def final_tokens(tokens: Sequence[int], pieces: Sequence[PrefillPiece]) -> list[int]:

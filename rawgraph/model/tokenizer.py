@@ -38,3 +38,7 @@ class Tokenizer:
     def decode(self, ids: list[int]) -> str:
         """Text of token ids, special tokens dropped."""
         return self._tok.decode(ids, skip_special_tokens=True)
+
+    def piece(self, token: int) -> str:
+        """One token's own text, special tokens kept (what log-probabilities name it)."""
+        return self._tok.decode([token], skip_special_tokens=False)

@@ -7,6 +7,15 @@ from rawgraph.ops.embedding import embedding
 from rawgraph.ops.fused import gate_up_silu, qkv_rope
 from rawgraph.ops.kv import kv_append, kv_gather, qkv_views, rope_append
 from rawgraph.ops.linear import linear
+from rawgraph.ops.logits import (
+                                 LP_STRIDE,
+                                 Logprobs,
+                                 RowRules,
+                                 RuleState,
+                                 process,
+                                 rules_mark,
+                                 rules_start,
+)
 from rawgraph.ops.norm import fold_norm, rmsnorm
 from rawgraph.ops.rope import (
                                DynamicScaling,
@@ -20,9 +29,40 @@ from rawgraph.ops.rope import (
 )
 from rawgraph.ops.sampling import Handoff, SamplingParams, argmax, sample
 
-__all__ = ["DynamicScaling", "Handoff", "LinearScaling", "Llama3Scaling", "RopeScaling",
-           "SamplingParams", "YarnScaling", "add", "argmax", "attention_factor",
-           "decode_attention", "embedding", "fold_norm", "gate_up_silu", "inv_freq",
-           "kv_append", "kv_gather", "linear", "prefill_attention", "qkv_rope", "qkv_views",
-           "rmsnorm", "rope", "rope_append", "sample", "silu_mul", "stack_gate_up",
-           "workspace_floats"]
+__all__ = [
+                                 "LP_STRIDE",
+                                 "DynamicScaling",
+                                 "Handoff",
+                                 "LinearScaling",
+                                 "Llama3Scaling",
+                                 "Logprobs",
+                                 "RopeScaling",
+                                 "RowRules",
+                                 "RuleState",
+                                 "SamplingParams",
+                                 "YarnScaling",
+                                 "add",
+                                 "argmax",
+                                 "attention_factor",
+                                 "decode_attention",
+                                 "embedding",
+                                 "fold_norm",
+                                 "gate_up_silu",
+                                 "inv_freq",
+                                 "kv_append",
+                                 "kv_gather",
+                                 "linear",
+                                 "prefill_attention",
+                                 "process",
+                                 "qkv_rope",
+                                 "qkv_views",
+                                 "rmsnorm",
+                                 "rope",
+                                 "rope_append",
+                                 "rules_mark",
+                                 "rules_start",
+                                 "sample",
+                                 "silu_mul",
+                                 "stack_gate_up",
+                                 "workspace_floats",
+]

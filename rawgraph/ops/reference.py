@@ -177,3 +177,38 @@ def sample_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: floa
         keep &= x >= x[order[min(last, order.size - 1)]]
         p = np.where(keep, p, 0.0)
     return p / p.sum()
+
+
+def logprobs(logits: np.ndarray, n: int) -> tuple[float, list[int], list[float]]:
+    """One row's log-sum-exp and its n largest logits' ids and log-probabilities (larger
+    first, then smaller index; NaNs skipped), as `ops.process` computes them (float64 here:
+    the kernel's fp32 sum is within a few ulps of it)."""
+    x = logits.astype(np.float64)
+    ok = ~np.isnan(x)
+    if not ok.any():
+        return -np.inf, [], []
+    m = x[ok].max()
+    lse = m + np.log(np.exp(x[ok] - m).sum()) if np.isfinite(m) else m
+    order = np.argsort(-np.where(ok, x, -np.inf), kind="stable")[:min(n, int(ok.sum()))]
+    return float(lse), order.tolist(), (x[order] - lse).tolist()
+
+
+def apply_rules(logits: np.ndarray, dtype: str | None, *, counts: np.ndarray,
+                in_prompt: np.ndarray, presence: float = 0.0, frequency: float = 0.0,
+                repetition: float = 1.0, bias: dict[int, float] | None = None,
+                until: dict[int, int] | None = None, position: int = 0) -> np.ndarray:
+    """A row's rules as `ops.process` applies them (kernels_cu/logits.cu): per token, in
+    float32, bias (-inf while `position` < its until: min_tokens' bans), then the repetition
+    penalty over tokens in the prompt or the output, then minus frequency * count and minus
+    presence over output tokens; rounded to `dtype` once (None: float32)."""
+    x = logits.astype(np.float32).copy()
+    f32 = np.float32
+    for t in set(bias or {}) | set(until or {}):
+        x[t] = -np.inf if position < (until or {}).get(t, 0) else x[t] + f32((bias or {}).get(t, 0))
+    rep, seen = f32(repetition), (counts > 0) | in_prompt
+    if repetition != 1:
+        x = np.where(seen, np.where(x > 0, x / rep, x * rep), x).astype(np.float32)
+    out = counts > 0
+    x = np.where(out, (x - f32(frequency) * counts.astype(np.float32)) - f32(presence), x)
+    x = x.astype(np.float32)
+    return x if dtype is None else round_to(x, dtype)

@@ -24,9 +24,10 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from rawgraph.engine.request import Request
+from rawgraph.engine.request import Logprob, Request
+from rawgraph.ops.logits import MAX_BANS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
-from rawgraph.serve import protocol
+from rawgraph.serve import logprobs, protocol
 from rawgraph.serve.protocol import APIError, Generation
 from rawgraph.serve.text import ChatTemplate, TextStream
 from rawgraph.serve.worker import Job, Worker
@@ -50,6 +51,19 @@ class ModelInfo:
     created: int = field(default_factory=lambda: int(time.time()))
     sampling: dict[str, Any] = field(default_factory=dict)
     unapplied: tuple[str, ...] = ()
+
+    def piece(self, token: int) -> str:
+        """A token's own text as log-probabilities name it (without a tokenizer, its id as
+        vLLM spells it)."""
+        return self.tokenizer.piece(token) if self.tokenizer is not None \
+            else f"token_id:{token}"
+
+    def logprobs(self, g: Generation, ids: list[int], entries: list, offset: int = 0
+                 ) -> dict:
+        """The `logprobs` object of tokens `ids` in the route's shape."""
+        if g.chat:
+            return logprobs.chat(ids, entries, self.piece)
+        return logprobs.completion(ids, entries, self.piece, offset)
 
 
 def _sse(obj: dict) -> str:
@@ -107,14 +121,29 @@ def _requests(g: Generation, info: ModelInfo) -> list[Request]:
     if g.stop and info.tokenizer is None:
         raise APIError(400, f"model {info.model_id!r} has no tokenizer.json, so no text to "
                        f"find stop strings in; give stop token ids", "stop")
+    bad = [t for t in g.logit_bias if t >= info.vocab]
+    if bad:
+        raise APIError(400, f"logit_bias: token id {min(bad)} is outside the vocabulary "
+                       f"[0, {info.vocab})", "logit_bias")
     temperature = 0.0 if g.temperature <= GREEDY_TEMPERATURE else g.temperature
-    stop = [*g.stop_ids, *(() if g.ignore_eos else info.eos)]
+    stop = sorted({*g.stop_ids, *(() if g.ignore_eos else info.eos)})
+    if g.min_tokens and len(stop) > MAX_BANS:
+        raise APIError(400, f"min_tokens bans the {len(stop)} stop ids and eos ids, at most "
+                       f"{MAX_BANS}", "stop_token_ids")
+    scored = g.echo and g.logprobs is not None  # the prompt's own log-probabilities
     out = []
     for ids in prompts:
         for j in range(g.n):
             seed = protocol.random_seed() if g.seed is None else (g.seed + j) % 2**64
-            out.append(Request(ids, g.max_tokens or info.max_context - len(ids),
-                               SamplingParams(temperature, g.top_k, g.top_p, seed), stop))
+            params = SamplingParams(
+                temperature, g.top_k, g.top_p, seed, presence_penalty=g.presence_penalty,
+                frequency_penalty=g.frequency_penalty, repetition_penalty=g.repetition_penalty,
+                logit_bias=g.logit_bias, min_tokens=g.min_tokens, logprobs=g.logprobs,
+                prompt_logprobs=g.logprobs if scored else None)
+            # max_tokens 0 (echo): one token made with the prompt's last logits, not shown
+            out.append(Request(ids, g.max_tokens or (1 if g.max_tokens == 0 else
+                                                     info.max_context - len(ids)),
+                               params, stop))
     return out
 
 
@@ -131,6 +160,11 @@ class _Relay:
         # without a tokenizer there is no text (token ids only): nothing to decode
         self.text = None if info.tokenizer is None else TextStream(info.tokenizer.decode, g.stop)
         self.ids: list[int] = []
+        self.lps: list[Logprob] = []  # the shown tokens', when asked
+        self.prompt_lp: list[Logprob | None] | None = None  # the prompt's, when asked
+        self.shown = g.max_tokens != 0  # max_tokens 0 (echo): the output is not shown
+        self.info = info
+        self.offset = 0  # characters of text sent so far (completions' text_offset)
         self.generated = 0
         self.finish: str | None = None
         self.t0 = time.monotonic()
@@ -157,9 +191,10 @@ class _Relay:
         if self._watch is not None:
             self._watch.cancel()
 
-    async def next(self) -> tuple[str, list[int]] | None:
-        """The next piece of output (text, token ids), or None once finished (`finish`
-        set); raises APIError for a failure after acceptance."""
+    async def next(self) -> tuple[str, list[int], list[Logprob]] | None:
+        """The next piece of output (text, token ids, their log-probabilities when asked),
+        or None once finished (`finish` set); raises APIError for a failure after
+        acceptance."""
         events = self.job.events
         while True:
             if self._held is not None:
@@ -170,18 +205,24 @@ class _Relay:
                 raise event[1]
             if event[0] == "finish":
                 self.finish = self.finish or FINISH.get(event[1], event[1])
+                if not self.shown:  # max_tokens 0: the prompt alone, as long as asked
+                    self.finish = "length"
                 return None
-            if event[0] == "tokens" and self.finish is None:
-                new = list(event[1])
+            if event[0] == "prompt":
+                self.prompt_lp = list(event[1])
+            if event[0] == "tokens" and self.finish is None and self.shown:
+                new, lps = list(event[1]), list(event[2] or ())
                 while not events.empty():  # the handler fell behind: one chunk
                     more = events.get_nowait()
                     if more[0] != "tokens":
                         self._held = more  # the next call's event
                         break
                     new += more[1]
-                return self._tokens(new)
+                    lps += more[2] or ()
+                return self._tokens(new, lps)
 
-    def _tokens(self, new: list[int]) -> tuple[str, list[int]]:
+    def _tokens(self, new: list[int], lps: list[Logprob]) -> tuple[str, list[int],
+                                                                     list[Logprob]]:
         now = time.monotonic()
         m = self.worker.metrics
         with m.lock:
@@ -191,17 +232,41 @@ class _Relay:
                 m.itl.observe((now - self.last) / len(new), len(new))
         self.last = now
         self.generated += len(new)
-        shown = [t for t in new if t not in self.stops]  # a stop id ends the output unseen
+        keep = [t not in self.stops for t in new]  # a stop id ends the output unseen
+        shown = [t for t, k in zip(new, keep) if k]
+        lps = [e for e, k in zip(lps, keep) if k]
         text = "" if self.text is None else self.text.push(shown)
         if self.text is not None and self.text.stopped:  # a stop string: text ends before it
             self.finish = "stop"
             self.worker.abort(self.job)
         self.ids += shown
-        return text, shown
+        self.lps += lps
+        return text, shown, lps
 
     def rest(self) -> str:
         """Text held back until the end."""
         return "" if self.text is None else self.text.finish()
+
+    def echo(self, prompt: str | list[int]) -> tuple[str, dict | None]:
+        """An echoing completion's prompt: its text (`prompt`'s, or its ids' decoded) and
+        its logprobs object when asked (the first token's entry null); text offsets move
+        on past it."""
+        ids, info = self.job.request.prompt, self.info
+        text = prompt if isinstance(prompt, str) else \
+            "" if info.tokenizer is None else info.tokenizer.decode(ids)
+        lp = None
+        if self.g.logprobs is not None:
+            entries = self.prompt_lp or [None] * len(ids)
+            lp = info.logprobs(self.g, ids, entries)
+        self.offset = len(text)
+        return text, lp
+
+    def piece_logprobs(self, text: str, ids: list[int], lps: list[Logprob]) -> dict | None:
+        """A piece of output's logprobs object when asked; text offsets move on past it."""
+        lp = None if self.g.logprobs is None else \
+            self.info.logprobs(self.g, ids, lps, self.offset)
+        self.offset += len(text)
+        return lp
 
 
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
@@ -300,6 +365,20 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                 worker.abort(relay.job)
         return "".join(text) + relay.rest()
 
+    def _choice(i: int, relay: _Relay, text: str) -> dict[str, Any]:
+        """Choice i of a whole response: its text (after the echoed prompt, if asked) and
+        its log-probabilities (the prompt's first, if echoed)."""
+        g, lp = relay.g, None
+        if g.echo:
+            head, head_lp = relay.echo(g.prompts[i // g.n])
+            text = head + text
+            if head_lp is not None:
+                tail = info.logprobs(g, relay.ids, relay.lps, relay.offset)
+                lp = {k: head_lp[k] + tail[k] for k in head_lp}
+        elif g.logprobs is not None:
+            lp = info.logprobs(g, relay.ids, relay.lps)
+        return protocol.choice(g, i, text, relay.ids, relay.finish, lp)
+
     def _usage(relays: list[_Relay]) -> tuple[int, int]:
         """(prompt tokens, each prompt once: the first of its n choices; completion tokens,
         every choice's)."""
@@ -321,10 +400,8 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
             return _error(failed)
         if failed is not None:
             raise failed
-        texts = [t.result() for t in tasks]
         g = relays[0].g
-        choices = [protocol.choice(g, i, t, r.ids, r.finish)
-                   for i, (t, r) in enumerate(zip(texts, relays))]
+        choices = [_choice(i, r, t.result()) for i, (t, r) in enumerate(zip(tasks, relays))]
         return JSONResponse(protocol.response(g, rid, info.model_id, choices,
                                               *_usage(relays)))
 
@@ -336,9 +413,15 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                 yield _sse(protocol.chunk(g, rid, info.model_id, created, None, [], None, True))
             line = protocol.chunk_line(g, rid, info.model_id, created)
             try:
+                if g.echo:
+                    yield await _echoed(relay, 0, rid, created)
                 while (piece := await relay.next()) is not None:
-                    text, ids = piece
-                    if text or (ids and not g.chat):
+                    text, ids, lps = piece
+                    if g.logprobs is not None:
+                        yield _sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
+                                                 None, logprobs=relay.piece_logprobs(text, ids,
+                                                                                     lps)))
+                    elif text or (ids and not g.chat):
                         yield line(text, ids)
             except APIError as e:
                 yield _sse(e.body())
@@ -363,6 +446,8 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
 
         async def pump(i: int, relay: _Relay) -> None:
             try:
+                if g.echo:
+                    merged.put_nowait((i, await _echoed(relay, i, rid, created)))
                 while (piece := await relay.next()) is not None:
                     merged.put_nowait((i, piece))
                 merged.put_nowait((i, None))
@@ -390,10 +475,15 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                         yield _sse(protocol.chunk(g, rid, info.model_id, created,
                                                  r.rest() or None, [], r.finish, index=i))
                         break
-                    text, ids = piece
-                    if text or (ids and not g.chat):
-                        yield _sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
-                                                 None, index=i))
+                    if isinstance(piece, str):  # an echoed prompt's chunk
+                        yield piece
+                        continue
+                    text, ids, lps = piece
+                    if text or ids:
+                        lp = relays[i].piece_logprobs(text, ids, lps)
+                        if text or lp is not None or not g.chat:
+                            yield _sse(protocol.chunk(g, rid, info.model_id, created, text,
+                                                     ids, None, index=i, logprobs=lp))
             if g.include_usage:
                 yield _sse(protocol.usage_chunk(g, rid, info.model_id, created,
                                                *_usage(relays)))
@@ -405,6 +495,18 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                 r.close()
                 if r.finish is None:
                     worker.abort(r.job)
+
+    async def _echoed(relay: _Relay, i: int, rid: str, created: int) -> str:
+        """The first chunk of an echoing stream's choice i: its prompt (and the prompt's
+        log-probabilities, which come with the first tokens: waited for when asked)."""
+        g = relay.g
+        if g.logprobs is not None and relay.prompt_lp is None:
+            relay._held = await relay.job.events.get()  # the prompt's come first
+            if relay._held[0] == "prompt":
+                relay.prompt_lp, relay._held = list(relay._held[1]), None
+        text, lp = relay.echo(g.prompts[i // g.n])
+        return _sse(protocol.chunk(g, rid, info.model_id, created, text,
+                                   relay.job.request.prompt, None, index=i, logprobs=lp))
 
     async def completions(http: HTTPRequest) -> Response | _EventStream:
         return await generate(http, chat=False)

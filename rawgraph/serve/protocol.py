@@ -1,11 +1,11 @@
 """The OpenAI HTTP protocol: request bodies checked field by field into a `Generation`, and
 the response, chunk and error objects.
 
-Every field OpenAI defines is either honoured or refused by name (`logprobs`, penalties,
-tools, ...): a client never gets a silent approximation. Extensions, as vLLM
-spells them: `top_k`, `stop_token_ids`, `ignore_eos`, prompts as token ids, and `token_ids`
-in each completion choice. Sampling fields a request leaves out take the model's defaults
-(its generation_config.json), then OpenAI's.
+Every field OpenAI defines is either honoured or refused by name (`best_of`, `suffix`,
+tools, ...): a client never gets a silent approximation. Extensions, as vLLM spells them:
+`top_k`, `repetition_penalty`, `min_tokens`, `stop_token_ids`, `ignore_eos`, prompts as token
+ids, and `token_ids` in each completion choice. Sampling fields a request leaves out take the
+model's defaults (its generation_config.json), then OpenAI's.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rawgraph.ops.logits import MAX_LOGIT_BIAS
+
 MAX_STOP = 16  # stop strings per request
 MAX_CHOICES = 64  # choices per request: prompts x n
+TOP_LOGPROBS = 20  # top alternatives a token's log-probability may come with
 
 
 class APIError(Exception):
@@ -61,25 +64,28 @@ class Generation:
     ignore_eos: bool = False                   # the model's eos ids do not stop it
     stream: bool = False
     include_usage: bool = False
+    logprobs: int | None = None                # top alternatives per token; None: none
+    echo: bool = False                         # completions: the prompt before the output
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    min_tokens: int = 0
 
 
 # fields accepted, and those refused unless they hold their neutral value
 _COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
            "stop_token_ids", "ignore_eos", "stream", "stream_options", "user", "n", "logprobs",
-           "presence_penalty", "frequency_penalty", "logit_bias", "best_of"}
+           "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
+           "min_tokens", "best_of"}
 _COMPLETION = _COMMON | {"prompt", "echo", "suffix"}
 _CHAT = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                    "response_format", "parallel_tool_calls", "stream_options"}
-_NEUTRAL = {"best_of": (1,), "logprobs": (None, False), "top_logprobs": (None, 0),
-            "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "echo": (False,),
-            "suffix": (None, ""), "logit_bias": (None,), "tools": (None,),
+_NEUTRAL = {"best_of": (1,), "suffix": (None, ""), "tools": (None,),
             "tool_choice": (None, "none"), "parallel_tool_calls": (None,)}
 _WHY = {"best_of": "no server-side choice among samples",
-        "logprobs": "log probabilities are not computed", "top_logprobs":
-        "log probabilities are not computed", "presence_penalty": "penalties are not applied",
-        "frequency_penalty": "penalties are not applied", "echo": "the prompt is not echoed",
-        "suffix": "no suffix (insertion) mode", "logit_bias": "logit biases are not applied",
-        "tools": "tool calls are not supported", "tool_choice": "tool calls are not supported",
+        "suffix": "no suffix (insertion) mode", "tools": "tool calls are not supported",
+        "tool_choice": "tool calls are not supported",
         "parallel_tool_calls": "tool calls are not supported"}
 
 
@@ -192,6 +198,7 @@ def parse(body: Any, chat: bool, model_id: str,
         if fmt is not None and fmt != {"type": "text"}:
             raise _bad("response_format", "only {\"type\": \"text\"} is supported")
     g = Generation(chat=chat)
+    _logprobs(body, chat, g)
     if chat:
         g.messages = _messages(body.get("messages"))
         if "max_tokens" in body and "max_completion_tokens" in body:
@@ -199,7 +206,8 @@ def parse(body: Any, chat: bool, model_id: str,
         g.max_tokens = _int(body, "max_completion_tokens", 1) or _int(body, "max_tokens", 1)
     else:
         g.prompts = _prompts(body.get("prompt"))
-        g.max_tokens = _int(body, "max_tokens", 1)
+        # 0 with echo: the prompt alone, scored (how evaluation harnesses ask)
+        g.max_tokens = _int(body, "max_tokens", 0 if g.echo else 1)
         g.max_tokens = 16 if g.max_tokens is None else g.max_tokens  # OpenAI's default
     g.n = _int(body, "n", 1, MAX_CHOICES) or 1
     if max(1, len(g.prompts)) * g.n > MAX_CHOICES:
@@ -216,6 +224,7 @@ def parse(body: Any, chat: bool, model_id: str,
     g.ignore_eos = ignore
     g.seed = _int(body, "seed", 0, 2**64 - 1)
     g.stop, g.stop_ids = _stops(body)
+    _rules(body, g)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("stream", f"must be true or false, got {stream!r}")
@@ -229,6 +238,53 @@ def parse(body: Any, chat: bool, model_id: str,
             raise _bad("stream_options", "{\"include_usage\": true|false}")
         g.include_usage = opts.get("include_usage", False)
     return g
+
+
+def _logprobs(body: dict, chat: bool, g: Generation) -> None:
+    """logprobs (and chat's top_logprobs) and echo into `g`."""
+    v = body.get("logprobs")
+    if chat:
+        if v is not None and not isinstance(v, bool):
+            raise _bad("logprobs", f"must be true or false, got {v!r}")
+        top = _int(body, "top_logprobs", 0, TOP_LOGPROBS)
+        if top is not None and not v:
+            raise _bad("top_logprobs", "needs logprobs: true")
+        g.logprobs = (top or 0) if v else None
+    else:
+        if isinstance(v, bool):
+            raise _bad("logprobs", f"the number of top alternatives (0 to {TOP_LOGPROBS}), "
+                       f"got {v!r}")
+        g.logprobs = _int(body, "logprobs", 0, TOP_LOGPROBS)
+        echo = body.get("echo", False)
+        if not isinstance(echo, bool):
+            raise _bad("echo", f"must be true or false, got {echo!r}")
+        g.echo = echo
+
+
+def _rules(body: dict, g: Generation) -> None:
+    """The penalties, logit_bias and min_tokens into `g`."""
+    g.presence_penalty = _float(body, "presence_penalty", -2.0, 2.0, 0.0)
+    g.frequency_penalty = _float(body, "frequency_penalty", -2.0, 2.0, 0.0)
+    g.repetition_penalty = _float(body, "repetition_penalty", 1e-9, 2.0, 1.0)
+    g.min_tokens = _int(body, "min_tokens", 0) or 0
+    if g.max_tokens is not None and g.min_tokens > g.max_tokens:
+        raise _bad("min_tokens", f"{g.min_tokens} exceeds max_tokens = {g.max_tokens}")
+    bias = body.get("logit_bias")
+    if bias is None:
+        return
+    if not isinstance(bias, dict):
+        raise _bad("logit_bias", f"an object of token id -> bias, got {type(bias).__name__}")
+    if len(bias) > MAX_LOGIT_BIAS:
+        raise _bad("logit_bias", f"{len(bias)} entries, at most {MAX_LOGIT_BIAS}")
+    for k, b in bias.items():
+        key = k.strip()
+        if not key.isdigit() or not key.isascii():
+            raise _bad("logit_bias", f"key {k!r} is not a token id")
+        if isinstance(b, bool) or not isinstance(b, numbers.Real) or not -100 <= b <= 100:
+            raise _bad("logit_bias", f"[{k}] = {b!r}: a bias in [-100, 100]")
+        if int(key) in g.logit_bias:
+            raise _bad("logit_bias", f"token id {int(key)} given twice")
+        g.logit_bias[int(key)] = float(b)
 
 
 def _prompts(v: Any) -> list[str | list[int]]:
@@ -266,12 +322,12 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 def choice(g: Generation, index: int, text: str, ids: list[int],
-           finish: str | None) -> dict[str, Any]:
-    """One choice of a whole response."""
+           finish: str | None, logprobs: dict | None = None) -> dict[str, Any]:
+    """One choice of a whole response (`logprobs`: its object, `serve.logprobs`)."""
     if g.chat:
         return {"index": index, "message": {"role": "assistant", "content": text},
-                "logprobs": None, "finish_reason": finish}
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish,
+                "logprobs": logprobs, "finish_reason": finish}
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
             "token_ids": ids}
 
 
@@ -285,16 +341,18 @@ def response(g: Generation, rid: str, model: str, choices: list[dict[str, Any]],
 
 def chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
           ids: list[int], finish: str | None, role: bool = False,
-          index: int = 0) -> dict[str, Any]:
-    """One streamed chunk of choice `index`: new text (and token ids), or the final one with
-    the finish reason; `role`: a chat choice's first chunk, which names the assistant."""
+          index: int = 0, logprobs: dict | None = None) -> dict[str, Any]:
+    """One streamed chunk of choice `index`: new text (and token ids, and their `logprobs`
+    object), or the final one with the finish reason; `role`: a chat choice's first chunk,
+    which names the assistant."""
     if g.chat:
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else \
             ({} if text is None else {"content": text})
-        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+        choice = {"index": index, "delta": delta, "logprobs": logprobs,
+                  "finish_reason": finish}
         kind = "chat.completion.chunk"
     else:
-        choice = {"index": index, "text": text or "", "logprobs": None,
+        choice = {"index": index, "text": text or "", "logprobs": logprobs,
                   "finish_reason": finish, "token_ids": ids}
         kind = "text_completion"
     return {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice]}

@@ -5,7 +5,8 @@ queue, all of an iteration's in one wake-up of the loop; in an engine process, t
 The HTTP side never touches the engine. `submit` queues a job and returns at once; the
 worker admits it (the engine's own checks decide: an "error" event, or "accepted"), steps
 the engine while anything runs, and after every committed iteration sends each job its new
-tokens ("tokens") and, when it ends, "finish" with the reason. `abort` ends a job at the next
+tokens ("tokens", with their log-probabilities when asked; before them once, "prompt" with
+the prompt's) and, when it ends, "finish" with the reason. `abort` ends a job at the next
 step boundary (a client gone, a stop string met, a deadline passed).
 """
 
@@ -39,6 +40,7 @@ class Job:
     loop: asyncio.AbstractEventLoop | None
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     sent: int = 0  # tokens already sent
+    prompt_sent: bool = False  # the prompt's log-probabilities, when asked
     done: bool = False
     id: int = field(default_factory=lambda: next(_ids))
 
@@ -229,11 +231,17 @@ class Worker:
         out: list[tuple[Job, tuple]] = []
         for job in self._jobs:
             r = job.request
+            if (not job.prompt_sent and r.sampling.prompt_logprobs is not None
+                    and len(r.prompt_logprobs) == len(r.prompt)):
+                job.prompt_sent = True
+                out.append((job, ("prompt", r.prompt_logprobs)))
             new = r.output[job.sent:]
             if new:
+                lps = None if r.sampling.logprobs is None else \
+                    r.logprobs[job.sent:job.sent + len(new)]
                 job.sent += len(new)
                 sent += len(new)
-                out.append((job, ("tokens", new)))
+                out.append((job, ("tokens", new, lps)))
             if r.finish and r not in sch.running:  # retired: its slot and blocks are free
                 job.done = True
                 out.append((job, ("finish", r.finish)))

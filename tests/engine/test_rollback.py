@@ -93,7 +93,8 @@ class FakeRunner(Launched):
             self._last_step = last_step(slots, t, 0)
         st = IterStats(decode_rows=sum(s >= 0 for s in slots),
                        prefill_tokens=sum(len(p.tokens) for p in pieces))
-        p = SimpleNamespace(rows=len(slots), st=st, first=first, out=out, tokens=None)
+        p = SimpleNamespace(rows=len(slots), st=st, first=first, out=out, tokens=None, lp=None,
+                            first_lp=None, prompt_lp=None)
         if slots:
             self._unread.append(p)
         return p

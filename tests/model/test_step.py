@@ -165,12 +165,11 @@ def test_the_model_checks_its_steps_through_them():
     # Model's host side without a GPU: a bare Model with block tables and limits only
     from types import SimpleNamespace
 
-    from rawgraph.model.decoder import Model
+    from rawgraph.model.decoder import Model, _sampling_fields
 
     m = object.__new__(Model)
     m.kv, m.limits = SimpleNamespace(tables=_tables(), block_size=16), LIMITS
-    m.sampling = {"seeds": np.zeros(4, np.uint64), "temperature": np.zeros(4, np.float32),
-                  "top_k": np.zeros(4, np.int32), "top_p": np.ones(4, np.float32)}
+    m.sampling = {name: np.zeros(4, dt) for name, (dt, _) in _sampling_fields(4).items()}
     sl, tok = m.check_decode([0, 1], [3, 4])
     assert sl.tolist() == [0, 1] and tok.tolist() == [3, 4]
     with pytest.raises(ValueError, match="distinct"):
@@ -180,5 +179,13 @@ def test_the_model_checks_its_steps_through_them():
         m.blocks_needed({1: 2})
     m.set_sampling(2, SamplingParams(temperature=0.5, top_k=3, top_p=0.9, seed=7))
     assert m.sampling["seeds"][2] == 7 and m.sampling["top_k"][2] == 3
+    assert m.sampling["rules"][2] == 0 and m.sampling["top_n"][2] == -1
+    m.set_sampling(1, SamplingParams(presence_penalty=0.5, logprobs=3))
+    assert m.sampling["rules"][1] == 1 and m.sampling["top_n"][1] == 3
+    assert m.sampling["presence"][1] == 0.5 and m.sampling["repetition"][1] == 1
+    m.set_sampling(1, SamplingParams(min_tokens=2), bans=True)
+    assert m.sampling["rules"][1] == 1
+    m.set_sampling(1, SamplingParams(min_tokens=2))  # nothing to ban: no rules
+    assert m.sampling["rules"][1] == 0
     with pytest.raises(ValueError, match=r"in \[0, 4\)"):
         m.set_sampling(4, step.GREEDY)

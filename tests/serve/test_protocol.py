@@ -37,11 +37,23 @@ def test_a_chat_body_takes_text_parts_and_either_token_limit():
 @pytest.mark.parametrize(("body", "param"), [
     ({"prompt": "x", "n": 0}, "n"), ({"prompt": "x", "n": 65}, "n"),
     ({"prompt": ["a"] * 9, "n": 8}, "n"), ({"prompt": "x", "n": 1.5}, "n"),
-    ({"prompt": "x", "logprobs": 1}, "logprobs"),
-    ({"prompt": "x", "echo": True}, "echo"), ({"prompt": "x", "best_of": 3}, "best_of"),
-    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
-    ({"prompt": "x", "frequency_penalty": -1}, "frequency_penalty"),
-    ({"prompt": "x", "logit_bias": {"1": 5}}, "logit_bias"),
+    ({"prompt": "x", "logprobs": 21}, "logprobs"), ({"prompt": "x", "logprobs": -1}, "logprobs"),
+    ({"prompt": "x", "logprobs": True}, "logprobs"), ({"prompt": "x", "echo": 1}, "echo"),
+    ({"prompt": "x", "best_of": 3}, "best_of"),
+    ({"prompt": "x", "presence_penalty": 2.5}, "presence_penalty"),
+    ({"prompt": "x", "frequency_penalty": -2.01}, "frequency_penalty"),
+    ({"prompt": "x", "frequency_penalty": "high"}, "frequency_penalty"),
+    ({"prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+    ({"prompt": "x", "repetition_penalty": 2.5}, "repetition_penalty"),
+    ({"prompt": "x", "logit_bias": {"a": 5}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"-1": 5}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"1": 101}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"1": True}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": [1, 2]}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {str(i): 1 for i in range(301)}}, "logit_bias"),
+    ({"prompt": "x", "min_tokens": -1}, "min_tokens"),
+    ({"prompt": "x", "min_tokens": 20, "max_tokens": 10}, "min_tokens"),
+    ({"prompt": "x", "max_tokens": 0, "echo": False}, "max_tokens"),
     ({"prompt": "x", "suffix": "y"}, "suffix"), ({"prompt": "x", "bogus": 1}, "bogus"),
     ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
     ({"prompt": "x", "max_tokens": 2.5}, "max_tokens"),
@@ -83,9 +95,48 @@ def test_bad_completion_fields_are_refused_by_name(body, param):
     ({"messages": [{"role": "user", "content": "x"}, {"role": "narrator", "content": "y"}]},
      "messages[1].role"),
     ({"messages": [{"role": "developer", "content": "x"}]}, "messages[0].role"),
-    ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}, "ignore_eos")])
+    ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}, "ignore_eos"),
+    ({"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, "logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+     "top_logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo")])
 def test_bad_chat_fields_are_refused_by_name(body, param):
     assert _refused(body, chat=True).param == param
+
+
+def test_logprobs_echo_and_rules_are_parsed():
+    g = parse({"prompt": [1, 2], "logprobs": 5, "echo": True, "max_tokens": 0,
+               "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.2,
+               "logit_bias": {"7": -100, " 9": 2.5}, "min_tokens": 0}, False, "m")
+    assert (g.logprobs, g.echo, g.max_tokens) == (5, True, 0)
+    assert (g.presence_penalty, g.frequency_penalty, g.repetition_penalty) == (0.5, -1, 1.2)
+    assert g.logit_bias == {7: -100.0, 9: 2.5}
+    c = parse({"messages": [{"role": "user", "content": "x"}], "logprobs": True,
+               "top_logprobs": 20}, True, "m")
+    assert c.logprobs == 20
+    c = parse({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, True, "m")
+    assert c.logprobs == 0
+    assert parse({"prompt": "x"}, False, "m").logprobs is None
+
+
+def test_logprob_objects_have_openais_shapes():
+    from rawgraph.engine.request import Logprob
+    from rawgraph.serve import logprobs
+
+    piece = {1: "a", 2: "bc", 3: "d"}.get
+    lp = logprobs.completion([1, 2], [None, Logprob(2, -0.5, ((3, -0.25), (2, -0.5)))], piece,
+                             10)
+    assert lp == {"tokens": ["a", "bc"], "token_logprobs": [None, -0.5],
+                  "top_logprobs": [None, {"d": -0.25, "bc": -0.5}], "text_offset": [10, 11]}
+    # the token itself is among the alternatives even when not in the top k (vLLM's shape)
+    lp = logprobs.completion([1], [Logprob(1, float("-inf"), ((3, -0.1),))], piece, 0)
+    assert lp["top_logprobs"] == [{"d": -0.1, "a": -9999.0}]
+    assert lp["token_logprobs"] == [-9999.0]  # JSON has no infinity
+    ch = logprobs.chat([2], [Logprob(2, -0.5, ((3, -0.25),))], piece)
+    assert ch == {"content": [{"token": "bc", "logprob": -0.5, "bytes": [98, 99],
+                               "top_logprobs": [{"token": "d", "logprob": -0.25,
+                                                 "bytes": [100]}]}]}
 
 
 def test_another_model_is_404_and_a_non_object_is_400():

@@ -20,77 +20,13 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 tokenizers = pytest.importorskip("tokenizers")
 
-from rawgraph.bench.serve import free_port, server_log, spawn_server  # noqa: E402
+from rawgraph.bench.serve import server_log, spawn_server  # noqa: E402
 from rawgraph.engine.reference import reference_engine  # noqa: E402
 from rawgraph.engine.request import Request  # noqa: E402
-from rawgraph.model.checkpoint import save  # noqa: E402
-from rawgraph.model.config import preset  # noqa: E402
-from rawgraph.model.tokenizer import Tokenizer  # noqa: E402
-from rawgraph.model.weights import random_weights  # noqa: E402
-from rawgraph.serve.app import ModelInfo, create_app  # noqa: E402
 from rawgraph.serve.metrics import Histogram, Metrics, quantile, sample  # noqa: E402
 from rawgraph.serve.protocol import APIError  # noqa: E402
-from rawgraph.serve.text import ChatTemplate  # noqa: E402
 from rawgraph.serve.worker import Job, Worker  # noqa: E402
-
-CFG = preset("tiny").replace(eos=(2,))
-CONTEXT = 96
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }} "
-            "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A tiny checkpoint with a word-level tokenizer (word i is token i) and a chat template."""
-    from tokenizers import models, pre_tokenizers
-
-    root = tmp_path_factory.mktemp("tiny")
-    tensors = random_weights(CFG, 11)
-    save(root, CFG, tensors)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i for i in range(3, CFG.vocab)}
-    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens(["<s>", "</s>"])
-    tok.save(str(root / "tokenizer.json"))
-    (root / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"}))
-    return root, tensors
-
-
-class Served:
-    """uvicorn on a thread, serving the app over a reference engine."""
-
-    def __init__(self, tensors, tokenizer=None, template=None, max_queue=64, start=True,
-                 timeout_s=None):
-        self.engine = reference_engine(CFG, tensors, max_batch=4, max_context=CONTEXT,
-                                       max_chunk=32)
-        self.worker = Worker(self.engine, Metrics(), max_queue=max_queue)
-        if start:
-            self.worker.start()
-        info = ModelInfo("tiny", CFG.vocab, CONTEXT, tokenizer, template, CFG.eos)
-        self.port = free_port()
-        app = create_app(self.worker, info, timeout_s=timeout_s)
-        self.server = uvicorn.Server(uvicorn.Config(app,
-                                                    port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def close(self):
-        self.server.should_exit = True
-        self.thread.join()
-        self.worker.stop()
-
-
-@pytest.fixture(scope="module")
-def served(checkpoint):
-    root, tensors = checkpoint
-    s = Served(tensors, Tokenizer(root / "tokenizer.json"),
-               ChatTemplate.from_dir(root))
-    yield s
-    s.close()
+from tests.serve.conftest import CFG, CONTEXT, TEMPLATE, Served, events  # noqa: E402
 
 
 def _options(root):
@@ -108,17 +44,6 @@ def _slowed(s):
         return step()
     s.engine.step = slow_step
     return s
-
-
-def _events(lines):
-    """The data of each server-sent event; asserts the framing."""
-    out = []
-    for line in lines:
-        if line:
-            assert line.startswith("data: "), line
-            out.append(line[6:])
-    assert out[-1] == "[DONE]"
-    return [json.loads(x) for x in out[:-1]]
 
 
 def _used_blocks(s):
@@ -163,7 +88,7 @@ def test_a_stream_is_server_sent_events_that_add_up_to_the_whole(served):
                       json=body | {"stream": True, "stream_options": {"include_usage": True}}
                       ) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
-        chunks = _events(r.iter_lines())
+        chunks = events(r.iter_lines())
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
     ids = [t for c in chunks[:-1] for t in c["choices"][0]["token_ids"]]
     assert ids == whole["choices"][0]["token_ids"]
@@ -184,7 +109,7 @@ def test_chat_renders_the_template_and_streams_deltas(served):
     assert whole["usage"]["prompt_tokens"] == len("<s> [user] w5 w6 w7 [assistant]".split())
     with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={
             "messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True}) as r:
-        chunks = _events(r.iter_lines())
+        chunks = events(r.iter_lines())
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:])
     assert text == msg["content"] and chunks[-1]["choices"][0]["finish_reason"] in \
@@ -434,7 +359,7 @@ def test_sigterm_ends_streams_with_a_final_event_and_exits_0(checkpoint, mode, t
                 os.killpg(proc.pid, signal.SIGTERM)
             else:
                 proc.send_signal(signal.SIGTERM)
-            chunks = _events(list(lines))
+            chunks = events(list(lines))
         assert chunks[-1]["choices"][0]["finish_reason"] in ("abort", "length")
         assert proc.wait(30) == 0
     finally:
@@ -512,7 +437,7 @@ def test_several_http_processes_serve_one_engine(checkpoint):
                 lines = r.iter_lines()
                 first = next(lines)
                 started[i].set()
-                streams[i] = _events([first, *lines])[-1]
+                streams[i] = events([first, *lines])[-1]
         running = [threading.Thread(target=last_event, args=(i,)) for i in range(4)]
         for t in running:
             t.start()
@@ -589,7 +514,7 @@ def test_draining_finishes_what_it_can_then_aborts_the_rest(checkpoint):
             assert next(lines).startswith("data: ")
             drain = threading.Thread(target=s.worker.drain_and_stop, args=(0.1,))
             drain.start()
-            chunks = _events(list(lines))
+            chunks = events(list(lines))
         drain.join()
         assert chunks[-1]["choices"][0]["finish_reason"] == "abort"
         assert httpx.post(f"{s.url}/v1/completions", json={"prompt": [5]}).status_code == 503
@@ -632,8 +557,8 @@ def test_an_engine_that_keeps_failing_fails_its_requests_and_the_server_goes_on(
         assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
         with httpx.stream("POST", f"{s.url}/v1/completions", timeout=30, json={
                 "prompt": [5, 6], "n": 3, "max_tokens": 8, "stream": True}) as st:
-            events = _events(st.iter_lines())
-        assert events[-1]["error"]["type"] == "server_error"
+            got = events(st.iter_lines())
+        assert got[-1]["error"]["type"] == "server_error"
         broken["on"] = False
         _wait(lambda: _used_blocks(s) == 0 and s.worker.load == (0, 0))
         r = httpx.post(f"{s.url}/v1/completions", json={"prompt": [5, 6], "max_tokens": 8,
@@ -709,7 +634,7 @@ def test_an_engine_link_follows_the_engine_draining_and_ending():
     link.stop()
 
 
-def test_a_stream_ends_quietly_when_its_client_goes_and_closes_its_events():
+def test_a_stream_ends_quietly_when_its_client_goes_and_closes_itsevents():
     # the streamed response alone, over a fake connection. The client leaves while the
     # events wait: the handler returns (no CancelledError escapes to the server). A send
     # raises (a server of ASGI 2.4): the error propagates. Either way the events' generator
@@ -818,7 +743,7 @@ def test_a_batch_of_prompts_and_n_samples_each_are_choices_in_order(served):
     with httpx.stream("POST", f"{served.url}/v1/completions", timeout=60,
                       json={**body, "stream": True,
                             "stream_options": {"include_usage": True}}) as r:
-        chunks = _events(r.iter_lines())
+        chunks = events(r.iter_lines())
     assert chunks[-1]["usage"] == whole["usage"]
     for c in whole["choices"]:
         mine = [k["choices"][0] for k in chunks[:-1] if k["choices"][0]["index"] == c["index"]]
@@ -836,7 +761,7 @@ def test_chat_with_n_choices_streams_each_from_its_role(served):
     assert len(texts) == 3 and len(set(texts)) == 1  # greedy: the same answer thrice
     with httpx.stream("POST", f"{served.url}/v1/chat/completions", timeout=60,
                       json={**body, "stream": True}) as r:
-        chunks = _events(r.iter_lines())
+        chunks = events(r.iter_lines())
     for i in range(3):
         mine = [k["choices"][0] for k in chunks if k["choices"][0]["index"] == i]
         assert mine[0]["delta"] == {"role": "assistant", "content": ""}
