@@ -186,9 +186,10 @@ def test_the_sampler_reads_the_processed_row_and_writes_the_chosen_entry(stream,
     x = rng.standard_normal((rows, vocab)).astype(np.float32)
     stored = to_storage(x, dtype)
     logits = cupy.asarray(stored)
-    proc = cupy.asarray(stored.copy())
-    proc[0, 1234] = 50  # a processed row whose argmax is elsewhere
-    proc[2, 77] = 50    # ... but row 2 has no rules: the raw argmax
+    px = x.copy()
+    px[0, 1234] = 50  # a processed row whose argmax is elsewhere
+    px[2, 77] = 50    # ... but row 2 has no rules: the raw argmax
+    proc = cupy.asarray(to_storage(px, dtype))
     rules = _dev([1, 0, 0], np.int32)
     out = cupy.full(rows, -1, np.int32)
     lp = _out(rows)
