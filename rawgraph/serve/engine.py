@@ -4,19 +4,22 @@ NumPy decoder with --reference) and what the handlers know of the model."""
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.reference import reference_engine
-from rawgraph.model import generation
+from rawgraph.model import generation, sizing
 from rawgraph.model.checkpoint import config, load
-from rawgraph.model.config import preset
+from rawgraph.model.config import LlamaConfig, preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.generation import GenerationConfig
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.serve.app import ModelInfo
 from rawgraph.serve.text import ChatTemplate
+
+log = logging.getLogger("rawgraph.serve")
 
 
 def model_info(args: argparse.Namespace) -> ModelInfo:
@@ -40,6 +43,17 @@ def model_info(args: argparse.Namespace) -> ModelInfo:
                      sampling=gen.sampling(), unapplied=gen.unapplied)
 
 
+def _sized(cfg: LlamaConfig, args: argparse.Namespace) -> int:
+    """The batch the GPU holds for the model at --max-context (`sizing.max_batch`), logged."""
+    import cupy
+
+    free, total = cupy.cuda.runtime.memGetInfo()
+    n = sizing.max_batch(cfg, args.max_context, total, free, max_chunk=args.chunk)
+    log.info("--max-batch %d: what %.0f GiB hold at context %d beside %.1f GiB of weights",
+             n, total / 2**30, args.max_context, sizing.weight_bytes(cfg) / 2**30)
+    return n
+
+
 def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
     """The engine (on the GPU, or the reference decoder with --reference) and what the
     handlers know of the model; ValueError (CheckpointError included) for a checkpoint or
@@ -52,6 +66,8 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
     else:
         cfg = preset(args.preset)
         tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
+    if args.max_batch is None:  # as many as the GPU holds (sizing), 8 on the CPU
+        args.max_batch = 8 if args.reference else _sized(cfg, args)
     sizes = {"max_batch": args.max_batch, "max_context": args.max_context,
              "max_chunk": args.chunk, "max_chunk_seqs": min(8, args.max_batch)}
     if args.reference:

@@ -20,7 +20,7 @@ def check(args: argparse.Namespace) -> None:
                          "--model checkpoint small enough for it")
     if args.reference and args.mixed:
         raise ValueError("--mixed: the reference decoder (--reference) runs no graphs to mix")
-    if not 1 <= args.max_batch <= DECODE_ROWS:
+    if args.max_batch is not None and not 1 <= args.max_batch <= DECODE_ROWS:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
         raise ValueError(f"--chunk {args.chunk} exceeds --max-context {args.max_context}")
@@ -49,7 +49,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "checkpoint directory's name, or the preset)")
     q.add_argument("--host", default="127.0.0.1", help="address to listen on")
     q.add_argument("--port", type=int, default=8000, help="port to listen on")
-    q.add_argument("--max-batch", type=positive, default=8, help="sequences decoding at once")
+    q.add_argument("--max-batch", type=positive, default=None,
+                   help="sequences decoding at once (default: as many as the GPU holds at "
+                        "--max-context, beside the weights, 90%% of its memory; 8 with "
+                        "--reference)")
     q.add_argument("--max-context", type=positive, default=2048,
                    help="tokens per sequence, prompt and output")
     q.add_argument("--chunk", type=positive, default=256, help="largest prefill chunk")

@@ -1,0 +1,38 @@
+"""The default batch of `rawgraph serve`: what the GPU holds beside the weights at the
+context asked for (no GPU needed: the device's sizes are arguments)."""
+
+import pytest
+
+from rawgraph.model import sizing
+from rawgraph.model.config import preset
+
+GIB = 2**30
+H200 = 140 * GIB
+
+
+def test_a_small_model_at_a_short_context_takes_the_largest_batch():
+    assert sizing.max_batch(preset("llama-1b"), 2048, H200, H200 - GIB) == 256
+
+
+def test_the_batch_shrinks_with_the_context_and_what_is_used():
+    cfg = preset("llama-8b")
+    per = sizing.sequence_bytes(cfg, 131072)
+    assert per > 16 * GIB  # 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes a token
+    n = sizing.max_batch(cfg, 131072, H200, H200 - GIB)
+    budget = 0.9 * H200 - GIB - sizing.weight_bytes(cfg) - sizing.RESERVE
+    assert n == int(budget // per) or n == int(budget // per) - int(budget // per) % 8
+    assert 1 <= n < 8
+    half = sizing.max_batch(cfg, 131072, H200, H200 // 2)  # another process holds half
+    assert half < n
+
+
+def test_a_model_that_does_not_fit_is_refused_with_the_sizes():
+    with pytest.raises(ValueError, match="not one sequence of 131072 tokens fits"):
+        sizing.max_batch(preset("llama-8b"), 131072, 24 * GIB, 24 * GIB)
+
+
+def test_batches_are_multiples_of_8_from_8_up():
+    cfg = preset("llama-8b")
+    for ctx in (4096, 8192, 16384, 32768, 65536):
+        n = sizing.max_batch(cfg, ctx, H200, H200)
+        assert n < 8 or n % 8 == 0
