@@ -176,7 +176,8 @@ async def _one(client: Any, url: str, p: Plan, load: Load, t0: float) -> dict[st
     await asyncio.sleep(max(0.0, t0 + p.at - time.monotonic()))
     sent = time.monotonic()
     res: dict[str, Any] = {"i": p.i, "bad": p.bad, "status": 0, "tokens": [], "times": [],
-                           "usage": None, "finish": None, "left": False}
+                           "usage": None, "finish": None, "left": False, "sent": sent,
+                           "ended": sent}
     try:
         async with client.stream("POST", f"{url}/v1/completions", content=_body(p, load),
                                  headers={"content-type": "application/json"}) as r:
@@ -200,6 +201,7 @@ async def _one(client: Any, url: str, p: Plan, load: Load, t0: float) -> dict[st
                     break  # the client goes away mid-stream
     except Exception as e:  # every failure is counted, none stops the run
         res["status"], res["error"] = -1, repr(e)
+    res["ended"] = time.monotonic()
     return res
 
 
@@ -279,14 +281,17 @@ def _metric(text: str, name: str) -> float:
 
 def _send(pool: Any, url: str, work: list[Plan], load: Load
           ) -> tuple[list[dict[str, Any]], float]:
-    """`work` from the client processes; (results, seconds from the first planned send)."""
+    """`work` from the client processes; (results, seconds from the first request sent to
+    the last answer's end: the clients' own clock, CLOCK_MONOTONIC, one for every process
+    of the machine, so neither the client processes' start nor the results' way back
+    counts as serving time)."""
     shares = [work[k::load.clients] for k in range(load.clients)]
     t0 = time.monotonic() + 1.0  # the client processes start within a second
     loops = [len(range(k, load.closed, load.clients)) for k in range(load.clients)]
     out = [r for share in pool.map(_clients, [(url, s, load, t0, n)
                                               for s, n in zip(shares, loops)])
            for r in share]
-    return out, time.monotonic() - t0
+    return out, max(r["ended"] for r in out) - min(r["sent"] for r in out)
 
 
 def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -77,3 +77,17 @@ def test_the_closed_loop_rows():
     assert {(ld.preset, ld.max_batch) for ld in loads} == {("llama-1b", 64), ("llama-1b", 128),
                                                            ("llama-8b", 64)}
     assert any(ld.closed > ld.max_batch for ld in loads)  # beyond the batch too
+
+
+def test_the_served_window_is_the_clients_first_send_to_their_last_answer():
+    # client processes that start late, and results on their way back, are not serving time
+    from rawgraph.bench import serve as bench_serve
+
+    class Pool:  # two client processes that answer at once, with their requests' times
+        def map(self, fn, args):
+            return [[{"sent": 100.0, "ended": 101.5}, {"sent": 100.2, "ended": 102.0}],
+                    [{"sent": 100.1, "ended": 101.0}]]
+
+    load = bench_serve.Load(preset="tiny", clients=2)
+    out, wall = bench_serve._send(Pool(), "http://x", [], load)
+    assert len(out) == 3 and wall == pytest.approx(2.0)
