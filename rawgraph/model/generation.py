@@ -15,7 +15,7 @@ from rawgraph.model.safetensors import CheckpointError
 
 FILE = "generation_config.json"
 # fields that change what is sampled and are not applied yet: named at the server's start
-_UNAPPLIED = {"repetition_penalty": 1.0, "min_p": 0.0, "no_repeat_ngram_size": 0,
+_UNAPPLIED = {"min_p": 0.0, "no_repeat_ngram_size": 0,
               "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
 
 
@@ -26,12 +26,14 @@ class GenerationConfig:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    repetition_penalty: float | None = None
     eos: tuple[int, ...] = ()
     unapplied: tuple[str, ...] = ()  # "name=value" of the fields set that are not applied
 
     def sampling(self) -> dict[str, Any]:
-        """The sampling defaults that are set: temperature, top_p, top_k."""
-        return {k: v for k in ("temperature", "top_p", "top_k")
+        """The sampling defaults that are set: temperature, top_p, top_k,
+        repetition_penalty."""
+        return {k: v for k in ("temperature", "top_p", "top_k", "repetition_penalty")
                 if (v := getattr(self, k)) is not None}
 
 
@@ -66,4 +68,5 @@ def read(root: Path) -> GenerationConfig:
                       if cfg.get(k) is not None and cfg[k] != neutral)
     return GenerationConfig(_number(cfg, "temperature", 0.0, math.inf, str(path)),
                             _number(cfg, "top_p", 0.0, 1.0, str(path), open_low=True), top_k,
-                            eos, unapplied)
+                            _number(cfg, "repetition_penalty", 0.0, 2.0, str(path),
+                                    open_low=True), eos, unapplied)

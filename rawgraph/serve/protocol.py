@@ -176,8 +176,8 @@ def _messages(v: Any) -> list[dict[str, str]]:
 def parse(body: Any, chat: bool, model_id: str,
           defaults: dict[str, Any] | None = None) -> Generation:
     """A request body (parsed JSON) as a `Generation`; APIError naming the field if any is
-    wrong, unknown or unsupported. `defaults`: the model's temperature, top_p and top_k for
-    a request that leaves them out (generation_config.json)."""
+    wrong, unknown or unsupported. `defaults`: the model's temperature, top_p, top_k and
+    repetition_penalty for a request that leaves them out (generation_config.json)."""
     defaults = defaults or {}
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
@@ -224,7 +224,7 @@ def parse(body: Any, chat: bool, model_id: str,
     g.ignore_eos = ignore
     g.seed = _int(body, "seed", 0, 2**64 - 1)
     g.stop, g.stop_ids = _stops(body)
-    _rules(body, g)
+    _rules(body, g, defaults)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("stream", f"must be true or false, got {stream!r}")
@@ -261,11 +261,13 @@ def _logprobs(body: dict, chat: bool, g: Generation) -> None:
         g.echo = echo
 
 
-def _rules(body: dict, g: Generation) -> None:
-    """The penalties, logit_bias and min_tokens into `g`."""
+def _rules(body: dict, g: Generation, defaults: dict[str, Any]) -> None:
+    """The penalties (repetition_penalty's default the model's), logit_bias and min_tokens
+    into `g`."""
     g.presence_penalty = _float(body, "presence_penalty", -2.0, 2.0, 0.0)
     g.frequency_penalty = _float(body, "frequency_penalty", -2.0, 2.0, 0.0)
-    g.repetition_penalty = _float(body, "repetition_penalty", 1e-9, 2.0, 1.0)
+    g.repetition_penalty = _float(body, "repetition_penalty", 1e-9, 2.0,
+                                  defaults.get("repetition_penalty", 1.0))
     g.min_tokens = _int(body, "min_tokens", 0) or 0
     if g.max_tokens is not None and g.min_tokens > g.max_tokens:
         raise _bad("min_tokens", f"{g.min_tokens} exceeds max_tokens = {g.max_tokens}")

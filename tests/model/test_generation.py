@@ -17,10 +17,11 @@ def test_the_defaults_and_eos_ids_a_checkpoint_sets(tmp_path):
     assert g.sampling() == {"temperature": 0.6, "top_p": 0.9}
     assert g.eos == (128001, 128008, 128009) and g.unapplied == ()
     (tmp_path / generation.FILE).write_text(json.dumps({
-        "eos_token_id": 2, "top_k": 20, "repetition_penalty": 1.05, "min_p": 0.0}))
+        "eos_token_id": 2, "top_k": 20, "repetition_penalty": 1.05, "min_p": 0.0,
+        "typical_p": 0.9}))
     g = generation.read(tmp_path)
-    assert g.sampling() == {"top_k": 20} and g.eos == (2,)
-    assert g.unapplied == ("repetition_penalty=1.05",)  # min_p 0 is neutral
+    assert g.sampling() == {"top_k": 20, "repetition_penalty": 1.05} and g.eos == (2,)
+    assert g.unapplied == ("typical_p=0.9",)  # min_p 0 is neutral
 
 
 @pytest.mark.parametrize(("text", "match"), [
@@ -31,6 +32,7 @@ def test_the_defaults_and_eos_ids_a_checkpoint_sets(tmp_path):
     (json.dumps({"top_p": 0}), r"top_p must be a number in \(0"),
     (json.dumps({"top_k": 2**31}), "top_k must be an integer"),
     (json.dumps({"top_k": 2.5}), "top_k must be an integer"),
+    (json.dumps({"repetition_penalty": 0}), r"repetition_penalty must be a number in \(0"),
     (json.dumps({"eos_token_id": "x"}), "eos_token_id")])
 def test_a_bad_generation_config_is_refused_naming_the_file_and_field(tmp_path, text, match):
     (tmp_path / generation.FILE).write_text(text)

@@ -704,15 +704,17 @@ def test_a_checkpoint_as_transformers_5_writes_it(tmp_path, checkpoint):
                                                             "eos_token": "</s>"}))
     (root / "chat_template.jinja").write_text(TEMPLATE)
     (root / "generation_config.json").write_text(json.dumps({
-        "eos_token_id": [2, 7], "temperature": 0.0, "top_k": 5, "repetition_penalty": 1.1}))
+        "eos_token_id": [2, 7], "temperature": 0.0, "top_k": 5, "repetition_penalty": 1.1,
+        "min_p": 0.05}))
     info = model_info(_serve_args(root))
     assert info.template is not None and info.eos == (2, 7)  # config.json's 2, then 7
-    assert info.sampling == {"temperature": 0.0, "top_k": 5}
-    assert info.unapplied == ("repetition_penalty=1.1",)
+    assert info.sampling == {"temperature": 0.0, "top_k": 5, "repetition_penalty": 1.1}
+    assert info.unapplied == ("min_p=0.05",)
     g = protocol.parse({"messages": [{"role": "user", "content": "w5"}]}, True, "m",
                        info.sampling)
     req, = _requests(g, info)
     assert req.prompt[0] == 1 and req.sampling.temperature == 0.0 and req.sampling.top_k == 5
+    assert req.sampling.repetition_penalty == pytest.approx(1.1)
     assert set(info.eos) <= set(req.stop)
     g = protocol.parse({"prompt": [5, 6], "ignore_eos": True}, False, "m", info.sampling)
     assert not set(info.eos) & set(_requests(g, info)[0].stop)

@@ -85,3 +85,34 @@ def test_openai_client_batch_of_prompts_and_n(server, want):
     for i in range(4):
         ids = [t for c in chunks for ch in c.choices if ch.index == i for t in ch.token_ids]
         assert ids == want[i // 2], i
+
+
+def test_openai_client_logprobs_echo_and_rules(server, want):
+    from rawgraph import Engine, Model, Request, SamplingParams, preset, random_weights
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="none")
+    p = PROMPTS[1]
+    r = client.completions.create(model="tiny", prompt=p, max_tokens=8, temperature=0,
+                                  logprobs=5, echo=True)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].token_ids == want[1][:8]
+    assert len(lp.token_logprobs) == len(p) + 8 and lp.token_logprobs[0] is None
+    assert all(len(t) >= 5 for t in lp.top_logprobs[1:])
+    # the engine's own numbers for the same request, on the same GPU
+    cfg = preset("tiny")
+    model = Model(cfg, random_weights(cfg, 0), max_batch=8, max_context=512, max_chunk=256,
+                  max_chunk_seqs=8)
+    eng = Engine(model, progress=False)
+    (q,) = eng.run([Request(p, 8, SamplingParams(logprobs=5, prompt_logprobs=5))])
+    eng.close()
+    model.close()
+    assert lp.token_logprobs[1:] == pytest.approx(
+        [e.logprob for e in q.prompt_logprobs[1:]] + [e.logprob for e in q.logprobs],
+        abs=1e-6)
+    # penalties and a bias change the tokens, a -100 bias bans one
+    banned = want[1][0]
+    r = client.completions.create(model="tiny", prompt=p, max_tokens=8, temperature=0,
+                                  logit_bias={str(banned): -100}, frequency_penalty=1.5)
+    assert banned not in r.choices[0].token_ids
+    with pytest.raises(openai.BadRequestError, match="logprobs"):
+        client.completions.create(model="tiny", prompt=p, max_tokens=2, logprobs=21)
