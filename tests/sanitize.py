@@ -29,7 +29,8 @@ TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 KERNEL_TESTS = ("cuda/test_kernels_gpu.py", "ops/test_elementwise_gpu.py", "ops/test_norm_gpu.py",
                 "ops/test_rope_gpu.py", "ops/test_linear_gpu.py", "ops/test_gemm_gpu.py",
                 "ops/test_decode_attention_gpu.py", "ops/test_prefill_attention_gpu.py",
-                "ops/test_qkv_gpu.py", "ops/test_sample_gpu.py", "ops/test_ordering_gpu.py",
+                "ops/test_qkv_gpu.py", "ops/test_sample_gpu.py", "ops/test_logits_gpu.py",
+                "ops/test_ordering_gpu.py",
                 "memory/test_paged_gpu.py", "cuda/test_stream_read_gpu.py",
                 "model/test_replay_gpu.py")
 _ERRORS = re.compile(r"=+ ERROR SUMMARY: (\d+) errors?")
