@@ -66,8 +66,10 @@ struct Top {  // the gathered top-n candidates
 __device__ __forceinline__ float penalize(float x, unsigned c, float presence, float frequency,
                                           float rep) {
   const int count = static_cast<int>(c & kCount);
-  if (rep != 1.f && (count > 0 || (c & kPrompt))) x = x > 0.f ? __fdiv_rn(x, rep) : __fmul_rn(x, rep);
-  if (count > 0) x = __fsub_rn(__fsub_rn(x, __fmul_rn(frequency, static_cast<float>(count))), presence);
+  if (rep != 1.f && (count > 0 || (c & kPrompt)))
+    x = x > 0.f ? __fdiv_rn(x, rep) : __fmul_rn(x, rep);
+  if (count > 0)
+    x = __fsub_rn(__fsub_rn(x, __fmul_rn(frequency, static_cast<float>(count))), presence);
   return x;
 }
 
@@ -222,7 +224,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) logits_f16(
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) logits_bf16(
-    const __nv_bfloat16* logits, __nv_bfloat16* proc, int rows, int vocab, const int* positions, const int* top_n,
+    const __nv_bfloat16* logits, __nv_bfloat16* proc, int rows, int vocab, const int* positions,
+    const int* top_n,
     const int* targets, int halves, float* lse, float* lp, int* lp_ids, const int* rules,
     const int* slots, const int* fed, int* counts, int* counted, const float* presence,
     const float* frequency, const float* repetition, const int* bias_n,

@@ -204,14 +204,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1) sample_f16(
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1) sample_bf16(
-    const __nv_bfloat16* logits, const __nv_bfloat16* proc, const int* rules, const float* temperature,
+    const __nv_bfloat16* logits, const __nv_bfloat16* proc, const int* rules,
+    const float* temperature,
     const int* top_k, const float* top_p, const unsigned long long* seeds, int* positions,
     int* out, int rows, int vocab, unsigned long long* row_max, int* host_out, int advance,
     int* ids, const int* seq_slots, int* seq_lens, const int* top_n, const float* lse,
     float* lp, int* lp_ids) {
   sample_impl(logits, proc, rules, temperature, top_k, top_p, seeds, positions, rows,
               vocab, row_max,
-              Emit<__nv_bfloat16>{out, host_out, advance, ids, positions, seq_slots, seq_lens, logits,
-                      vocab, top_n, lse, lp, lp_ids});
+              Emit<__nv_bfloat16>{out, host_out, advance, ids, positions, seq_slots, seq_lens,
+                                  logits, vocab, top_n, lse, lp, lp_ids});
 }
 
