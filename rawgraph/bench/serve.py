@@ -16,8 +16,9 @@ decoded those tokens too).
 
 The closed-loop rows (`CLOSED`; `--only closed` for those alone) hold the batch full
 instead: `Load.closed` clients, each sending its next request (256 prompt ids, 128 tokens)
-when its last ends, as many as the batch holds and twice that, and no faults; served against
-offline is then the server's own cost per iteration, which Poisson arrivals never show.
+when its last ends, as many as the batch holds and twice that, streamed and whole (no
+inter-token latency then), and no faults; served against offline is then the server's own
+cost at saturation, which Poisson arrivals never show.
 
 Reported per preset: served and offline output tokens/s, time to first token and
 inter-token latency (p50, p99) against the decode step at that batch (`max_batch` rows at the
@@ -96,6 +97,7 @@ class Load:
     # arrivals at `rate`); with as many as the batch holds or more, the batch stays full,
     # so served against offline is the server's own cost per iteration
     closed: int = 0
+    stream: bool = True               # streamed requests; False: whole responses (no ITL)
 
     @property
     def max_queue(self) -> int:
@@ -158,8 +160,11 @@ def burst(load: Load) -> list[Plan]:
 
 
 def _body(p: Plan, load: Load) -> bytes:
+    stream = load.stream or p.bad == "burst" or p.leave_after > 0  # leaving needs a stream
     body: dict[str, Any] = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": 0,
-                            "stream": True, "stream_options": {"include_usage": True}}
+                            "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
     if p.bad == "json":
         return b'{"prompt": [1, 2,'
     if p.bad == "field":
@@ -184,6 +189,13 @@ async def _one(client: Any, url: str, p: Plan, load: Load, t0: float) -> dict[st
             res["status"] = r.status_code
             if r.status_code != 200:
                 await r.aread()
+                return res
+            if not r.headers.get("content-type", "").startswith("text/event-stream"):
+                body = json.loads(await r.aread())  # a whole response: its tokens at once
+                c = body["choices"][0]
+                res["tokens"], res["finish"] = c["token_ids"], c["finish_reason"]
+                res["usage"] = body["usage"]["completion_tokens"]
+                res["times"].append((time.monotonic() - sent, len(c["token_ids"])))
                 return res
             async for line in r.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
@@ -398,7 +410,7 @@ def measure(load: Load) -> dict[str, Any]:
     t0 = time.monotonic()
     want, offline_tps, iteration_ms, step_ms = offline(load, replay)
     _progress(f"{load.preset}: {len(replay)} requests offline in {time.monotonic() - t0:.1f} s")
-    ttft = [r["times"][0][0] for r in done if r["times"]]
+    ttft = [r["times"][0][0] for r in done if r["times"]] if load.stream else []
     itl = [g for r in done for (a, _), (b, n) in zip(r["times"], r["times"][1:])
            for g in [(b - a) / n] * n]
     served_tokens = sum(len(r["tokens"]) for r in streams)
@@ -406,7 +418,7 @@ def measure(load: Load) -> dict[str, Any]:
     burst = [r for r in results if r["bad"] == "burst"]
     itl_p99 = _pct(itl, 99) * 1e3
     return {
-        "preset": load.preset, "closed-loop clients": load.closed,
+        "preset": load.preset, "closed-loop clients": load.closed, "streamed": load.stream,
         "engine": load.engine, "mixed": load.mixed,
         "HTTP processes": load.http_processes, "client processes": load.clients,
         "decode chunk": load.decode_chunk or min(256, load.max_context),
@@ -467,16 +479,19 @@ LATENCY_CHUNK = {"llama-1b": 48, "llama-8b": 128}
 HTTP_PROCESSES = 4  # the several-event-loops row's --http-processes (llama-1b: most tokens/s)
 
 
-# the closed-loop rows, (preset, --max-batch, clients): the batch held full by as many
-# clients as it holds, and by twice as many; 512 requests of 256 prompt ids and 128 tokens
-CLOSED = (("llama-1b", 64, 64), ("llama-1b", 64, 128), ("llama-1b", 128, 128),
-          ("llama-8b", 64, 64))
+# the closed-loop rows, (preset, --max-batch, clients, streamed): the batch held full by as
+# many clients as it holds, and by twice as many, streamed and whole; 512 requests of 256
+# prompt ids and 128 tokens
+CLOSED = (("llama-1b", 64, 64, True), ("llama-1b", 64, 64, False), ("llama-1b", 64, 128, True),
+          ("llama-1b", 128, 128, True), ("llama-1b", 128, 128, False),
+          ("llama-8b", 64, 64, True), ("llama-8b", 64, 64, False))
 
 
-def closed_load(name: str, batch: int, clients: int) -> Load:
-    """A closed-loop row's load: throughput at saturation, no faults."""
+def closed_load(name: str, batch: int, clients: int, stream: bool = True) -> Load:
+    """A closed-loop row's load: throughput at saturation, no faults; `stream` False: whole
+    responses."""
     return Load(preset=name, requests=512, prompt=(256, 256), output=(128, 128), leave=0.0,
-                malformed=0, max_batch=batch, max_context=2048, closed=clients)
+                malformed=0, max_batch=batch, max_context=2048, closed=clients, stream=stream)
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
@@ -502,7 +517,8 @@ def _http(r: dict[str, Any]) -> str:
 
 def _closed(r: dict[str, Any]) -> str:
     n = r.get("closed-loop clients", 0)
-    return f", batch {r['batch']}, {n} clients in a closed loop" if n else ""
+    whole = "" if r.get("streamed", True) else ", whole responses"
+    return f", batch {r['batch']}, {n} clients in a closed loop{whole}" if n else ""
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -510,7 +526,9 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(
         f"{r['preset']} (engine on a {r['engine']}{', mixed' if r['mixed'] else ''}{_http(r)}"
         f"{_closed(r)}, decode chunk {r['decode chunk']}): served {r['served / offline']:.0%} of "
-        f"offline (goal 90%); ITL p99 {r['ITL p99 / step']:.2f}x the decode step (goal <= 2); "
-        f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"
+        f"offline (goal 90%); "
+        + (f"ITL p99 {r['ITL p99 / step']:.2f}x the decode step (goal <= 2); "
+           if r.get("streamed", True) else "")
+        + f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"
         for r in rows)
 

@@ -1,6 +1,8 @@
 """`rawgraph bench serve`'s harness on the CPU: the same load, faults and counts as on the
 GPU, against `rawgraph serve --reference` (the tiny preset on the NumPy decoder)."""
 
+import math
+
 import pytest
 
 pytest.importorskip("httpx")
@@ -55,14 +57,19 @@ def test_a_run_loses_no_token_and_leaks_no_block(decode_chunk, http, clients):
     assert row["graph captures in load"] == 0 == row["graph evictions"]  # no graphs here
 
 
-def test_a_closed_loop_keeps_its_clients_busy_and_loses_nothing():
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_closed_loop_keeps_its_clients_busy_and_loses_nothing(stream):
     # 6 clients in a closed loop over 3 processes (2 each), 18 requests: each client sends
-    # its next request when its last ends; no faults, no burst
+    # its next request when its last ends; no faults, no burst; streamed or whole responses
     load = Load(preset="tiny", reference=True, requests=18, prompt=(16, 16), output=(8, 8),
-                leave=0.0, malformed=0, max_batch=4, max_context=96, clients=3, closed=6)
+                leave=0.0, malformed=0, max_batch=4, max_context=96, clients=3, closed=6,
+                stream=stream)
     assert all(p.at == 0.0 for p in plans(load, 512))
     row = measure(load)
     assert row["closed-loop clients"] == 6 and row["sent"] == 18 == row["completed"]
+    assert row["streamed"] == stream
+    if not stream:  # one answer each: no inter-token latency, no first token alone
+        assert math.isnan(row["ITL p99 ms"]) and math.isnan(row["TTFT p50 ms"])
     assert row["cancelled"] == 0 == row["unexpected"] and row["burst ok"] == 0
     assert row["tokens lost"] == 0 and row["KV blocks leaked"] == 0
     assert row["streams unlike offline"] == 0
@@ -77,6 +84,9 @@ def test_the_closed_loop_rows():
     assert {(ld.preset, ld.max_batch) for ld in loads} == {("llama-1b", 64), ("llama-1b", 128),
                                                            ("llama-8b", 64)}
     assert any(ld.closed > ld.max_batch for ld in loads)  # beyond the batch too
+    assert {(ld.preset, ld.max_batch, ld.stream) for ld in loads if ld.closed == ld.max_batch} \
+        == {(p, b, s) for p, b in (("llama-1b", 64), ("llama-1b", 128), ("llama-8b", 64))
+            for s in (True, False)}  # streamed and whole
 
 
 def test_the_served_window_is_the_clients_first_send_to_their_last_answer():
