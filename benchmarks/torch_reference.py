@@ -12,9 +12,11 @@ own rows, so the two never share the GPU) and puts the numbers beside its own. R
 
 Prints one JSON list of rows on stdout (progress on stderr). What each measures:
 
-- decode: one decode step of a LLaMA decoder with random bf16 weights and a static KV cache
-  of exactly `context` positions per row (SDPA reads all of it, as rawgraph's step at that
-  context does): embedding, per layer RMSNorm, fused QKV projection (cuBLAS), RoPE, the new
+- decode: one decode step of the preset's decoder (LLaMA, or its family's: Qwen2's q, k, v
+  biases in the projection, Qwen3's head norms after it, as transformers computes them) with
+  random bf16 weights and a static KV cache of exactly `context` positions per row (SDPA
+  reads all of it, as rawgraph's step at that context does): embedding, per layer RMSNorm,
+  fused QKV projection (cuBLAS), RoPE, the new
   K/V written into the cache, SDPA (GQA), output projection, RMSNorm, fused gate/up, SiLU,
   down projection, then the final norm, LM head and greedy pick (RoPE without llama3's
   frequency scaling: the same work). Captured once per case in torch.cuda.CUDAGraph; the
@@ -63,8 +65,8 @@ def _median_ms(fn, reps: int = 20, warmup: int = 5) -> float:
 
 
 def _shape(name: str) -> Any:
-    """The LLaMA dimensions of rawgraph's preset `name` (rawgraph imports no torch; this
-    script may import rawgraph)."""
+    """The family and dimensions of rawgraph's preset `name` (rawgraph imports no torch;
+    this script may import rawgraph)."""
     from rawgraph.model.config import preset
 
     return preset(name)
@@ -81,9 +83,15 @@ class Decoder:
             return torch.randn(*shape, device=DEV, dtype=DT, generator=g) / math.sqrt(shape[-1])
 
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
+        fam = s.fam  # the family's extras: Qwen2's q, k, v biases, Qwen3's head norms
         self.embed = w(s.vocab, s.hidden)
         self.layers = [dict(n1=torch.ones(s.hidden, device=DEV, dtype=DT),
                             qkv=w(qkv, s.hidden), o=w(s.hidden, s.heads * s.head_dim),
+                            bias=w(qkv) if fam.qkv_bias else None,
+                            qn=torch.ones(s.head_dim, device=DEV, dtype=DT) if fam.qk_norm
+                            else None,
+                            kn=torch.ones(s.head_dim, device=DEV, dtype=DT) if fam.qk_norm
+                            else None,
                             n2=torch.ones(s.hidden, device=DEV, dtype=DT),
                             gu=w(2 * s.intermediate, s.hidden), down=w(s.hidden, s.intermediate))
                        for _ in range(s.layers)]
@@ -103,6 +111,20 @@ class Decoder:
         a, b = x.chunk(2, -1)
         return x * cos + torch.cat([-b, a], -1) * sin
 
+    def _qkv(self, h: torch.Tensor, L: dict, rows: int) -> tuple[torch.Tensor, ...]:
+        """q (rows, heads, d), k (rows, kv_heads, d), v (rows, kv_heads * d) before RoPE: the
+        input norm, the projection (with its bias), the head norms where the family has
+        them (as transformers' Qwen2 and Qwen3 do)."""
+        s = self.s
+        a = F.rms_norm(h, (s.hidden,), L["n1"], s.rms_eps)
+        q, k, v = F.linear(a, L["qkv"], L["bias"]).split(
+            [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], -1)
+        q, k = q.view(rows, s.heads, s.head_dim), k.view(rows, s.kv_heads, s.head_dim)
+        if L["qn"] is not None:
+            q = F.rms_norm(q, (s.head_dim,), L["qn"], s.rms_eps)
+            k = F.rms_norm(k, (s.head_dim,), L["kn"], s.rms_eps)
+        return q, k, v
+
     def _mlp(self, h: torch.Tensor, L: dict) -> torch.Tensor:
         a = F.rms_norm(h, (self.s.hidden,), L["n2"], self.s.rms_eps)
         g, u = F.linear(a, L["gu"]).chunk(2, -1)
@@ -115,11 +137,8 @@ class Decoder:
         cos, sin = self.rope(pos)  # (1, d): broadcast over rows and heads
         h = self.embed[ids]
         for L, (kc, vc) in zip(self.layers, caches):
-            a = F.rms_norm(h, (s.hidden,), L["n1"], s.rms_eps)
-            q, k, v = F.linear(a, L["qkv"]).split(
-                [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], -1)
-            q = self._rotate(q.view(B, s.heads, s.head_dim), cos, sin)
-            k = self._rotate(k.view(B, s.kv_heads, s.head_dim), cos, sin)
+            q, k, v = self._qkv(h, L, B)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
             kc.index_copy_(2, pos, k[:, :, None])
             vc.index_copy_(2, pos, v.view(B, s.kv_heads, 1, s.head_dim))
             o = F.scaled_dot_product_attention(q[:, :, None], kc, vc, enable_gqa=True)
@@ -135,11 +154,9 @@ class Decoder:
         cos, sin = cos[:, None], sin[:, None]  # (S, 1, d)
         h = self.embed[ids]
         for L in self.layers:
-            a = F.rms_norm(h, (s.hidden,), L["n1"], s.rms_eps)
-            q, k, v = F.linear(a, L["qkv"]).split(
-                [s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], -1)
-            q = self._rotate(q.view(S, s.heads, s.head_dim), cos, sin).transpose(0, 1)
-            k = self._rotate(k.view(S, s.kv_heads, s.head_dim), cos, sin).transpose(0, 1)
+            q, k, v = self._qkv(h, L, S)
+            q = self._rotate(q, cos, sin).transpose(0, 1)
+            k = self._rotate(k, cos, sin).transpose(0, 1)
             v = v.view(S, s.kv_heads, s.head_dim).transpose(0, 1)
             o = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True,
                                                enable_gqa=True)

@@ -54,11 +54,13 @@
 //   extern "C" gemv_{f16,bf16}_n{8,16}[_w16]_uU[_t]_rope(const T* x, const T* w, T* y, int m,
 //       int n, int k, T* k_cache, T* v_cache, const int* block_tables, const int* seq_slots,
 //       const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-//       int block_size, int max_blocks, float norm_eps)
+//       int block_size, int max_blocks, float norm_eps, const T* bias)
 //   The attention's QKV projection (w: q, k then v rows) with rope_append.cu in the epilogue:
 //   q rotated in y, k rotated into the cache (y keeps it unrotated), v copied to the cache,
 //   the same bits as the GEMV then rope_append (both rotate the T-rounded projection with
-//   common.cuh's rotate). The blocks of q and k rows take RoPE's pairs: 8 rows i of one head
+//   common.cuh's rotate; bias, if not null: (n,), added to the T-rounded projection and
+//   rounded again first, as rope_append.cu adds it; y keeps k and v with their bias).
+//   The blocks of q and k rows take RoPE's pairs: 8 rows i of one head
 //   and their partners i + D/2, so lane group g holds both sums of its pair. x row c is token
 //   c: its slot and position pick the cache row as kv_append.cu does (slot < 0 or an
 //   unmapped block: nothing cached). head_dim % 16 == 0. The slots, positions, block table
@@ -117,6 +119,7 @@ template <typename T> struct Rope {
   const int* positions;
   const float* inv_freq;
   int q_size, kv_size, head_dim, block_size, max_blocks;
+  const T* bias;  // q, k, v biases (q_size + 2 kv_size), added to the rounded projection; or null
 };
 
 enum class Epi { kPlain, kSilu, kRope };
@@ -395,8 +398,12 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       const int r = row_of(ln >> 2), col = 8 * j + 2 * (ln & 3) + e;
       if (r + gap >= n || col >= m) continue;
       const float sc = scale(col);
-      const T a = rg::from_float<T>(part[(4 * j + e) * 32 + ln] * sc);
-      const T b = rg::from_float<T>(part[(4 * j + e + 2) * 32 + ln] * sc);
+      T a = rg::from_float<T>(part[(4 * j + e) * 32 + ln] * sc);
+      T b = rg::from_float<T>(part[(4 * j + e + 2) * 32 + ln] * sc);
+      if (rope.bias != nullptr) {  // rope_append.cu's: the rounded projection, then the bias
+        a = rg::from_float<T>(rg::to_float(a) + rg::to_float(rope.bias[r]));
+        b = rg::from_float<T>(rg::to_float(b) + rg::to_float(rope.bias[r + gap]));
+      }
       rope_store(rope, y + static_cast<long long>(col) * n, r, gap, pairs, a, b,
                  pairs ? freq[ln >> 2] : 0.f, cache_row[col], token_pos[col]);
     }
@@ -562,118 +569,118 @@ gemv_f16_n8_u8_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
-    float norm_eps) {
+    float norm_eps, const __half* bias) {
   gemv_impl<__half, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
       v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+      max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n8_u8_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
-    float norm_eps) {
+    float norm_eps, const __half* bias) {
   gemv_impl<__half, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
       v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+      max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 gemv_f16_n8_u4_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
-    float norm_eps) {
+    float norm_eps, const __half* bias) {
   gemv_impl<__half, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
       v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+      max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n8_w16_u8_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
-    float norm_eps) {
+    float norm_eps, const __half* bias) {
   gemv_impl<__half, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_n16_u4_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
-    float norm_eps) {
+    float norm_eps, const __half* bias) {
   gemv_impl<__half, 2, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache,
       v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size,
-      max_blocks});
+      max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_n16_w16_u4_t_rope(
     const __half* x, const __half* w, __half* y, int m, int n, int k, __half* k_cache,
     __half* v_cache, const int* block_tables, const int* seq_slots, const int* positions,
     const float* inv_freq, int q_size, int kv_size, int head_dim, int block_size, int max_blocks,
-    float norm_eps) {
+    float norm_eps, const __half* bias) {
   gemv_impl<__half, 2, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_n8_u8_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-    int block_size, int max_blocks, float norm_eps) {
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
   gemv_impl<__nv_bfloat16, 1, 8, false, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_n8_u8_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-    int block_size, int max_blocks, float norm_eps) {
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
   gemv_impl<__nv_bfloat16, 1, 8, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(256, 3)
 gemv_bf16_n8_u4_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-    int block_size, int max_blocks, float norm_eps) {
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
   gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_n8_w16_u8_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-    int block_size, int max_blocks, float norm_eps) {
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
   gemv_impl<__nv_bfloat16, 1, 8, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_n16_u4_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-    int block_size, int max_blocks, float norm_eps) {
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
   gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kRope>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_n16_w16_u4_t_rope(
     const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int m, int n, int k,
     __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
-    int block_size, int max_blocks, float norm_eps) {
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
   gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks});
+      block_size, max_blocks, bias});
 }

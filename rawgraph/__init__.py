@@ -28,7 +28,7 @@ from rawgraph.graph.graph import Graph, GraphExec, Node, UpdateResult
 from rawgraph.graph.verify import VerifyError, verify
 from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.checkpoint import load as load_checkpoint
-from rawgraph.model.config import PRESETS, LlamaConfig, preset
+from rawgraph.model.config import PRESETS, ModelConfig, preset
 from rawgraph.model.decoder import DeviceStateError, Model
 from rawgraph.model.safetensors import CheckpointError
 from rawgraph.model.step import PrefillPiece
@@ -38,11 +38,50 @@ from rawgraph.ops.sampling import SamplingParams
 from rawgraph.symbols import Pointer, Range, Sym, Symbols, cdiv, smax, smin
 
 __all__ = [
-    "PRESETS", "Capture", "CaptureAllocationError", "CaptureError", "Checkpoint",
-    "CheckpointError", "CompileError", "CudaError", "DeviceStateError", "Engine", "EngineStats",
-    "Graph", "GraphExec", "Kernel", "Launch", "LlamaConfig", "Model", "Node", "Pointer",
-    "PrefillPiece", "Range", "Request", "Runner", "SamplingParams", "Sym", "Symbols", "Tokenizer",
-    "UpdateResult", "VerifyError", "available", "capture", "cdiv", "check", "device_us",
-    "draw", "host_us", "info", "load_checkpoint", "new_stream", "ops", "preset",
-    "random_weights", "smax", "smin", "verify", "wall_ms",
+    "PRESETS",
+    "Capture",
+    "CaptureAllocationError",
+    "CaptureError",
+    "Checkpoint",
+    "CheckpointError",
+    "CompileError",
+    "CudaError",
+    "DeviceStateError",
+    "Engine",
+    "EngineStats",
+    "Graph",
+    "GraphExec",
+    "Kernel",
+    "Launch",
+    "Model",
+    "ModelConfig",
+    "Node",
+    "Pointer",
+    "PrefillPiece",
+    "Range",
+    "Request",
+    "Runner",
+    "SamplingParams",
+    "Sym",
+    "Symbols",
+    "Tokenizer",
+    "UpdateResult",
+    "VerifyError",
+    "available",
+    "capture",
+    "cdiv",
+    "check",
+    "device_us",
+    "draw",
+    "host_us",
+    "info",
+    "load_checkpoint",
+    "new_stream",
+    "ops",
+    "preset",
+    "random_weights",
+    "smax",
+    "smin",
+    "verify",
+    "wall_ms",
 ]

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from rawgraph import demo
 from rawgraph.cuda.device import available, info
-from rawgraph.model.config import PRESETS
+from rawgraph.model.config import PRESETS, ModelConfig
 from rawgraph.model.safetensors import CheckpointError
 from rawgraph.serve import options as serve_options
 
@@ -40,8 +40,29 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self.prog)
 
 
+def model_facts(cfg: ModelConfig) -> dict[str, Any]:
+    """What `rawgraph info --model` says of a model: its family and what the family adds to
+    LLaMA's layers, its shape, its window."""
+    fam = cfg.fam
+    adds = [what for what, on in (("q, k, v biases", fam.qkv_bias),
+                                  ("q and k head norms", fam.qk_norm)) if on]
+    return {"model": cfg.name, "family": f"{fam.name} ({fam.architecture})",
+            "adds to LLaMA": ", ".join(adds) or "nothing",
+            "shape": f"{cfg.layers} layers, hidden {cfg.hidden}, {cfg.heads} heads "
+                     f"({cfg.kv_heads} kv) of {cfg.head_dim}, mlp {cfg.intermediate}, "
+                     f"vocab {cfg.vocab}",
+            "dtype": cfg.dtype, "tied embeddings": cfg.tie_embeddings,
+            "sliding window": cfg.sliding_window or "none",
+            "weights": f"{cfg.weight_bytes() / 2**30:.2f} GiB"}
+
+
 def _info(args: argparse.Namespace) -> int:
     facts = info()
+    if args.model:
+        from rawgraph.model.checkpoint import config
+
+        cfg = PRESETS[args.model] if args.model in PRESETS else config(args.model)
+        facts = {**facts, **model_facts(cfg)}
     if args.json:
         print(json.dumps(facts, indent=2))
         return 0
@@ -75,7 +96,10 @@ def check_only(name: str, only: str) -> None:
             raise UsageError(f"bench kernels --only: unknown parts {unknown}; choose from "
                              f"{','.join(PARTS)}")
         return
-    names = ("llama-1b", "llama-8b") if name in ("decode", "prefill", "serve") else tuple(PRESETS)
+    from rawgraph.bench.decode import PRESETS as DECODE_PRESETS
+
+    names = (DECODE_PRESETS if name == "decode" else ("llama-1b", "llama-8b")
+             if name in ("prefill", "serve") else tuple(PRESETS))
     if name in _PROFILES and only.startswith("profile"):
         form, last, example = _PROFILES[name]
         m = re.fullmatch(rf"profile(:[a-z][\w-]*)?(:[1-9]\d*(:{last})?)?", only)
@@ -206,6 +230,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", parser_class=_Parser, metavar="COMMAND")
     q = sub.add_parser("info", help="versions, device, compute capability, driver")
     q.add_argument("--json", action="store_true", help="print the facts as JSON")
+    q.add_argument("--model", default=None, metavar="DIR|PRESET", help="also what rawgraph "
+                   "reads of a checkpoint directory's config.json (or a preset): family, "
+                   "shape, window")
     q.set_defaults(fn=_info)
     q = sub.add_parser("bench", help="run a benchmark (GPU), print a table, save JSON")
     q.add_argument("name", choices=BENCHES, help="which benchmark")

@@ -18,7 +18,7 @@ from rawgraph.bench.results import table
 from rawgraph.engine.engine import Engine
 from rawgraph.engine.request import Request
 from rawgraph.model import checkpoint
-from rawgraph.model.config import PRESETS, LlamaConfig, preset
+from rawgraph.model.config import PRESETS, ModelConfig, preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
@@ -67,7 +67,7 @@ def check(args: Any) -> None:
                          f"{LONGEST} tokens (prompt and output)")
 
 
-def setup(args: Any) -> tuple[Model, LlamaConfig, Any]:
+def setup(args: Any) -> tuple[Model, ModelConfig, Any]:
     """The demo's model (and tokenizer): ValueError (CheckpointError included) for a
     checkpoint or options the model refuses."""
     tok, files = None, None
@@ -94,7 +94,7 @@ def _show(r: Request, tok: Any) -> str:
             f"steps {r.first_step:>3}-{r.last_step:<3} {r.finish:<6} -> {out}")
 
 
-def main(args: Any, model: Model, cfg: LlamaConfig, tok: Any) -> int:
+def main(args: Any, model: Model, cfg: ModelConfig, tok: Any) -> int:
     """Run the script eagerly and with graphs; print outputs and the comparison (exit
     status 1 if the two runs' tokens differ)."""
     prompts = [tok.encode(t) for t in TEXT_PROMPTS] if tok else None
@@ -107,8 +107,8 @@ def main(args: Any, model: Model, cfg: LlamaConfig, tok: Any) -> int:
         runs[mode] = (reqs, engine.stats.summary())
         engine.close()
     reqs, _ = runs["graph"]
-    print(f"\n{cfg.name}: {cfg.layers} layers, hidden {cfg.hidden}, {cfg.dtype}; "
-          f"{len(reqs)} requests\n")
+    print(f"\n{cfg.name} ({cfg.family}): {cfg.layers} layers, hidden {cfg.hidden}, "
+          f"{cfg.dtype}; {len(reqs)} requests\n")
     for r in reqs:
         print(_show(r, tok))
     same = [a.output for a in runs["eager"][0]] == [b.output for b in reqs]

@@ -30,7 +30,7 @@ import numpy as np
 import rawgraph.model.decoder as decoder
 from rawgraph import ops
 from rawgraph.engine.runner import Runner
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 from rawgraph.model.weights import shapes
@@ -131,7 +131,7 @@ def main(mode: str) -> None:
         _inline()
     elif mode not in ("shipped", "eager"):
         raise SystemExit(__doc__)
-    cfg = LlamaConfig(vocab=512, hidden=256, layers=1, heads=4, kv_heads=2, head_dim=64,
+    cfg = ModelConfig(vocab=512, hidden=256, layers=1, heads=4, kv_heads=2, head_dim=64,
                       intermediate=512, rope_theta=1e4, dtype="float16")
     rng = np.random.default_rng(0)
     tensors = {k: (rng.standard_normal(s) * 0.05).astype(np.float16)

@@ -31,7 +31,7 @@ from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 
 STREAM_READ_CHAINED = Kernel("stream_read", "stream_read_chained",
                              "const uint4* p, long long n, const uint4* q, long long m, "
@@ -57,14 +57,14 @@ def _range(a: Any, nbytes: int | None = None, what: str = "") -> Range:
     return ptr, n
 
 
-def link_parts(cfg: LlamaConfig) -> list[str]:
+def link_parts(cfg: ModelConfig) -> list[str]:
     """The step part each link of `step_reads` stands for, in its order: per layer "qkv",
     "attention", "o_proj", "gate_up", "down_proj"; then "lm_head"."""
     layer = [*PROJECTIONS[:ATTENTION_AT], "attention", *PROJECTIONS[ATTENTION_AT:]]
     return layer * cfg.layers + ["lm_head"]
 
 
-def step_reads(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
+def step_reads(cfg: ModelConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
                v_layers: Sequence[Any], batch: int, ctx: int) -> list[Link]:
     """What each kernel of a decode step of `batch` rows at context `ctx` must read, in the
     step's order: per layer the QKV weight, K and V of batch x ctx tokens (one kernel: the
@@ -115,7 +115,7 @@ def launch_plans(links: Sequence[Link], after_attention: Sequence[int]) -> list[
     return list(dict.fromkeys(plans))
 
 
-def _plan_times(cfg: LlamaConfig, links: Sequence[Link], stream: Any) -> dict[tuple, float]:
+def _plan_times(cfg: ModelConfig, links: Sequence[Link], stream: Any) -> dict[tuple, float]:
     """`links` (a decode step's, `step_reads`) timed under each of its `launch_plans`: plan
     (the plainly launched indices) -> ms."""
     after_attention = [LAYER_LINKS * i + ATTENTION_AT + 1 for i in range(cfg.layers)]
@@ -123,7 +123,7 @@ def _plan_times(cfg: LlamaConfig, links: Sequence[Link], stream: Any) -> dict[tu
             for plain in launch_plans(links, after_attention)}
 
 
-def step_chain_ms(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
+def step_chain_ms(cfg: ModelConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
                   v_layers: Sequence[Any], batch: int, ctx: int, stream: Any) -> float:
     """The read chain of a decode step (`step_reads`), its ceiling as a graph of kernels: the
     fastest of its `launch_plans`."""
@@ -131,7 +131,7 @@ def step_chain_ms(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequen
     return min(_plan_times(cfg, links, stream).values())
 
 
-def part_costs(cfg: LlamaConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
+def part_costs(cfg: ModelConfig, weights: Mapping[str, Any], k_layers: Sequence[Any],
                v_layers: Sequence[Any], batch: int, ctx: int, stream: Any) -> dict[str, float]:
     """What each step part costs the read chain, in ms: the chain (its fastest plan) less the
     chain without that part's links (the same plan: the one that was fastest whole), so a

@@ -3,22 +3,23 @@ PyTorch.
 
 llama-1b and llama-8b shapes (random weights), batch in {1, 8, 16, 32, 64, 128}, context in
 {1024, 4096}, plus B=64 at 2048 (and llama-1b's B=256 at 1024), and long contexts (16k to 128k
-tokens at B = 1, 4, 8 where the cache fits; `--only long` for those alone). Per case: wall time
-of a whole step (host metadata copy, patch, launch, tokens back), the same with each step
+tokens at B = 1, 4, 8 where the cache fits; `--only long` for those alone); the other families'
+presets (qwen2.5-1.5b, qwen3-8b, mistral-7b) at the same batches and contexts. Per case: wall
+time of a whole step (host metadata copy, patch, launch, tokens back), the same with each step
 launched before the last one's tokens are read (the engine's overlap: the number judged against
 the goal), the GPU time of the replay, host overhead (prepare + patch + launch; of the
 overlapped step too), nodes patched; the floor is (weights + KV bytes) / the copy bandwidth
 measured in the same run, the read chain the same bytes moved by one read-only kernel per
 projection and attention in a programmatic chain (`bench.ceiling`: the ceiling of a step built
-of such kernels; a goal under it is out of their reach); PyTorch's step of the same shapes in
-a CUDA graph (and torch.compile'd at B=1), measured right after by
-benchmarks/torch_reference.py where torch is importable. Also: capture time of every decode
-bucket, and one prefill chunk beside a decode step on one stream vs two. JSON rows + a PNG
-plot.
+of such kernels; a goal under it is out of their reach); PyTorch's step of the same shapes in a
+CUDA graph (and torch.compile'd at B=1), measured right after by benchmarks/torch_reference.py
+where torch is importable. Also: capture time of every decode bucket, and one prefill chunk
+beside a decode step on one stream vs two. JSON rows + a PNG plot.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -56,6 +57,10 @@ GOAL_MS = {("llama-1b", 1, 1024): 0.74, ("llama-8b", 1, 1024): 3.80}
 LONG_CONTEXTS = (16384, 32768, 65536, 131072)
 LONG_BATCHES = (1, 4, 8)
 LONG_KV_GB = 80
+# the presets measured: LLaMA's with every row (long contexts, streams, loops), then the
+# other families' shapes at BATCHES x CONTEXTS + EXTRA
+PRESETS = ("llama-1b", "llama-8b", "qwen2.5-1.5b", "qwen3-8b", "mistral-7b")
+FULL = ("llama-1b", "llama-8b")
 STEPS = 15
 WARMUP = 5
 HOST_TARGET_US = 30  # patch + launch per decode step (the issue's host-overhead target)
@@ -133,8 +138,9 @@ def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
     rows = [_case(model, runner, name, batch, ctx, floor_gbps) for batch, ctx in cases]
     rows.append({"preset": name, "B": "all", "context": "", "capture ms": capture_ms,
                  "graphs": len(batches), "target": "<= 1000 ms", "ok": capture_ms <= 1000})
-    rows.extend(_streams(name, model))
-    rows.append(_head_skip(name, model))
+    if name in FULL:
+        rows.extend(_streams(name, model))
+        rows.append(_head_skip(name, model))
     runner.close()
     if name == "llama-1b":
         rows.extend(_loops(name, model, floor_gbps))
@@ -346,22 +352,29 @@ def _head_skip(name: str, model: Model, chunk: int = 64) -> dict[str, Any]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> Path:
-    """ms/step against batch, one panel per (preset, context): eager, the overlapped graph
-    step, PyTorch's graph step, the floor; and per preset with long-context rows, ms/step
-    against context, a line per batch (ours solid, PyTorch dashed, the floor dotted)."""
+    """ms/step against batch, a row of panels per preset and one per context: eager, the
+    overlapped graph step, PyTorch's graph step, the floor; and for presets with long-context
+    rows, ms/step against context, a line per batch (ours solid, PyTorch dashed, the floor
+    dotted)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps = [r for r in rows if isinstance(r["B"], int) and "overlapped ms" in r]
-    panels = sorted({(r["preset"], r["context"]) for r in steps if r["context"] in CONTEXTS})
-    panels += sorted({(r["preset"], "long") for r in steps if r["context"] in LONG_CONTEXTS})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
-    for ax, (name, ctx) in zip(axes[0], panels):
+    names = list(dict.fromkeys(r["preset"] for r in steps))  # a row of panels per preset
+    cols = [c for c in CONTEXTS if any(r["context"] == c for r in steps)]
+    cols += ["long"] if any(r["context"] in LONG_CONTEXTS for r in steps) else []
+    fig, axes = plt.subplots(len(names), len(cols), figsize=(4 * len(cols), 3.4 * len(names)),
+                             squeeze=False)
+    for (i, name), (j, ctx) in itertools.product(enumerate(names), enumerate(cols)):
+        ax = axes[i][j]
         if ctx == "long":
-            _long_panel(ax, name, [r for r in steps if r["preset"] == name
-                                   and r["context"] in LONG_CONTEXTS])
+            sel = [r for r in steps if r["preset"] == name and r["context"] in LONG_CONTEXTS]
+            if sel:
+                _long_panel(ax, name, sel)
+            else:
+                ax.axis("off")
             continue
         sel = [r for r in steps if (r["preset"], r["context"]) == (name, ctx)]
         for key, style in (("eager ms", "o-"), ("overlapped ms", "s-"), ("PyTorch ms", "^-"),
@@ -422,8 +435,8 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
-    """Measure llama-1b and llama-8b (or the presets containing `only`; 'long' for the
-    long-context rows alone; 'profile:B:CTX' or 'profile:PRESET:B:CTX' for a per-kernel
+    """Measure PRESETS (or those whose names contain `only`; 'long' for LLaMA's long-context
+    rows alone; 'profile:B:CTX' or 'profile:PRESET:B:CTX' for a per-kernel
     breakdown of one decode graph, llama-1b unless named)."""
     if only.startswith("profile"):
         parts = only.split(":")[1:]
@@ -432,11 +445,13 @@ def run(only: str = "") -> list[dict[str, Any]]:
         return profile(name, int(b), int(c))
     floor = copy_gbps(new_stream())
     rows = []
-    for name in ("llama-1b", "llama-8b"):
-        if not only or only in name or only == "long":
-            mine = [] if only == "long" else _preset(name, floor)
-            cupy.get_default_memory_pool().free_all_blocks()
+    for name in PRESETS:
+        if only and (only not in name if only != "long" else name not in FULL):
+            continue
+        mine = [] if only == "long" else _preset(name, floor)
+        cupy.get_default_memory_pool().free_all_blocks()
+        if name in FULL:
             mine += _long(name, floor)
             cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
-            rows.extend(with_peer(mine, name))
+        rows.extend(with_peer(mine, name))
     return rows

@@ -23,7 +23,7 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.runner import IterStats, Launched
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.memory.paged import BLOCK_SIZE
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import Limits, PrefillPiece, check_follow, final_tokens, last_step
 from rawgraph.ops.logits import LP_STRIDE
@@ -44,7 +44,7 @@ class ReferenceModel:
     """What the engine uses of a `Model`, on the host: sizes, block tables, `free`, and the
     float32 weights and per-slot keys and values the runner computes with."""
 
-    def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
+    def __init__(self, cfg: ModelConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
                  max_context: int = 1024, max_chunk: int = 256, max_chunk_seqs: int = 8,
                  block_size: int = BLOCK_SIZE):
         for name, v in (("max_batch", max_batch), ("max_context", max_context),
@@ -256,7 +256,7 @@ def _stack(rows: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
     return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
 
-def reference_engine(cfg: LlamaConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
+def reference_engine(cfg: ModelConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
                      max_context: int = 1024, max_chunk: int = 256, max_chunk_seqs: int = 8,
                      overlap: bool = True, decode_chunk: int | None = None) -> Engine:
     """An `Engine` over the reference decoder on the host (no GPU); `decode_chunk` as

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rawgraph.dtypes import from_bf16_bits, to_bf16_bits
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.model.safetensors import CheckpointError, TensorInfo, open_tensor, read_header, write
 from rawgraph.model.weights import shapes
 
@@ -29,7 +29,7 @@ class Checkpoint:
     """A loaded checkpoint: its config, tensors in the config's storage dtype, the file each
     tensor came from, and its tokenizer.json if it has one."""
 
-    config: LlamaConfig
+    config: ModelConfig
     tensors: dict[str, np.ndarray]
     tokenizer: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
@@ -97,7 +97,7 @@ def _convert(x: np.ndarray, src: str, dst: str, where: str) -> np.ndarray:
     return f32.astype(np.float16)
 
 
-def config(path: str | Path, dtype: str | None = None) -> LlamaConfig:
+def config(path: str | Path, dtype: str | None = None) -> ModelConfig:
     """A checkpoint directory's configuration alone (config.json; no tensor is read)."""
     if dtype not in (None, "float16", "bfloat16"):
         raise ValueError(f"dtype {dtype!r}: float16, bfloat16 or None (the checkpoint's)")
@@ -108,7 +108,7 @@ def config(path: str | Path, dtype: str | None = None) -> LlamaConfig:
     if not cfg_path.exists():
         raise CheckpointError(f"{root}: no config.json")
     try:
-        return LlamaConfig.from_hf(_json(cfg_path), dtype)
+        return ModelConfig.from_hf(_json(cfg_path), dtype)
     except ValueError as e:
         if isinstance(e, CheckpointError):
             raise
@@ -130,7 +130,7 @@ def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
         raise CheckpointError(f"{root}: {len(missing)} tensors missing, e.g. {missing[:3]}")
     if unexpected:
         raise CheckpointError(f"{root}: {len(unexpected)} unexpected tensors, e.g. "
-                              f"{unexpected[:3]} (not a plain LlamaForCausalLM?)")
+                              f"{unexpected[:3]} (not a plain {cfg.fam.architecture}?)")
     tensors = {}
     for name, shape in want.items():
         f = where[name]
@@ -152,7 +152,7 @@ def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
                       {k: where[k] for k in tensors})
 
 
-def save(path: str | Path, cfg: LlamaConfig, tensors: dict[str, np.ndarray],
+def save(path: str | Path, cfg: ModelConfig, tensors: dict[str, np.ndarray],
          shard_bytes: int | None = None) -> None:
     """Write config.json and the tensors (in `cfg.dtype`), sharded with an index when
     `shard_bytes` is given: the layout Hugging Face tools write."""

@@ -35,7 +35,7 @@ from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 from rawgraph.memory.staging import Staging
 from rawgraph.model import step, weights
 from rawgraph.model.checkpoint import Checkpoint
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.model.step import Limits, PrefillPiece, final_tokens
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max, plain_after
@@ -115,13 +115,14 @@ class DeviceStateError(RuntimeError):
 
 
 class Model:
-    """A LLaMA decoder resident on the GPU: batched decode steps of up to `max_batch` rows and
-    prefill chunks of up to `max_chunk` tokens from up to `max_chunk_seqs` sequences.
+    """A decoder of any family in rawgraph.model.family, resident on the GPU: batched decode
+    steps of up to `max_batch` rows and prefill chunks of up to `max_chunk` tokens from up to
+    `max_chunk_seqs` sequences.
 
     Sequences live in cache slots 0 .. max_batch - 1; the caller (the engine) assigns them.
     """
 
-    def __init__(self, cfg: LlamaConfig, tensors: dict[str, np.ndarray] | None = None, *,
+    def __init__(self, cfg: ModelConfig, tensors: dict[str, np.ndarray] | None = None, *,
                  max_batch: int = 8, max_context: int = 2048, max_chunk: int = 512,
                  max_chunk_seqs: int = 8, block_size: int = BLOCK_SIZE,
                  num_blocks: int | None = None, seed: int = 0,
@@ -150,6 +151,10 @@ class Model:
                 f", and at most max_position_embeddings = {cfg.max_position} with dynamic "
                 f"RoPE (its frequencies change past it)" if isinstance(
                     cfg.rope_scaling, ops.DynamicScaling) else ""))
+        if cfg.sliding_window is not None and max_context > cfg.sliding_window:
+            raise ValueError(f"max_context = {max_context} is past the model's sliding_window "
+                             f"({cfg.sliding_window}): rawgraph's attention has no key window; "
+                             f"a max_context of at most {cfg.sliding_window} runs exactly")
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
         self.runs_up_to = runs_up_to
@@ -246,7 +251,7 @@ class Model:
         for name, (shape, sources) in lay.items():  # stream each tensor into its region
             view = self.w[name] = self.arena.array(name, shape, st)
             if tensors is None:
-                weights.random_fill(view, rng, cfg.dtype)
+                weights.random_fill(view, rng, cfg.dtype, bias=name.endswith("bias"))
                 continue
             if name.endswith("gate_up"):
                 view.set(ops.stack_gate_up(*(np.asarray(tensors[src], st) for src in sources)))
@@ -526,10 +531,13 @@ class Model:
         # each part's launches labelled with the name the read chain gives its link
         # (bench.ceiling.link_parts), so a profile can set one against the other
         kc, vc = self.kv.layer(i)  # QKV, RoPE and the cache append (one kernel for decode)
+        # the family's extras (None where it has none): q, k, v biases, q and k head norms
+        extra = {"bias": w.get(p + "qkv_bias"), "qk_norm": w.get(p + "qk_norm"),
+                 "head_eps": cfg.rms_eps}
         with labelled("qkv"):
             ops.qkv_rope(a["r"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
                          meta["slots"], meta["pos"], self.freqs, heads=cfg.heads,
-                         head_dim=cfg.head_dim, **norm, **lin)
+                         head_dim=cfg.head_dim, **norm, **extra, **lin)
         with labelled("attention"):
             attend(kc, vc)
         with labelled("o_proj"):

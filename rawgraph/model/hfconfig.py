@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rawgraph.model.family import FAMILIES, Family, family
 from rawgraph.ops.rope import DynamicScaling, LinearScaling, Llama3Scaling, RopeScaling, YarnScaling
 
 _REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -68,31 +69,70 @@ def flag(d: dict, key: str, default: bool) -> bool:
     return v
 
 
-def _architecture(cfg: dict) -> None:
+def _architecture(cfg: dict) -> Family:
+    """The family config.json names (model_type, architectures, or both agreeing)."""
     model_type, arch = cfg.get("model_type"), cfg.get("architectures")
     if model_type is None and arch is None:
         raise ValueError("neither model_type nor architectures says what model this is")
-    if model_type is not None and model_type != "llama":
-        raise ValueError(f"model_type {model_type!r} is not supported: rawgraph runs LLaMA "
-                         f"(model_type 'llama', LlamaForCausalLM)")
-    if arch is not None:
-        if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
-            raise ValueError(f"architectures must be a list of names, got {arch!r}")
-        if "LlamaForCausalLM" not in arch:
-            raise ValueError(f"architectures {arch} is not supported: rawgraph runs "
-                             f"LlamaForCausalLM")
+    if arch is not None and (not isinstance(arch, list)
+                             or not all(isinstance(a, str) for a in arch)):
+        raise ValueError(f"architectures must be a list of names, got {arch!r}")
+    if model_type is not None:
+        if not isinstance(model_type, str):
+            raise ValueError(f"model_type must be a string, got {_type_name(model_type)}")
+        fam = family(model_type)
+        if arch is not None and fam.architecture not in arch:
+            raise ValueError(f"architectures {arch} is not supported for model_type "
+                             f"{model_type!r}: rawgraph runs {fam.architecture}")
+        return fam
+    known = [f for f in FAMILIES.values() if f.architecture in arch]
+    if not known:
+        raise ValueError(f"architectures {arch} is not supported: rawgraph runs "
+                         f"{', '.join(f.architecture for f in FAMILIES.values())}")
+    return known[0]
 
 
-def _math_fields(cfg: dict) -> None:
+def _math_fields(cfg: dict, fam: Family) -> None:
     """Fields that would change the math and that rawgraph does not run."""
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"hidden_act {act!r} is not supported (silu only)")
+    # LLaMA's and Qwen3's attention_bias puts a bias on o_proj too; Qwen2's q, k, v biases
+    # are the family's own (its config has no such field)
     for key in ("attention_bias", "mlp_bias"):
         if flag(cfg, key, False):
-            raise ValueError(f"{key} true is not supported (LLaMA projections have no bias)")
+            raise ValueError(f"{key} true is not supported ({fam.name} projections without "
+                             f"biases{' but q, k, v' if fam.qkv_bias else ''})")
+    for key in ("num_experts", "num_local_experts"):  # the MoE variants of these families
+        if cfg.get(key):
+            raise ValueError(f"{key} {cfg[key]!r}: mixture-of-experts models are not supported")
     if cfg.get("quantization_config") is not None:
         raise ValueError("quantization_config: quantized checkpoints are not supported")
+
+
+def window(cfg: dict, fam: Family, layers: int) -> int | None:
+    """The sliding key window any layer has, as the family's config states it: Mistral's
+    `sliding_window` (null: none); Qwen's `sliding_window` on the layers `layer_types` marks
+    "sliding_attention" (or, without layer_types, those from `max_window_layers` on when
+    `use_sliding_window`). None: every layer attends to its whole context."""
+    if fam.window is None:
+        return None
+    if fam.window == "sliding_window":
+        v = cfg.get("sliding_window")
+        return None if v is None else integer(cfg, "sliding_window")
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not set(types) <= {
+                "full_attention", "sliding_attention"}:
+            raise ValueError(f"layer_types must list full_attention or sliding_attention for "
+                             f"each of the {layers} layers, got {types!r}")
+        slides = "sliding_attention" in types
+    else:
+        first = integer(cfg, "max_window_layers", default=layers, low=0)
+        slides = flag(cfg, "use_sliding_window", False) and first < layers
+    if not slides:
+        return None
+    return integer(cfg, "sliding_window", default=4096)
 
 
 def rope(cfg: dict, max_position: int) -> tuple[float, RopeScaling | None]:
@@ -164,12 +204,12 @@ def eos_ids(cfg: dict) -> tuple[int, ...]:
 
 
 def read(cfg: Any) -> dict[str, Any]:
-    """The LlamaConfig fields of a config.json dict (ValueError naming the field)."""
+    """The ModelConfig fields of a config.json dict (ValueError naming the field)."""
     if not isinstance(cfg, dict):
         raise ValueError(f"config.json must be a JSON object, got a {_type_name(cfg)}")
-    _architecture(cfg)
+    fam = _architecture(cfg)
     dims = {k: integer(cfg, k) for k in _REQUIRED}
-    _math_fields(cfg)
+    _math_fields(cfg, fam)
     heads = dims["num_attention_heads"]
     kv_heads = integer(cfg, "num_key_value_heads", default=None) \
         if cfg.get("num_key_value_heads") is not None else heads
@@ -189,13 +229,16 @@ def read(cfg: Any) -> dict[str, Any]:
                 rope_scaling=scaling, rms_eps=number(cfg, "rms_norm_eps", default=1e-6),
                 tie_embeddings=flag(cfg, "tie_word_embeddings", False),
                 max_position=max_position, dtype=dtype_of(cfg),
-                name=name if isinstance(name, str) else "checkpoint", eos=eos_ids(cfg))
+                name=name if isinstance(name, str) else "checkpoint", eos=eos_ids(cfg),
+                family=fam.name,
+                sliding_window=window(cfg, fam, dims["num_hidden_layers"]))
 
 
 def write(c: Any) -> dict[str, Any]:
-    """A classic-spelling config.json dict for LlamaConfig `c`."""
+    """A classic-spelling config.json dict for ModelConfig `c`, as its family writes it."""
+    fam = c.fam
     out: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "architectures": [fam.architecture], "model_type": fam.name,
         "vocab_size": c.vocab, "hidden_size": c.hidden, "num_hidden_layers": c.layers,
         "num_attention_heads": c.heads, "num_key_value_heads": c.kv_heads,
         "head_dim": c.head_dim, "intermediate_size": c.intermediate,
@@ -203,6 +246,11 @@ def write(c: Any) -> dict[str, Any]:
         "tie_word_embeddings": c.tie_embeddings, "max_position_embeddings": c.max_position,
         "hidden_act": "silu", "torch_dtype": c.dtype,
     }
+    if fam.window == "sliding_window":
+        out["sliding_window"] = c.sliding_window
+    elif fam.window == "use_sliding_window":  # the window on every layer, or on none
+        out.update(use_sliding_window=c.sliding_window is not None, max_window_layers=0,
+                   sliding_window=c.sliding_window)
     if c.eos:
         out["eos_token_id"] = c.eos[0] if len(c.eos) == 1 else list(c.eos)
     s = c.rope_scaling

@@ -1,6 +1,7 @@
 """A NumPy float32 forward pass of the decoder, independent of the GPU code.
 
-It computes what Hugging Face's LlamaForCausalLM computes, in float32 without intermediate
+It computes what Hugging Face's *ForCausalLM of the config's family computes (its q, k, v
+biases, its per-head q and k norms, its sliding window), in float32 without intermediate
 rounding: the yardstick the GPU model is tested against (with tolerances for its fp16/bf16
 storage), and the source of reference greedy tokens.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rawgraph.dtypes import to_float32
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.ops.rope import DynamicScaling, attention_factor, inv_freq
 
 
@@ -29,7 +30,7 @@ class KVState:
         return self.k[0].shape[0] if self.k else 0
 
 
-def float_weights(cfg: LlamaConfig, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def float_weights(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Storage tensors as float32 (bf16 bits decoded); lm_head filled in when tied."""
     w = {k: to_float32(np.asarray(v), cfg.dtype) for k, v in tensors.items()}
     if cfg.tie_embeddings:
@@ -49,7 +50,7 @@ def _rope(x: np.ndarray, pos: np.ndarray, freqs: np.ndarray, scale: float) -> np
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
 
-def forward(cfg: LlamaConfig, w: dict[str, np.ndarray], tokens: np.ndarray,
+def forward(cfg: ModelConfig, w: dict[str, np.ndarray], tokens: np.ndarray,
             state: KVState) -> np.ndarray:
     """Logits (len(tokens), vocab) for tokens following the `state.length` cached ones;
     appends their keys and values to `state`."""
@@ -62,14 +63,24 @@ def forward(cfg: LlamaConfig, w: dict[str, np.ndarray], tokens: np.ndarray,
     freqs = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
     af = attention_factor(cfg.rope_scaling)
     g = cfg.heads // cfg.kv_heads
-    causal = pos[:, None] >= np.arange(start + n)[None, :]  # (n, all tokens)
+    keys = np.arange(start + n)[None, :]
+    causal = pos[:, None] >= keys  # (n, all tokens)
+    if cfg.sliding_window is not None:  # Hugging Face's: the last `window` keys, itself too
+        causal &= keys > pos[:, None] - cfg.sliding_window
+    fam = cfg.fam
     x = w["model.embed_tokens.weight"][t]
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
         h = _rmsnorm(x, w[p + "input_layernorm.weight"], cfg.rms_eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, cfg.heads, cfg.head_dim)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, cfg.kv_heads, cfg.head_dim)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, cfg.kv_heads, cfg.head_dim)
+        q, k, v = (h @ w[p + f"self_attn.{x}_proj.weight"].T for x in "qkv")
+        if fam.qkv_bias:
+            q, k, v = (y + w[p + f"self_attn.{x}_proj.bias"] for y, x in zip((q, k, v), "qkv"))
+        q = q.reshape(n, cfg.heads, cfg.head_dim)
+        k = k.reshape(n, cfg.kv_heads, cfg.head_dim)
+        v = v.reshape(n, cfg.kv_heads, cfg.head_dim)
+        if fam.qk_norm:  # over each head, before RoPE
+            q = _rmsnorm(q, w[p + "self_attn.q_norm.weight"], cfg.rms_eps)
+            k = _rmsnorm(k, w[p + "self_attn.k_norm.weight"], cfg.rms_eps)
         q, k = _rope(q, pos, freqs, af), _rope(k, pos, freqs, af)
         if len(state.k) <= i:
             state.k.append(k)
@@ -93,7 +104,7 @@ def forward(cfg: LlamaConfig, w: dict[str, np.ndarray], tokens: np.ndarray,
     return x @ w["lm_head.weight"].T
 
 
-def greedy(cfg: LlamaConfig, w: dict[str, np.ndarray], prompt: list[int],
+def greedy(cfg: ModelConfig, w: dict[str, np.ndarray], prompt: list[int],
            steps: int) -> list[int]:
     """Greedy continuation of `prompt`: `steps` new token ids."""
     state = KVState()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from rawgraph.memory.paged import BLOCK_SIZE
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.model.weights import layout
 from rawgraph.ops.linear import DECODE_ROWS
 from rawgraph.ops.logits import BIAS_CAP, LP_STRIDE
@@ -18,19 +18,19 @@ RESERVE = 2 << 30          # the CUDA context, graphs (the pool's 1 GiB budget),
 ELEMENT = 2                # bytes of a float16 / bfloat16 value
 
 
-def weight_bytes(cfg: LlamaConfig) -> int:
+def weight_bytes(cfg: ModelConfig) -> int:
     """The weights' bytes on the device."""
     return sum(ELEMENT * math.prod(shape) for shape, _ in layout(cfg).values())
 
 
-def _row_bytes(cfg: LlamaConfig) -> int:
+def _row_bytes(cfg: ModelConfig) -> int:
     """One token row of a step's activations, and its head's (logits and their processed
     copy, log-probabilities)."""
     cols = 2 * cfg.hidden + cfg.q_size + 2 * cfg.kv_size + cfg.q_size + 3 * cfg.intermediate
     return ELEMENT * (cols + 2 * cfg.vocab + cfg.hidden) + 8 * LP_STRIDE + 16
 
 
-def sequence_bytes(cfg: LlamaConfig, max_context: int) -> int:
+def sequence_bytes(cfg: ModelConfig, max_context: int) -> int:
     """What one sequence of up to `max_context` tokens takes: its KV cache, its rule state
     (token counts and bias entries) and its decode row."""
     blocks = math.ceil(max_context / BLOCK_SIZE)
@@ -38,7 +38,7 @@ def sequence_bytes(cfg: LlamaConfig, max_context: int) -> int:
     return kv + 4 * cfg.vocab + 12 * BIAS_CAP + _row_bytes(cfg)
 
 
-def max_batch(cfg: LlamaConfig, max_context: int, total: int, free: int, *,
+def max_batch(cfg: ModelConfig, max_context: int, total: int, free: int, *,
               max_chunk: int = 2048) -> int:
     """The most sequences (at most DECODE_ROWS, a multiple of 8 from 8 up) that fit in
     UTILIZATION of a device with `total` bytes of which `free` are free now, beside the

@@ -11,13 +11,14 @@ import cupy
 import numpy as np
 
 from rawgraph.dtypes import storage_dtype, to_storage
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.model.safetensors import CheckpointError
 
 
-def layer_shapes(cfg: LlamaConfig, i: int) -> dict[str, tuple]:
-    """Names and [out, in] shapes of layer i's tensors."""
+def layer_shapes(cfg: ModelConfig, i: int) -> dict[str, tuple]:
+    """Names and [out, in] shapes of layer i's tensors (LLaMA's, then its family's)."""
     p = f"model.layers.{i}."
+    extra = cfg.fam.layer_tensors(cfg.q_size, cfg.kv_size, cfg.head_dim)
     return {
         p + "input_layernorm.weight": (cfg.hidden,),
         p + "self_attn.q_proj.weight": (cfg.q_size, cfg.hidden),
@@ -28,10 +29,11 @@ def layer_shapes(cfg: LlamaConfig, i: int) -> dict[str, tuple]:
         p + "mlp.gate_proj.weight": (cfg.intermediate, cfg.hidden),
         p + "mlp.up_proj.weight": (cfg.intermediate, cfg.hidden),
         p + "mlp.down_proj.weight": (cfg.hidden, cfg.intermediate),
+        **{p + name: shape for name, shape in extra.items()},
     }
 
 
-def shapes(cfg: LlamaConfig) -> dict[str, tuple]:
+def shapes(cfg: ModelConfig) -> dict[str, tuple]:
     """Every tensor a checkpoint of `cfg` holds (lm_head only when not tied)."""
     out = {"model.embed_tokens.weight": (cfg.vocab, cfg.hidden)}
     for i in range(cfg.layers):
@@ -42,17 +44,18 @@ def shapes(cfg: LlamaConfig) -> dict[str, tuple]:
     return out
 
 
-def random_weights(cfg: LlamaConfig, seed: int = 0) -> dict[str, np.ndarray]:
+def random_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded random weights in `cfg.dtype` storage (bf16 as uint16 bits), deterministic.
 
-    Projections ~ N(0, 1/fan_in), norms ~ 1 + N(0, 0.1), embeddings ~ N(0, 1): activations stay
-    O(1) through the layers, so logits are informative in tests.
+    Projections ~ N(0, 1/fan_in), norms ~ 1 + N(0, 0.1), biases ~ N(0, 0.1), embeddings
+    ~ N(0, 1): activations stay O(1) through the layers, so logits are informative in tests.
     """
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in shapes(cfg).items():
         if len(shape) == 1:
-            x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
+            x = float(not name.endswith(".bias")) + 0.1 * rng.standard_normal(shape,
+                                                                               dtype=np.float32)
         elif name == "model.embed_tokens.weight":
             x = rng.standard_normal(shape, dtype=np.float32)
         else:
@@ -67,12 +70,14 @@ def random_weights(cfg: LlamaConfig, seed: int = 0) -> dict[str, np.ndarray]:
 NORM_FOLDS = (("input_layernorm", "qkv"), ("post_attention_layernorm", "gate_up"))
 
 
-def layout(cfg: LlamaConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
+def layout(cfg: ModelConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
     """Device tensors: name -> (shape, the checkpoint tensors stacked into it). Q, K and V
     are one matrix (one GEMV; rope, the cache append and attention read strided views of
     its output), gate and up another, their rows interleaved in groups of 8 (`stack_gate_up`:
     one GEMV whose epilogue applies SiLU(gate) * up). Both hold their norm's weight once
-    loaded (NORM_FOLDS); the norm weights stay as loaded, for inspection."""
+    loaded (NORM_FOLDS); the norm weights stay as loaded, for inspection. A family's extras
+    (rawgraph.model.family): "qkv_bias", the q, k and v biases end to end (q_size + 2
+    kv_size,); "qk_norm", the q then the k head norm's weights (2 head_dim,)."""
     out: dict[str, tuple[tuple, tuple[str, ...]]] = {
         "embed": ((cfg.vocab, cfg.hidden), ("model.embed_tokens.weight",))}
     for i in range(cfg.layers):
@@ -81,6 +86,12 @@ def layout(cfg: LlamaConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
             out[p + name] = ((cfg.hidden,), (p + name + ".weight",))
         out[p + "qkv"] = ((cfg.q_size + 2 * cfg.kv_size, cfg.hidden),
                           tuple(p + f"self_attn.{x}_proj.weight" for x in "qkv"))
+        if cfg.fam.qkv_bias:
+            out[p + "qkv_bias"] = ((cfg.q_size + 2 * cfg.kv_size,),
+                                   tuple(p + f"self_attn.{x}_proj.bias" for x in "qkv"))
+        if cfg.fam.qk_norm:
+            out[p + "qk_norm"] = ((2 * cfg.head_dim,),
+                                  tuple(p + f"self_attn.{x}_norm.weight" for x in "qk"))
         out[p + "o_proj"] = ((cfg.hidden, cfg.q_size), (p + "self_attn.o_proj.weight",))
         out[p + "gate_up"] = ((2 * cfg.intermediate, cfg.hidden),
                               (p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"))
@@ -91,10 +102,11 @@ def layout(cfg: LlamaConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
     return out
 
 
-def random_fill(view: cupy.ndarray, rng: Any, dtype: str) -> None:
-    """N(0, 1/fan_in) for matrices, 1 + N(0, 0.1) for norm weights, in storage dtype."""
+def random_fill(view: cupy.ndarray, rng: Any, dtype: str, bias: bool = False) -> None:
+    """N(0, 1/fan_in) for matrices, 1 + N(0, 0.1) for norm weights (N(0, 0.1) for a
+    `bias`), in storage dtype."""
     if view.ndim == 1:
-        x = 1.0 + 0.1 * rng.standard_normal(view.shape, np.float32)
+        x = float(not bias) + 0.1 * rng.standard_normal(view.shape, np.float32)
     else:
         x = rng.standard_normal(view.shape, np.float32) * np.float32(view.shape[1] ** -0.5)
     if dtype == "bfloat16":  # round to nearest even on the device, like to_bf16_bits
@@ -113,7 +125,7 @@ def _count_nonfinite() -> cupy.ReductionKernel:
                                 "a + b", "y = a", "0", "rawgraph_count_nonfinite")
 
 
-def check_tensors(cfg: LlamaConfig, tensors: dict[str, np.ndarray]) -> None:
+def check_tensors(cfg: ModelConfig, tensors: dict[str, np.ndarray]) -> None:
     """ValueError naming a tensor the config needs that is missing, or has another shape or
     dtype than the config's storage (checkpoint.load has checked its own already)."""
     st = np.dtype(storage_dtype(cfg.dtype))

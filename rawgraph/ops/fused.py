@@ -11,7 +11,7 @@ from typing import Any
 from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
 from rawgraph.ops.gemv import GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
-from rawgraph.ops.kv import qkv_views, rope_append, rope_append_args
+from rawgraph.ops.kv import extras, qkv_views, rope_append, rope_append_args
 from rawgraph.ops.linear import (
     device_plan,
     gemm90_launch,
@@ -66,7 +66,8 @@ def _normed(x: Any, norm_eps: float | None, normed: Any, m: Any, gemv: bool, str
 def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables: Any,
              seq_slots: Any, positions: Any, freqs: Any, *, heads: int, head_dim: int,
              m: Any = None, m_max: int | None = None, norm_eps: float | None = None,
-             normed: Any = None, stream: Any = None, symbols: Symbols | None = None) -> None:
+             normed: Any = None, bias: Any = None, qk_norm: Any = None, head_eps: float = 1e-6,
+             stream: Any = None, symbols: Symbols | None = None) -> None:
     """The attention's input projection with RoPE and the cache append of its m tokens:
     qkv[:m] = x[:m] @ w.T for the stacked q, k, v weight w ((heads + 2 kv_heads) * head_dim,
     k), then `rope_append` on qkv's q, k, v (`qkv_views`): q rotated in place, k rotated
@@ -81,15 +82,22 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
     `norm_eps`: project rmsnorm(x) without its weight instead of x (the input norm's weight
     folded into w, `fold_norm`): the GEMV multiplies its sums by each row's 1 / rms, in the
     same kernel; the other paths first write rmsnorm(x) into `normed` (x's shape).
+
+    `bias`, `qk_norm` (with `head_eps`): a family's q, k, v biases and head norms, as
+    `rope_append` applies them (the GEMV's epilogue adds a bias the same way; a head norm
+    needs a token's heads whole, so with one the GEMV is followed by rope_append).
     """
     dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
     shapes.tensor(qkv, "qkv", (cap, n), dt, align=2)
     q, kn, vn = qkv_views(qkv, heads, head_dim)
-    _, _, (_, _, d, _, _, block_size, max_blocks) = rope_append_args(
-        q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs)
+    _, _, sizes = rope_append_args(q, kn, vn, k_cache, v_cache, block_tables, seq_slots,
+                                   positions, freqs)
+    d, block_size, max_blocks = sizes[2], sizes[5], sizes[6]
+    extras(dt, sizes, bias, qk_norm, head_eps)
     if shapes.overlap(x, qkv):
         raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
-    fits = d % GEMV_ROWS == 0  # the GEMV's epilogue rotates whole heads of its 16-row blocks
+    # the GEMV's epilogue rotates whole heads of its 16-row blocks, and normalizes none
+    fits = d % GEMV_ROWS == 0 and qk_norm is None
     _check_normed(x, dt, norm_eps, normed, fits and path(top, n) == "gemv")
     if path(top, n) == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
@@ -100,13 +108,14 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
         if not gemv:
             launch_linear(dt, rows, xn, w, None, qkv, m, cap, None, stream, symbols)
             rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs,
-                        m, stream=stream, symbols=symbols)
+                        m, bias=bias, qk_norm=qk_norm, norm_eps=head_eps, stream=stream,
+                        symbols=symbols)
             return
         key, grid, threads = gemv_launch(dt, rows, n, k)
         GEMV_ROPE[key].launch(grid, threads, (xn, w, qkv, m, n, k, k_cache, v_cache,
                                               block_tables, seq_slots, positions, freqs,
                                               heads * d, kn.shape[1], d, block_size,
-                                              max_blocks, eps), stream, symbols=symbols)
+                                              max_blocks, eps, bias), stream, symbols=symbols)
     by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k),
              stream=stream, symbols=symbols)
 

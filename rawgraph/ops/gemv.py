@@ -59,7 +59,7 @@ _PARAMS = {
     "_rope": "const {t}* x, const {t}* w, {t}* y, int m, int n, int k, {t}* k_cache, "
              "{t}* v_cache, const int* block_tables, const int* seq_slots, "
              "const int* positions, const float* inv_freq, int q_size, int kv_size, "
-             "int head_dim, int block_size, int max_blocks, float norm_eps",
+             "int head_dim, int block_size, int max_blocks, float norm_eps, const {t}* bias",
 }
 
 

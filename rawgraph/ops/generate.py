@@ -30,7 +30,7 @@ _GEMV_CALL = {  # gemv_impl's arguments after the template's, per form
     "_silu": "(x, w, nullptr, y, m, n, k, norm_eps);",
     "_rope": "(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {k_cache, v_cache, block_tables, "
              "seq_slots, positions, inv_freq, q_size, kv_size, head_dim, block_size, "
-             "max_blocks});",
+             "max_blocks, bias});",
 }
 
 

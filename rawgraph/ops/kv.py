@@ -20,7 +20,8 @@ _APPEND = ("const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* v_cache, "
 _ROPE_APPEND = ("{t}* q, const {t}* k_new, const {t}* v_new, {t}* k_cache, {t}* v_cache, "
                 "const int* block_tables, const int* seq_slots, const int* positions, "
                 "const float* inv_freq, int n, int q_heads, int kv_heads, int head_dim, "
-                "int q_stride, int kv_stride, int block_size, int max_blocks")
+                "int q_stride, int kv_stride, int block_size, int max_blocks, const {t}* bias, "
+                "const {t}* qk_norm, float norm_eps")
 _GATHER = ("const {t}* cache, const int* block_tables, const int* seq_lens, int seq, {t}* out, "
            "int max_tokens, int row, int block_size, int max_blocks")
 KV_APPEND = {dt: Kernel("kv_append", f"kv_append_{s}", _APPEND.format(t=t))
@@ -31,6 +32,7 @@ KV_GATHER = {dt: Kernel("kv_gather", f"kv_gather_{s}", _GATHER.format(t=t))
              for dt, (s, t) in KERNEL_TYPES.items()}
 BLOCK = 128
 ROPE_BLOCK = 256  # rope_append.cu: a token a block, a thread a piece of pairs
+NORM_PIECES = 1024  # rope_append.cu's shared sums: pieces of a token's q and k heads
 
 
 def _index(arr: Any, name: str, shape: tuple) -> None:
@@ -121,16 +123,41 @@ def rope_append_args(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any,
 
 def rope_append(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
                 seq_slots: Any, positions: Any, freqs: Any, n: Any = None, *,
+                bias: Any = None, qk_norm: Any = None, norm_eps: float = 1e-6,
                 stream: Any = None, symbols: Symbols | None = None) -> None:
     """RoPE and the cache append of rows [0, n) in one kernel: q (tokens, q_heads, D) is
     rotated in place, k_new (tokens, kv_heads * D) rotated into k_cache (k_new itself is not
-    changed), v_new copied into v_cache. Same results as `rope` then `kv_append`."""
+    changed), v_new copied into v_cache. Same results as `rope` then `kv_append`.
+
+    A family's extras (rawgraph.model.family), applied first: `bias` (q_heads D + 2 kv_heads
+    D,), q's, k's and v's, added to each value and rounded (Qwen2); `qk_norm` (2 D,): the q
+    and the k head norm weights, each head of q and k RMS-normalized with `norm_eps` and
+    scaled by them (Qwen3). q (and k_new) keep their values unchanged but for q's rotation:
+    the kernel adds the bias to what it reads."""
     dt, cap, sizes = rope_append_args(q, k_new, v_new, k_cache, v_cache, block_tables,
                                       seq_slots, positions, freqs)
+    extras(dt, sizes, bias, qk_norm, norm_eps)
     n = shapes.count(n, cap, "n", symbols)
     ROPE_APPEND[dt].launch(n, ROPE_BLOCK, (q, k_new, v_new, k_cache, v_cache, block_tables,
-                                           seq_slots, positions, freqs, n, *sizes),
+                                           seq_slots, positions, freqs, n, *sizes, bias,
+                                           qk_norm, float(norm_eps)),
                            stream, symbols=symbols)
+
+
+def extras(dt: str, sizes: tuple[int, ...], bias: Any, qk_norm: Any, norm_eps: float) -> None:
+    """ValueError unless `bias` and `qk_norm` (each None or a device vector) fit q_heads,
+    kv_heads and head_dim `sizes` (as `rope_append_args` returns them)."""
+    q_heads, kv_heads, d = sizes[:3]
+    if bias is not None:
+        shapes.tensor(bias, "bias", ((q_heads + 2 * kv_heads) * d,), dt)
+    if qk_norm is not None:
+        shapes.tensor(qk_norm, "qk_norm", (2 * d,), dt)
+        pieces = (q_heads + kv_heads) * d // (16 if d % 16 == 0 else 8)
+        if pieces > NORM_PIECES:
+            raise ValueError(f"qk_norm over {q_heads} + {kv_heads} heads of {d}: {pieces} "
+                             f"pieces, rope_append.cu sums at most {NORM_PIECES}")
+        if not 0 < norm_eps < 1:
+            raise ValueError(f"norm_eps must be in (0, 1), got {norm_eps!r}")
 
 
 def kv_gather(cache: Any, block_tables: Any, seq_lens: Any, seq: Any, out: Any, *,

@@ -93,6 +93,24 @@ def rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, dtype: str)
     return round_to(out.astype(np.float32), dtype)
 
 
+def qkv_extras(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray | None,
+               qk_norm: np.ndarray | None, eps: float, dtype: str
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A family's q, k, v before RoPE, as rope_append.cu finishes them: q (tokens, heads, D),
+    k and v (tokens, kv_heads, D) plus their biases (q's, k's, v's end to end), rounded; then
+    each head of q and k RMS-normalized (rounded) and scaled by qk_norm's q or k half
+    (rounded), as Hugging Face's RMSNorm over head_dim does it."""
+    if bias is not None:
+        parts = np.split(bias.astype(np.float32), [q[0].size, q[0].size + k[0].size])
+        q, k, v = (round_to(x + b.reshape(x.shape[1:]), dtype)
+                   for x, b in zip((q, k, v), parts))
+    if qk_norm is not None:
+        d = q.shape[-1]
+        q, k = (rmsnorm(x, qk_norm[i * d:(i + 1) * d], eps, dtype)[0]
+                for i, x in enumerate((q, k)))
+    return q, k, v
+
+
 def argmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise argmax, smallest index on ties, NaNs skipped (0 for a row of NaNs)."""
     real = ~np.isnan(logits)

@@ -51,6 +51,7 @@ class ModelInfo:
     created: int = field(default_factory=lambda: int(time.time()))
     sampling: dict[str, Any] = field(default_factory=dict)
     unapplied: tuple[str, ...] = ()
+    family: str = "llama"  # rawgraph.model.family's row
 
     def piece(self, token: int) -> str:
         """A token's own text as log-probabilities name it (without a tokenizer, its id as

@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     if info.unapplied:
         log.warning("generation_config.json sets %s, which rawgraph does not apply",
                     ", ".join(info.unapplied))
-    log.info("serving %s (context %d, batch %s) on http://%s:%d, the engine %s%s",
-             info.model_id, info.max_context,
+    log.info("serving %s (%s, context %d, batch %s) on http://%s:%d, the engine %s%s",
+             info.model_id, info.family, info.max_context,
              "sized to the GPU" if args.max_batch is None else args.max_batch, args.host,
              args.port,
              "in its own process" if args.engine == "process" else "on a thread",

@@ -11,7 +11,7 @@ from rawgraph.engine.engine import Engine
 from rawgraph.engine.reference import reference_engine
 from rawgraph.model import generation, sizing
 from rawgraph.model.checkpoint import config, load
-from rawgraph.model.config import LlamaConfig, preset
+from rawgraph.model.config import ModelConfig, preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.generation import GenerationConfig
 from rawgraph.model.tokenizer import Tokenizer
@@ -40,10 +40,10 @@ def model_info(args: argparse.Namespace) -> ModelInfo:
         cfg, name = preset(args.preset), args.preset
     eos = tuple(dict.fromkeys((*cfg.eos, *gen.eos)))  # config.json's, then the generation's
     return ModelInfo(args.name or name, cfg.vocab, args.max_context, tok, template, eos,
-                     sampling=gen.sampling(), unapplied=gen.unapplied)
+                     sampling=gen.sampling(), unapplied=gen.unapplied, family=cfg.family)
 
 
-def _sized(cfg: LlamaConfig, args: argparse.Namespace) -> int:
+def _sized(cfg: ModelConfig, args: argparse.Namespace) -> int:
     """The batch the GPU holds for the model at --max-context (`sizing.max_batch`), logged."""
     import cupy
 

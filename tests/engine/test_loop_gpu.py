@@ -133,10 +133,10 @@ def test_loop_matches_the_engine_on_a_wide_gqa_group(seed):
     the token either side is right, and which one float16 picks moves with any rounding."""
     from rawgraph.engine import Engine
     from rawgraph.model import reference
-    from rawgraph.model.config import LlamaConfig
+    from rawgraph.model.config import ModelConfig
     from rawgraph.model.weights import shapes
 
-    cfg = LlamaConfig(vocab=4096, hidden=1024, layers=4, heads=8, kv_heads=1, head_dim=128,
+    cfg = ModelConfig(vocab=4096, hidden=1024, layers=4, heads=8, kv_heads=1, head_dim=128,
                       intermediate=2048, rope_theta=1e5, dtype="float16")
     rng = np.random.default_rng(seed)
     tensors = {k: (rng.standard_normal(s) * 0.05).astype(np.float16)

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from rawgraph.dtypes import from_bf16_bits
 from rawgraph.model import checkpoint
-from rawgraph.model.config import LlamaConfig, preset
+from rawgraph.model.config import ModelConfig, preset
 from rawgraph.model.safetensors import CheckpointError, read_header, write
 from rawgraph.model.weights import random_weights
 from rawgraph.ops.rope import Llama3Scaling
 
 TINY = preset("tiny")
-MICRO = LlamaConfig(vocab=16, hidden=8, layers=1, heads=2, kv_heads=1, head_dim=4,
+MICRO = ModelConfig(vocab=16, hidden=8, layers=1, heads=2, kv_heads=1, head_dim=4,
                     intermediate=16, name="micro")
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -324,3 +324,25 @@ def test_tensors_handed_to_a_model_are_checked_first():
         check_tensors(MICRO, {k: v for k, v in w.items() if k != "model.norm.weight"})
     with pytest.raises(ValueError, match=r"is float32 \(8,\); the config needs float16 \(8,\)"):
         check_tensors(MICRO, {**w, "model.norm.weight": np.ones(8, np.float32)})
+
+
+@pytest.mark.parametrize(("family", "extra"), [
+    ("qwen2", {"head_dim": 64}), ("qwen3", {"head_dim": 128, "tie_embeddings": True}),
+    ("mistral", {"sliding_window": 4096})])
+def test_family_checkpoints_round_trip_and_name_their_tensors(tmp_path, family, extra):
+    cfg = TINY.replace(family=family, dtype="bfloat16", **extra)
+    w = random_weights(cfg, 5)
+    checkpoint.save(tmp_path, cfg, w)
+    got = checkpoint.load(tmp_path)
+    assert got.config.replace(name=cfg.name) == cfg
+    assert set(got.tensors) == set(w) and all(np.array_equal(got.tensors[k], w[k]) for k in w)
+    extras = [k for k in w if "bias" in k or "_norm." in k]
+    if family == "mistral":
+        assert not extras
+        return
+    # a family tensor missing is named; LLaMA's config over it names the strays
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {"model_type": "llama",
+                                                               "architectures": None}))
+    with pytest.raises(CheckpointError, match=r"unexpected tensors.*LlamaForCausalLM"):
+        checkpoint.load(tmp_path)

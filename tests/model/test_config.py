@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rawgraph.model.config import LlamaConfig, preset
+from rawgraph.model.config import ModelConfig, preset
 from rawgraph.ops.rope import (
     DynamicScaling,
     LinearScaling,
@@ -19,7 +19,7 @@ from rawgraph.ops.rope import (
     inv_freq,
 )
 
-# what transformers 5.17 writes for LlamaConfig(..., rope_scaling={llama3 ...},
+# what transformers 5.17 writes for ModelConfig(..., rope_scaling={llama3 ...},
 # rope_theta=500000).save_pretrained(dir), as saved on the GPU machine
 V5 = {
     "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
@@ -40,25 +40,25 @@ CLASSIC = {k: v for k, v in V5.items() if k not in ("rope_parameters", "dtype")}
 
 
 def test_both_spellings_read_the_same_model():
-    a, b = LlamaConfig.from_hf(V5), LlamaConfig.from_hf(CLASSIC)
+    a, b = ModelConfig.from_hf(V5), ModelConfig.from_hf(CLASSIC)
     assert a == b
     assert a.rope_theta == 500000.0 and a.rope_scaling == Llama3Scaling(8.0, 1.0, 4.0, 8192)
     assert a.dtype == "bfloat16" and a.rms_eps == 1e-6 and a.eos == (2,) and a.head_dim == 16
     old = {**CLASSIC, "rope_scaling": {**CLASSIC["rope_scaling"], "type": "llama3"}}
     del old["rope_scaling"]["rope_type"]  # the older spelling
-    assert LlamaConfig.from_hf(old) == a
+    assert ModelConfig.from_hf(old) == a
 
 
 def test_hugging_face_defaults_where_fields_are_absent():
     bare = {"model_type": "llama", "vocab_size": 64, "hidden_size": 128, "intermediate_size": 256,
             "num_hidden_layers": 2, "num_attention_heads": 2}
-    c = LlamaConfig.from_hf(bare)
+    c = ModelConfig.from_hf(bare)
     assert (c.rope_theta, c.rope_scaling, c.rms_eps, c.max_position) == (1e4, None, 1e-6, 2048)
     assert (c.kv_heads, c.head_dim, c.tie_embeddings, c.dtype) == (2, 64, False, "float16")
     v5_default = {**bare, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}
-    assert LlamaConfig.from_hf(v5_default).rope_theta == 5e5
+    assert ModelConfig.from_hf(v5_default).rope_theta == 5e5
     # rope_parameters' theta wins over a stray top-level one, as in transformers
-    assert LlamaConfig.from_hf({**v5_default, "rope_theta": 7.0}).rope_theta == 5e5
+    assert ModelConfig.from_hf({**v5_default, "rope_theta": 7.0}).rope_theta == 5e5
 
 
 @pytest.mark.parametrize("scaling", [
@@ -67,7 +67,7 @@ def test_hugging_face_defaults_where_fields_are_absent():
                                         mscale=1.0, mscale_all_dim=0.5, truncate=False)])
 def test_every_rope_type_round_trips(scaling):
     cfg = preset("tiny").replace(rope_scaling=scaling)
-    assert LlamaConfig.from_hf(cfg.to_hf()).replace(name="tiny") == cfg
+    assert ModelConfig.from_hf(cfg.to_hf()).replace(name="tiny") == cfg
 
 
 def test_rope_frequency_tables():
@@ -103,7 +103,18 @@ def _change(base: dict, **kw) -> dict:
 
 @pytest.mark.parametrize(("cfg", "match"), [
     (["not", "an", "object"], "must be a JSON object, got a list"),
-    (_change(V5, model_type="mistral"), "model_type 'mistral'"),
+    (_change(V5, model_type="gemma"), "model_type 'gemma' is not supported: rawgraph runs "
+                                      "llama, qwen2, qwen3, mistral"),
+    (_change(V5, model_type=7), "model_type must be a string"),
+    (_change(V5, model_type="qwen2", architectures=["LlamaForCausalLM"]),
+     "rawgraph runs Qwen2ForCausalLM"),
+    (_change(V5, model_type="qwen3", attention_bias=True), "attention_bias true"),
+    (_change(V5, model_type="qwen2", num_experts=8), "mixture-of-experts"),
+    (_change(V5, model_type="mistral", sliding_window=0), "sliding_window must be at least 1"),
+    (_change(V5, model_type="qwen2", layer_types=["full_attention"] * 2),
+     "layer_types must list"),
+    (_change(V5, model_type="qwen3", use_sliding_window="yes", max_window_layers=0),
+     "use_sliding_window must be true or false"),
     (_change(V5, model_type=..., architectures=["LlamaModel"]), r"architectures \['LlamaModel'\]"),
     (_change(V5, model_type=...), "neither model_type nor architectures"),
     (_change(V5, hidden_act="gelu"), "hidden_act 'gelu'"),
@@ -149,10 +160,55 @@ def _change(base: dict, **kw) -> dict:
 ])
 def test_config_refusals_name_the_field(cfg, match):
     with pytest.raises(ValueError, match=match):
-        LlamaConfig.from_hf(cfg)
+        ModelConfig.from_hf(cfg)
+
+
+# what transformers 5.17 writes for Qwen2Config, Qwen3Config, MistralConfig (the fields that
+# matter here; the rest as LLaMA's)
+QWEN = {k: v for k, v in V5.items() if k not in ("attention_bias", "mlp_bias", "pretraining_tp")
+        } | {"rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+             "use_sliding_window": False, "sliding_window": None, "max_window_layers": 28,
+             "layer_types": ["full_attention"]}
+
+
+@pytest.mark.parametrize(("cfg", "family", "window"), [
+    (QWEN | {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}, "qwen2", None),
+    (QWEN | {"model_type": "qwen3", "attention_bias": False}, "qwen3", None),
+    (_change(QWEN, model_type=..., architectures=["Qwen3ForCausalLM"]), "qwen3", None),
+    (_change(QWEN, model_type="qwen2", layer_types=["sliding_attention"], sliding_window=64),
+     "qwen2", 64),
+    (_change(QWEN, model_type="qwen2", layer_types=..., use_sliding_window=True,
+             max_window_layers=0, sliding_window=128), "qwen2", 128),
+    (_change(QWEN, model_type="qwen2", layer_types=..., use_sliding_window=True,
+             max_window_layers=1, sliding_window=128), "qwen2", None),  # no layer past 1
+    (_change(V5, model_type="mistral", sliding_window=4096), "mistral", 4096),
+    (_change(V5, model_type="mistral", sliding_window=None), "mistral", None),
+])
+def test_families_read_their_table_row_and_window(cfg, family, window):
+    got = ModelConfig.from_hf(cfg)
+    assert (got.family, got.sliding_window) == (family, window)
+    assert got.fam.qkv_bias == (family == "qwen2") and got.fam.qk_norm == (family == "qwen3")
+    back = ModelConfig.from_hf(got.to_hf())
+    assert back == got.replace(name="checkpoint")  # to_hf: the family's own spelling
+    assert back.to_hf()["architectures"] == [got.fam.architecture]
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-1.5b", "qwen3-8b", "mistral-7b"])
+def test_family_presets_count_their_extra_tensors(name):
+    from rawgraph.model.weights import shapes
+
+    cfg = preset(name)
+    llama = cfg.replace(family="llama")
+    extra = set(shapes(cfg)) - set(shapes(llama))
+    per_layer = {"qwen2": 3, "qwen3": 2, "mistral": 0}[cfg.family]
+    assert len(extra) == per_layer * cfg.layers
+    assert cfg.weight_bytes() - llama.weight_bytes() == 2 * sum(
+        math.prod(shapes(cfg)[k]) for k in extra)
 
 
 @pytest.mark.parametrize(("fields", "match"), [
+    ({"family": "gemma"}, "family 'gemma' must be one of"),
+    ({"sliding_window": 0}, "sliding_window must be a positive integer or None"),
     ({"kv_heads": 0}, "kv_heads must be a positive integer"),
     ({"heads": 0}, "heads must be a positive integer"),
     ({"hidden": "256"}, "hidden must be a positive integer"),
@@ -183,7 +239,7 @@ def test_any_config_reads_or_is_refused_with_a_value_error(changes, base):
         target = cfg[rope_field] if in_rope and isinstance(cfg.get(rope_field), dict) else cfg
         target[key] = value
     try:
-        got = LlamaConfig.from_hf(cfg)
+        got = ModelConfig.from_hf(cfg)
     except ValueError:
         return
     assert got.vocab > 0 and got.heads % got.kv_heads == 0 and got.rope_theta > 0
@@ -191,7 +247,7 @@ def test_any_config_reads_or_is_refused_with_a_value_error(changes, base):
 
 def test_eos_ids_from_config_json():
     hf = preset("tiny").to_hf()
-    assert LlamaConfig.from_hf(hf).eos == ()
-    assert LlamaConfig.from_hf({**hf, "eos_token_id": 7}).eos == (7,)
-    cfg = LlamaConfig.from_hf({**hf, "eos_token_id": [1, 2]})
-    assert cfg.eos == (1, 2) and LlamaConfig.from_hf(cfg.to_hf()).eos == (1, 2)
+    assert ModelConfig.from_hf(hf).eos == ()
+    assert ModelConfig.from_hf({**hf, "eos_token_id": 7}).eos == (7,)
+    cfg = ModelConfig.from_hf({**hf, "eos_token_id": [1, 2]})
+    assert cfg.eos == (1, 2) and ModelConfig.from_hf(cfg.to_hf()).eos == (1, 2)

@@ -69,3 +69,47 @@ def test_gate_up_rows_interleave_in_groups_of_8():
                                rtol=1e-3, atol=1e-3)
     with pytest.raises(ValueError, match="multiple of 8"):
         stack_gate_up(gate[:12], up[:12])
+
+
+def _family_weights(cfg, seed):
+    return float_weights(cfg, random_weights(cfg, seed))
+
+
+def test_qwen2_with_zero_biases_is_llama():
+    cfg = TINY.replace(family="qwen2")
+    w = _family_weights(cfg, 5)
+    tokens = np.arange(3, 40)
+    zero = {k: (0 * v if k.endswith(".bias") else v) for k, v in w.items()}
+    got = forward(cfg, zero, tokens, KVState())
+    assert np.array_equal(got, forward(TINY, zero, tokens, KVState()))
+    assert not np.allclose(forward(cfg, w, tokens, KVState()), got, rtol=1e-3)
+
+
+def test_qwen3_head_norms_make_q_and_k_scale_free():
+    # the head norm divides each head of q and k by its RMS: scaling q_proj and k_proj leaves
+    # the logits (all but eps) as they were, where LLaMA's attention would sharpen
+    cfg = TINY.replace(family="qwen3", head_dim=128, rms_eps=1e-12)
+    w = _family_weights(cfg, 6)
+    tokens = np.arange(3, 30)
+    scaled = {k: (4 * v if "q_proj" in k or "k_proj" in k else v) for k, v in w.items()}
+    base = forward(cfg, w, tokens, KVState())
+    np.testing.assert_allclose(forward(cfg, scaled, tokens, KVState()), base, rtol=2e-4,
+                               atol=2e-4 * np.abs(base).max())
+    llama = cfg.replace(family="llama")
+    assert not np.allclose(forward(llama, scaled, tokens, KVState()),
+                           forward(llama, w, tokens, KVState()), rtol=1e-2)
+
+
+def test_a_sliding_window_changes_only_what_lies_past_it():
+    cfg = TINY.replace(family="mistral", sliding_window=16)
+    w = _family_weights(cfg, 7)
+    tokens = np.arange(3, 43)
+    full = forward(cfg.replace(sliding_window=None), w, tokens, KVState())
+    got = forward(cfg, w, tokens, KVState())
+    assert np.array_equal(got[:16], full[:16])  # every key of these rows is within 16
+    assert not np.allclose(got[16:], full[16:], rtol=1e-3)
+    assert np.array_equal(forward(cfg.replace(sliding_window=40), w, tokens, KVState()), full)
+    # in pieces: the window counts positions, not the tokens of one call
+    state = KVState()
+    pieces = [forward(cfg, w, tokens[:20], state), forward(cfg, w, tokens[20:], state)]
+    np.testing.assert_allclose(np.concatenate(pieces), got, rtol=1e-5, atol=1e-5)

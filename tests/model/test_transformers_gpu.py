@@ -1,4 +1,5 @@
-"""Parity with transformers: random LlamaForCausalLM checkpoints saved by `save_pretrained`
+"""Parity with transformers: random *ForCausalLM checkpoints of every family (LLaMA, Qwen2,
+Qwen3, Mistral) saved by `save_pretrained`
 (safetensors; bf16 and fp16; one sharded; head_dim 64 and 128; GQA groups 1 to 8; tied and
 untied heads; every RoPE type rawgraph reads, llama3 with prompts of 2,100 and 32,768
 tokens; random norm weights), loaded by rawgraph, prefilled in chunks and decoded step by
@@ -15,7 +16,7 @@ import pytest
 from rawgraph.cuda.stream import new_stream
 from rawgraph.dtypes import to_float32
 from rawgraph.model import checkpoint
-from rawgraph.model.config import LlamaConfig
+from rawgraph.model.config import ModelConfig
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
 from rawgraph.ops.rope import attention_factor, inv_freq
@@ -57,6 +58,31 @@ CASES = [
                                  num_key_value_heads=4, head_dim=64,
                                  max_position_embeddings=1024),
      {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, 200, "float16", False),
+    # the other families (model_type), tied and untied, GQA and not, both dtypes
+    ("qwen2-d64-g4-tied-bf16", dict(model_type="qwen2", hidden_size=512, num_attention_heads=8,
+                                    num_key_value_heads=2, head_dim=64,
+                                    tie_word_embeddings=True),
+     {"rope_type": "default", "rope_theta": 1000000.0}, 700, "bfloat16", False),
+    ("qwen2-d128-g1-untied-fp16", dict(model_type="qwen2", hidden_size=512,
+                                       num_attention_heads=4, num_key_value_heads=4,
+                                       head_dim=128),
+     {"rope_type": "default", "rope_theta": 1000000.0}, 300, "float16", False),
+    ("qwen3-d128-g2-untied-bf16", dict(model_type="qwen3", hidden_size=256,
+                                       num_attention_heads=4, num_key_value_heads=2,
+                                       head_dim=128),
+     {"rope_type": "default", "rope_theta": 1000000.0}, 600, "bfloat16", False),
+    ("qwen3-d128-g1-tied-fp16", dict(model_type="qwen3", hidden_size=256,
+                                     num_attention_heads=4, num_key_value_heads=4,
+                                     head_dim=128, tie_word_embeddings=True),
+     {"rope_type": "default", "rope_theta": 1000000.0}, 200, "float16", False),
+    ("mistral-d128-g4-bf16", dict(model_type="mistral", hidden_size=512,
+                                  num_attention_heads=4, num_key_value_heads=1, head_dim=128,
+                                  sliding_window=None),
+     {"rope_type": "default", "rope_theta": 1000000.0}, 300, "bfloat16", False),
+    ("mistral-d64-window-fp16", dict(model_type="mistral", hidden_size=256,  # window >= context
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     head_dim=64, sliding_window=2048),
+     {"rope_type": "default", "rope_theta": 10000.0}, 1000, "float16", False),
 ]
 
 
@@ -64,17 +90,23 @@ def _hf_config(dims: dict, rope: dict):
     base = dict(vocab_size=1000, intermediate_size=768, num_hidden_layers=2,
                 max_position_embeddings=2048, rms_norm_eps=1e-5, bos_token_id=None,
                 eos_token_id=None, pad_token_id=None)
-    return transformers.LlamaConfig(**{**base, **dims}, rope_parameters=dict(rope))
+    dims = dict(dims)
+    family = dims.pop("model_type", "llama")
+    return transformers.AutoConfig.for_model(family, **{**base, **dims},
+                                             rope_parameters=dict(rope))
 
 
 def _save(tmp_path, dims, rope, dtype, shard, seed=0):
-    """A random LlamaForCausalLM saved by transformers; weights scaled so activations stay
-    O(1) through the layers, norm weights random."""
+    """A random *ForCausalLM of dims' model_type (LLaMA by default) saved by transformers;
+    weights scaled so activations stay O(1) through the layers, norm weights and biases
+    random."""
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(_hf_config(dims, rope))
+    model = transformers.AutoModelForCausalLM.from_config(_hf_config(dims, rope))
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1:
+            if name.endswith(".bias"):
+                p.normal_(0, 0.5)
+            elif p.ndim == 1:
                 p.copy_(1 + 0.2 * torch.randn_like(p))
             elif "embed_tokens" in name:
                 p.normal_(0, 1)
@@ -86,7 +118,7 @@ def _save(tmp_path, dims, rope, dtype, shard, seed=0):
 
 
 def _hf_logits(path, dtype, tokens):
-    m = transformers.LlamaForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    m = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     m = m.cuda().eval()
     with torch.no_grad():
         out = m(torch.tensor([tokens], device="cuda")).logits[0].float().cpu().numpy()
@@ -129,12 +161,17 @@ def test_logits_match_transformers(tmp_path, dims, rope, prompt_len, dtype, shar
     prompt, steps = seq[:prompt_len], seq[prompt_len:]
     cfg, got = _rawgraph_logits(path, prompt, steps)
     assert cfg.dtype == dtype and cfg.rope_theta == rope["rope_theta"]
+    assert cfg.family == dims.get("model_type", "llama")
     ref = _hf_logits(path, "float32", seq)[prompt_len - 1:prompt_len + DECODE]
     own = _hf_logits(path, dtype, seq)[prompt_len - 1:prompt_len + DECODE]
     err, hf_err = _rel(got, ref), _rel(own, ref)
     top1 = float((got.argmax(-1) == ref.argmax(-1)).mean())
     print(f"rawgraph {err:.5f}, transformers {dtype} {hf_err:.5f}, top-1 agreement {top1:.2f}")
     assert err <= 1.5 * hf_err, (err, hf_err)
+    # greedy tokens: the same wherever the float32 top two are not a near tie
+    top2 = np.sort(ref, -1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 0.02 * np.abs(ref).max(-1)
+    assert (got.argmax(-1) == ref.argmax(-1))[clear].all(), (clear, got.argmax(-1))
     # the classic spelling of the same checkpoint reads the same model
     hf = json.loads((path / "config.json").read_text())
     p = hf.pop("rope_parameters")
@@ -143,6 +180,28 @@ def test_logits_match_transformers(tmp_path, dims, rope, prompt_len, dtype, shar
     hf["torch_dtype"] = hf.pop("dtype")
     (path / "config.json").write_text(json.dumps(hf))
     assert checkpoint.load(path).config == cfg
+
+
+def test_the_reference_s_sliding_window_matches_transformers():
+    # rawgraph's attention has no window (a model whose window is shorter than its context
+    # is refused); the NumPy reference follows the family table's window, as transformers'
+    # Mistral does, at a context where the window changes the logits
+    from rawgraph.model.reference import KVState, forward
+
+    dims = dict(model_type="mistral", hidden_size=256, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=64, sliding_window=16)
+    hf = transformers.AutoModelForCausalLM.from_config(
+        _hf_config(dims, {"rope_type": "default", "rope_theta": 10000.0})).float().eval()
+    tokens = [int(t) for t in np.random.default_rng(2).integers(0, 1000, 48)]
+    with torch.no_grad():
+        want = hf(torch.tensor([tokens])).logits[0].numpy()
+    cfg = ModelConfig.from_hf(hf.config.to_dict())
+    assert cfg.sliding_window == 16
+    w = {k: v.numpy() for k, v in hf.state_dict().items()}  # float32, lm_head untied
+    got = forward(cfg, w, np.array(tokens), KVState())
+    unwindowed = forward(cfg.replace(sliding_window=None), w, np.array(tokens), KVState())
+    assert _rel(got, want) < 1e-4
+    assert _rel(unwindowed[20:], want[20:]) > 100 * _rel(got[20:], want[20:])
 
 
 @pytest.mark.parametrize("rope", [c[2] for c in CASES] + [
@@ -163,7 +222,7 @@ def test_rope_tables_match_transformers(rope, head_dim):
     kind = rope["rope_type"]
     fn = ROPE_INIT_FUNCTIONS.get(kind, LlamaRotaryEmbedding.compute_default_rope_parameters)
     want, factor = fn(hf, "cpu")
-    cfg = LlamaConfig.from_hf(hf.to_dict())
+    cfg = ModelConfig.from_hf(hf.to_dict())
     got = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
     # float32 pow and the llama3 blend round in NumPy and torch alike up to an ulp or two
     np.testing.assert_allclose(got, want.numpy(), rtol=4e-7, atol=0)

@@ -7,6 +7,7 @@ import pytest
 from cupy.lib.stride_tricks import as_strided
 
 from rawgraph import ops
+from rawgraph.dtypes import to_storage
 from rawgraph.ops import reference as ref
 from rawgraph.ops.linear import path as linear_path
 from tests.helpers import (
@@ -55,6 +56,102 @@ def test_rope_append_equals_rope_then_append(stream, rng, dtype, q_heads, kv_hea
     np.testing.assert_array_equal(bits(cache[1]), bits(cache[3]))
     np.testing.assert_array_equal(bits(k), k_before)  # k itself is not rotated
     assert (bits(cache[0]) != POISON[dtype]).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("q_heads", "kv_heads", "d"), [(12, 2, 128), (32, 8, 128), (4, 2, 64),
+                                                        (3, 1, 8)])
+@pytest.mark.parametrize("extra", ["bias", "qk_norm", "both"])
+def test_rope_append_with_a_family_s_extras(stream, rng, dtype, q_heads, kv_heads, d, extra):
+    # Qwen2's q, k, v biases and Qwen3's head norms, finished by the kernel before RoPE,
+    # against ref.qkv_extras then the plain kernel: the bias bit for bit (one fp32 add, one
+    # rounding both ways), the norm within 1 ulp (rsqrtf against 1 / sqrt in float64)
+    n, bs, row, eps = 6, 4, kv_heads * d, 1e-6
+    width = (q_heads + 2 * kv_heads) * d
+    qkv, qkvh = randn(rng, (n, width), dtype, 3.0)
+    bias, bias_h = randn(rng, (width,), dtype, 0.5) if extra != "qk_norm" else (None, None)
+    norm, norm_h = randn(rng, (2 * d,), dtype) if extra != "bias" else (None, None)
+    cache = [poisoned((8, bs, row), dtype) for _ in range(4)]  # k, v; their expected
+    tables = cupy.asarray(np.array([[3, 1], [0, -1], [5, 7]], np.int32))
+    slots = cupy.asarray(np.array([0, 1, -1, 2, 0, 1], np.int32))  # row 2: padding
+    pos = cupy.asarray(np.array([2, 3, 0, 6, 5, 4], np.int32))  # row 5: unmapped block
+    f = cupy.asarray(ops.inv_freq(d, 1000000.0))
+    q, k, v = ops.qkv_views(qkv, q_heads, d)
+    k_before = bits(k)
+    qh, kh, vh = (qkvh[:, :q_heads * d].reshape(n, q_heads, d),
+                  qkvh[:, q_heads * d:q_heads * d + row].reshape(n, kv_heads, d),
+                  qkvh[:, q_heads * d + row:].reshape(n, kv_heads, d))
+    qe, ke, ve = ref.qkv_extras(qh, kh, vh, bias_h, norm_h, eps, dtype)
+    want = cupy.asarray(to_storage(np.concatenate([x.reshape(n, -1) for x in (qe, ke, ve)],
+                                                  1), dtype))  # exact: already rounded
+    q2, k2, v2 = ops.qkv_views(want, q_heads, d)
+    cupy.cuda.Device().synchronize()
+    ops.rope_append(q, k, v, cache[0], cache[1], tables, slots, pos, f, bias=bias,
+                    qk_norm=norm, norm_eps=eps, stream=stream)
+    ops.rope_append(q2, k2, v2, cache[2], cache[3], tables, slots, pos, f, stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(bits(k), k_before)  # k_new itself is left as it was
+    got = [host(x, dtype) for x in (q, cache[0], cache[1])]
+    exp = [host(x, dtype) for x in (q2, cache[2], cache[3])]
+    written = bits(cache[2]) != POISON[dtype]
+    assert ((bits(cache[0]) != POISON[dtype]) == written).all() and written.any()
+    tol = 0 if extra == "bias" else ULP[dtype]
+    for g, e in zip(got, exp):
+        g, e = np.nan_to_num(g), np.nan_to_num(e)  # the poison of unwritten cache rows
+        np.testing.assert_allclose(g, e, rtol=tol, atol=tol)
+    if extra == "bias":
+        np.testing.assert_array_equal(bits(q), bits(q2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 7, 16, 40, 300])  # the GEMV, skinny and tiled GEMM paths
+@pytest.mark.parametrize("extra", ["bias", "qk_norm"])
+def test_qkv_rope_with_extras_equals_linear_then_rope_append(stream, rng, dtype, m, extra):
+    # the GEMV epilogue's bias (the fused path) and the head norm (GEMV then rope_append)
+    # give linear + rope_append's bits on every path
+    q_heads, kv_heads, d, k, bs = 12, 2, 128, 1536, 4
+    rows, width, row = m + 1, (q_heads + 2 * kv_heads) * d, kv_heads * d
+    x, _ = randn(rng, (rows, k), dtype)
+    w, _ = randn(rng, (width, k), dtype, k**-0.5)
+    bias = randn(rng, (width,), dtype, 0.5)[0] if extra == "bias" else None
+    norm = randn(rng, (2 * d,), dtype)[0] if extra == "qk_norm" else None
+    qkv, qkv2 = poisoned((rows, width), dtype), poisoned((rows, width), dtype)
+    cache = [poisoned((rows, bs, row), dtype) for _ in range(4)]
+    tables = cupy.asarray(np.arange(rows, dtype=np.int32)[:, None])
+    slots = cupy.arange(rows, dtype=cupy.int32)
+    positions = cupy.asarray(rng.integers(0, bs, rows).astype(np.int32))
+    f = cupy.asarray(ops.inv_freq(d, 1000000.0))
+    kw = {"bias": bias, "qk_norm": norm, "head_eps": 1e-6}
+    cupy.cuda.Device().synchronize()
+    ops.qkv_rope(x, w, qkv, cache[0], cache[1], tables, slots, positions, f, heads=q_heads,
+                 head_dim=d, m=m, stream=stream, **kw)
+    ops.linear(x, w, qkv2, m=m, stream=stream)
+    q2, k2, v2 = ops.qkv_views(qkv2, q_heads, d)
+    ops.rope_append(q2, k2, v2, cache[2], cache[3], tables, slots, positions, f, m,
+                    bias=bias, qk_norm=norm, norm_eps=1e-6, stream=stream)
+    stream.synchronize()
+    q_cols = q_heads * d  # the fused GEMV keeps k and v with their bias; q is the same
+    np.testing.assert_array_equal(bits(qkv)[:, :q_cols], bits(qkv2)[:, :q_cols])
+    np.testing.assert_array_equal(bits(cache[0]), bits(cache[2]))
+    np.testing.assert_array_equal(bits(cache[1]), bits(cache[3]))
+    assert (bits(cache[0]) != POISON[dtype]).any()
+
+
+def test_rope_append_rejects_bad_extras(rng):
+    kv, _, _ = paged_cache(rng, "float16", 2, 64, {0: 3})
+    q = cupy.zeros((4, 8, 64), np.float16)
+    k = cupy.zeros((4, 128), np.float16)
+    idx = cupy.zeros(4, np.int32)
+    f = cupy.zeros(32, np.float32)
+    args = (k, k, kv.k[0], kv.v[0], kv.block_tables, idx, idx, f)
+    with pytest.raises(ValueError, match="bias has shape"):
+        ops.rope_append(q, *args, bias=cupy.zeros(64, np.float16))
+    with pytest.raises(ValueError, match="bias is bfloat16"):
+        ops.rope_append(q, *args, bias=cupy.zeros(12 * 64, np.uint16))
+    with pytest.raises(ValueError, match="qk_norm has shape"):
+        ops.rope_append(q, *args, qk_norm=cupy.zeros(64, np.float16))
+    with pytest.raises(ValueError, match="norm_eps"):
+        ops.rope_append(q, *args, qk_norm=cupy.zeros(128, np.float16), norm_eps=0.0)
 
 
 def test_rope_append_rejects_bad_input(rng):
