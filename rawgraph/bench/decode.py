@@ -271,10 +271,11 @@ def goal_ms(name: str, batch: int, ctx: int, floor: float) -> float:
 
 def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     """The decode rows of preset `name` with PyTorch's step beside them (measured now, by
-    benchmarks/torch_reference.py; torch.compile'd too at B=1 and the shortest context), and
+    benchmarks/torch_reference.py; torch.compile'd too at B=1 and the shortest context for
+    LLaMA's), and
     the speed-up (PyTorch's ms over our overlapped step's)."""
     cases = [(r["B"], r["context"]) for r in rows if "overlapped ms" in r]
-    found, why = peer.measure("decode", cases, preset=name, compile_b1=True)
+    found, why = peer.measure("decode", cases, preset=name, compile_b1=name in FULL)
     theirs = peer.index(found, "B", "context")
     for r in rows:
         if "overlapped ms" not in r:

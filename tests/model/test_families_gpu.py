@@ -59,9 +59,9 @@ def test_chunks_and_steps_follow_the_reference(stream, family, dtype):
     rows = [31, *range(39, 59)]
     errs = [_err(g, want[r]) for g, r in zip(got, rows)]
     assert max(errs) < TOL[dtype], errs
-    if family != "mistral":  # the test sees the family's extra: without it, far off
+    if family != "mistral":  # the test sees the family's extra: without it, far further off
         plain = forward(cfg.replace(family="llama"), w, np.array(tokens), KVState())
-        assert _err(plain[59], want[59]) > 3 * TOL[dtype]
+        assert _err(plain[59], want[59]) > 3 * max(errs), (_err(plain[59], want[59]), errs)
 
 
 @pytest.mark.parametrize(("rows", "bucket"), [(1, 1), (12, 16), (40, 64), (100, 128),
@@ -166,4 +166,4 @@ def test_the_loop_matches_the_host_driven_steps(family):
 def test_a_context_past_the_sliding_window_is_refused():
     cfg = FAMILIES["mistral"]
     with pytest.raises(ValueError, match="past the model's sliding_window"):
-        Model(cfg, None, max_batch=1, max_context=cfg.sliding_window + 1)
+        Model(cfg, None, max_batch=1, max_chunk_seqs=1, max_context=cfg.sliding_window + 1)
