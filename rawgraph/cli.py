@@ -116,6 +116,12 @@ def check_only(name: str, only: str) -> None:
         return
     if (name in ("decode", "prefill") and only == "long") or (name, only) == ("serve", "closed"):
         return
+    if name == "prefill" and only.split(":")[0] == "prefix":
+        bad = [n for n in only.split(":")[1:] if n not in names]
+        if bad:
+            raise UsageError(f"bench prefill --only {only!r}: prefix[:PRESET] with a preset "
+                             f"of {list(names)}")
+        return
     if not any(only in n for n in names):
         raise UsageError(f"bench {name} --only {only!r} matches no preset of {list(names)}")
 

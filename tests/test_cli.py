@@ -64,6 +64,7 @@ def _error(capsys, argv):
     (["bench", "prefill", "--only", "profile:0"], "profile\\[:PRESET\\]:CHUNK:PAST"),
     (["bench", "prefill", "--only", "profile:llama-70b:2048"], "a preset of \\['llama-1b'"),
     (["bench", "prefill", "--only", "profile:4096:130000"], "at most 131072 tokens of context"),
+    (["bench", "prefill", "--only", "prefix:llama-70b"], "prefix\\[:PRESET\\] with a preset"),
     (["bench", "decode", "--only", "profile:llama-8b:512:1024"], "and 256 rows"),
     (["bench", "kernels", "--only", "gemv,nope"], "unknown parts \\['nope'\\]"),
     (["bench", "memory", "--only", "x"], "takes no --only"),

@@ -15,11 +15,20 @@ decode-only iteration, for chunks the prompt spans at least BESIDE_CHUNKS times.
 prompts (issue #32; `--only long` for them alone): 32k tokens (and 128k on llama-1b)
 prefilled in chunks of 2,048, the time to the first token and the decode step after.
 `--only profile[:PRESET]:CHUNK[:PAST]`: where one chunk graph's time goes
-(rawgraph.bench.profile), a chunk of CHUNK tokens after PAST cached ones.
+(rawgraph.bench.profile), a chunk of CHUNK tokens after PAST cached ones. These engines run
+without the prefix cache (a prompt measured again would be found in it).
+
+The prefix cache (issue #70; `--only prefix` for these alone): requests of a shared
+PREFIX_SYSTEM-token system prompt and a PREFIX_TURN-token user turn of their own, with the
+cache off and on: the time to first token of such a request once the system prompt has been
+seen (median of REPS, each a new turn), the output tokens/s of PREFIX_REQUESTS of them through
+`Engine.run` (PREFIX_OUT tokens each, the cache cold at the start), and of the same number of
+PREFIX_OTHER-token prompts that share nothing (what the cache costs where it never hits).
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from typing import Any
@@ -50,6 +59,9 @@ BESIDE_CHUNKS = 4
 LONG = {"llama-1b": (32768, 131072), "llama-8b": (32768,)}
 LONG_CHUNK = 2048
 LONG_DECODE = 32  # decode steps timed after a long prompt
+# `--only prefix`: a shared system prompt and each request's own turn
+PREFIX_SYSTEM, PREFIX_TURN, PREFIX_OUT, PREFIX_OTHER = 2048, 64, 64, 2112
+PREFIX_REQUESTS, PREFIX_BATCH, PREFIX_CHUNK = 256, 64, 2048
 
 
 def _ttft_ms(engine: Engine, tokens: int) -> float:
@@ -93,7 +105,8 @@ def _preset(name: str) -> list[dict[str, Any]]:
                   max_chunk=max(CHUNKS), max_chunk_seqs=BESIDE + 1)
     rows = []
     for chunk in CHUNKS:
-        engine = Engine(model, chunks=[chunk], buckets=[1, BESIDE], progress=False)
+        engine = Engine(model, chunks=[chunk], buckets=[1, BESIDE], progress=False,
+                        prefix_cache=False)
         # warm: every graph replayed once
         engine.generate([prompt(chunk, cfg.vocab)], max_new_tokens=2)
         for tokens in PROMPTS:
@@ -116,7 +129,8 @@ def _long(name: str) -> list[dict[str, Any]]:
     cfg = preset(name)
     model = Model(cfg, None, max_batch=1, max_context=max(lengths) + 2 * LONG_DECODE,
                   max_chunk=LONG_CHUNK, max_chunk_seqs=1)
-    engine = Engine(model, chunks=[LONG_CHUNK], buckets=[1], progress=False)
+    engine = Engine(model, chunks=[LONG_CHUNK], buckets=[1], progress=False,
+                    prefix_cache=False)
     engine.generate([prompt(LONG_CHUNK, cfg.vocab)], max_new_tokens=2)  # warm
     rows = []
     for tokens in lengths:
@@ -131,6 +145,58 @@ def _long(name: str) -> list[dict[str, Any]]:
                      "decode ms/step after": decode})
     engine.close()
     model.close()
+    return rows
+
+
+def _ids(n: int, tokens: int, vocab: int, seed: int) -> list[list[int]]:
+    """n seeded prompts of `tokens` pseudo-random ids, distinct from each other."""
+    rng = random.Random(seed)
+    return [[rng.randrange(1, vocab) for _ in range(tokens)] for _ in range(n)]
+
+
+def _prefix(name: str) -> list[dict[str, Any]]:
+    """The prefix cache's rows (module docstring): the cache off, then on, one model."""
+    cfg = preset(name)
+    system = prompt(PREFIX_SYSTEM, cfg.vocab)
+    other = _ids(PREFIX_REQUESTS, PREFIX_OTHER, cfg.vocab, 2)
+    model = Model(cfg, None, max_batch=PREFIX_BATCH,
+                  max_context=PREFIX_OTHER + PREFIX_OUT, max_chunk=PREFIX_CHUNK,
+                  max_chunk_seqs=8)
+    rows = []
+    for cached in (False, True):
+        turns = iter(_ids(REPS + 1 + PREFIX_REQUESTS, PREFIX_TURN, cfg.vocab, 1))
+        engine = Engine(model, progress=False, prefix_cache=cached)
+        engine.generate([prompt(PREFIX_SYSTEM - 1, cfg.vocab)], max_new_tokens=2)  # warm
+        engine.generate([system + next(turns)], max_new_tokens=1)  # the system prompt seen
+        ttft = []
+        for _ in range(REPS):
+            t0 = time.perf_counter()
+            engine.generate([system + next(turns)], max_new_tokens=1)
+            ttft.append((time.perf_counter() - t0) * 1e3)
+        rates = []
+        for prompts in ([system + next(turns) for _ in range(PREFIX_REQUESTS)], other):
+            if engine.prefix is not None:
+                engine.prefix.clear()  # cold: the first requests prefill the system prompt
+            reqs = [Request(p, PREFIX_OUT) for p in prompts]
+            t0 = time.perf_counter()
+            engine.run(reqs)
+            rates.append(PREFIX_REQUESTS * PREFIX_OUT / (time.perf_counter() - t0))
+        rows.append({"preset": name, "prompt": f"{PREFIX_SYSTEM} shared + {PREFIX_TURN}",
+                     "prefix cache": "on" if cached else "off",
+                     "TTFT ms": statistics.median(ttft),
+                     f"tokens/s, {PREFIX_REQUESTS} requests": rates[0],
+                     "cached share": engine.stats.cached_tokens
+                     / max(engine.stats.prompt_tokens, 1),
+                     f"tokens/s, {PREFIX_OTHER} unshared": rates[1]})
+        engine.close()
+    model.close()
+    off, on = rows
+    rows.append({"preset": name, "prompt": "on against off",
+                 "TTFT x lower": off["TTFT ms"] / on["TTFT ms"],
+                 "throughput x": on[f"tokens/s, {PREFIX_REQUESTS} requests"]
+                 / off[f"tokens/s, {PREFIX_REQUESTS} requests"],
+                 "unshared on / off": on[f"tokens/s, {PREFIX_OTHER} unshared"]
+                 / off[f"tokens/s, {PREFIX_OTHER} unshared"]})
     return rows
 
 
@@ -173,14 +239,21 @@ def profile(name: str = "llama-1b", chunk: int = 2048, past: int = 0) -> list[di
 
 def run(only: str = "") -> list[dict[str, Any]]:
     """llama-1b and llama-8b (or the presets whose names contain `only`; 'long' for the
-    long prompts alone, which a full run also measures; 'profile[:PRESET]:CHUNK[:PAST]' for
-    a per-kernel breakdown of one chunk graph, llama-1b unless named)."""
+    long prompts alone, 'prefix' (or 'prefix:PRESET') for the prefix cache's rows alone, both
+    of which a full run also measures; 'profile[:PRESET]:CHUNK[:PAST]' for a per-kernel
+    breakdown of one chunk graph, llama-1b unless named)."""
     if only.startswith("profile"):
         parts = only.split(":")[1:]
         name = parts.pop(0) if parts and not parts[0].isdigit() else "llama-1b"
         c, past = [*parts, "2048", "0"][:2]
         return profile(name, int(c), int(past))
     rows = []
+    if only.startswith("prefix"):
+        names = only.split(":")[1:] or ["llama-1b", "llama-8b"]
+        for name in names:
+            rows.extend(_prefix(name))
+            cupy.get_default_memory_pool().free_all_blocks()
+        return rows
     for name in ("llama-1b", "llama-8b"):
         if not only or only in name or only == "long":
             mine = [] if only == "long" else _preset(name)
@@ -188,4 +261,7 @@ def run(only: str = "") -> list[dict[str, Any]]:
             mine += _long(name)
             cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
             rows.extend(with_peer(mine, name))
+            if only != "long":
+                rows.extend(_prefix(name))
+                cupy.get_default_memory_pool().free_all_blocks()
     return rows

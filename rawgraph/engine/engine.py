@@ -20,6 +20,7 @@ from rawgraph.cuda.stream import cupy_stream
 from rawgraph.engine.request import Logprob, Request, token_ids
 from rawgraph.engine.runner import IterStats, Pending, Runner
 from rawgraph.engine.scheduler import Plan, Scheduler
+from rawgraph.memory.prefix import PrefixCache
 from rawgraph.model.decoder import Model, chunk_sizes
 from rawgraph.model.step import PrefillPiece
 from rawgraph.ops.sampling import SamplingParams
@@ -37,6 +38,8 @@ class EngineStats:
     tokens: int = 0           # tokens emitted (first tokens and decode tokens)
     eager_iterations: int = 0
     rollbacks: int = 0        # iterations undone by an exception
+    prompt_tokens: int = 0    # prompt tokens of the requests started
+    cached_tokens: int = 0    # of those, the ones found in the prefix cache
     wall_s: float = 0.0
     iters: deque[IterStats] = field(default_factory=lambda: deque(maxlen=RECENT))
     capture: dict[str, Any] = field(default_factory=dict)
@@ -61,7 +64,9 @@ class EngineStats:
                 "host us/step": med([i.host_us for i in dec]),
                 "patch us/step": med([i.patch_us for i in dec]),
                 "nodes patched/step": statistics.mean(i.patched for i in dec) if dec else 0.0,
-                "eager iterations": self.eager_iterations, **self.capture}
+                "eager iterations": self.eager_iterations,
+                "cached prompt share": self.cached_tokens / max(self.prompt_tokens, 1),
+                **self.capture}
 
 
 def _row(arrays: tuple[Any, Any] | None, i: int) -> tuple[Any, Any] | None:
@@ -80,7 +85,7 @@ def _logprob(lp: Any, ids: Any, k: int) -> Logprob:
 class _Mark:
     """What an iteration may change, as it was before: enough to roll the iteration back."""
 
-    requests: list[tuple[Request, int, int, str, int, int, int, int]]  # (r, len(output), ...)
+    requests: list[tuple[Request, int, int, int, str, int, int, int, int]]  # (r, len(output), ..)
     lens: Any                 # the cache's host lengths
     active: set[int]          # cache slots in use
     ahead: tuple[list[Request], list[tuple[Request, PrefillPiece]], Pending] | None
@@ -109,7 +114,12 @@ class Engine:
     `decode_chunk`: the most prompt tokens an iteration that also steps decoding sequences
     prefills (default: the largest chunk; a graph of that size is added to the chunks): the
     decoding users' next token waits for them, so a smaller one shortens the inter-token
-    latency's tail and lengthens the time to first token. One thread drives an engine. `runner`:
+    latency's tail and lengthens the time to first token. `prefix_cache`: a request whose
+    prompt starts with full KV blocks another prompt left in the cache takes them and
+    prefills only the rest (`memory.prefix`; not for requests that score their prompt or
+    penalize repetition, whose prompt tokens must pass through their own chunks); blocks no
+    request holds stay cached until the allocator needs them, least recently used first.
+    One thread drives an engine. `runner`:
     one to use instead of building a `Runner` for `model` (`engine.reference`: the NumPy decoder
     on the host).
     """
@@ -118,7 +128,8 @@ class Engine:
                  buckets: Sequence[int] | None = None, chunks: Sequence[int] | None = None,
                  streams: int = 2, progress: bool = True, max_graphs: int = 64,
                  max_graph_bytes: int = 1 << 30, pdl: bool = True, overlap: bool = True,
-                 mixed: bool = False, decode_chunk: int | None = None, runner: Any = None):
+                 mixed: bool = False, decode_chunk: int | None = None, runner: Any = None,
+                 prefix_cache: bool = True):
         if capture not in ("upfront", "lazy"):
             raise ValueError(f"capture = {capture!r}: 'upfront' or 'lazy'")
         if decode_chunk is not None and (type(decode_chunk) is not int
@@ -138,6 +149,9 @@ class Engine:
                                    num_blocks=kv.tables.alloc.num_blocks,
                                    block_size=kv.block_size, max_context=model.max_context,
                                    decode_chunk=decode_chunk)
+        # full prompt blocks stay cached for later prompts that start with the same tokens
+        self.prefix = PrefixCache.of(kv.tables.alloc, kv.block_size) if prefix_cache else None
+        self._grown: list[Request] = []  # requests whose prompts grew in this iteration
         self.stats = EngineStats()
         self.steps = 0
         self.overlap = overlap
@@ -219,6 +233,7 @@ class Engine:
             self._rollback(mark)
             raise
         self._aborts.clear()
+        self._cache_prompts()
         wall = time.perf_counter() - t0
         if st is not None:  # an iteration was launched: it is timed by this call
             st.wall_ms = wall * 1e3
@@ -232,6 +247,7 @@ class Engine:
         """Launch this iteration and read what it (or the step before it) produced; tokens
         are emitted into the requests, finished ones listed in `done` (retired later)."""
         sch, emitted = self.scheduler, 0
+        self._reuse()
         plan: Plan | None = sch.plan()
         st = None
         if self._ahead is not None:
@@ -249,6 +265,7 @@ class Engine:
                 self._ahead = None
             emitted += self._read(rows, pieces, pending, done)
             if plan is not None:  # the rows changed: plan again with the tokens read
+                self._reuse()
                 plan = sch.plan()
         if plan is not None and (plan.prefill or plan.decode):
             pending = self.runner.launch([p for _, p in plan.prefill],
@@ -311,12 +328,48 @@ class Engine:
                for r in layout] if dev else None
         return layout, tokens, fed
 
-    @staticmethod
-    def _prefilled(pieces: list[tuple[Request, PrefillPiece]]) -> None:
+    def _prefilled(self, pieces: list[tuple[Request, PrefillPiece]]) -> None:
         """Launched pieces are in the cache for what is planned next (their prompts' first
         tokens come when the iteration is read)."""
         for r, piece in pieces:
             r.prefilled += len(piece.tokens)
+            self._grown.append(r)
+
+    # -- the prefix cache ----------------------------------------------------------------------
+
+    def _reuse(self) -> None:
+        """The requests whose first prefill piece may be planned next take the longest run
+        of cached blocks their prompt starts with (all but the block of its last token at
+        most: that token's logits give the first output)."""
+        if self.prefix is None:
+            return
+        t, bs, left = self.model.kv.tables, self.model.kv.block_size, self.model.max_chunk_seqs
+        for r in self.scheduler.running:
+            if r.prefilled == len(r.prompt) or r.finish:
+                continue
+            left -= 1
+            if left < 0:
+                break
+            if (r.slot in t.active or r.sampling.prompt_logprobs is not None
+                    or r.sampling.repetition_penalty != 1):
+                continue
+            blocks = self.prefix.match(r.prompt, (len(r.prompt) - 1) // bs, r.keys)
+            if blocks:
+                t.adopt(r.slot, blocks)
+                r.prefilled = r.cached = len(blocks) * bs
+
+    def _cache_prompts(self) -> None:
+        """After an iteration commits: the full blocks its pieces completed join the cache
+        (their keys and values are on their way on the stream every later chunk runs on);
+        a prompt whose last piece it launched is counted."""
+        grown, self._grown = dict.fromkeys(self._grown), []
+        t, bs = self.model.kv.tables, self.model.kv.block_size
+        for r in grown:
+            if r.prefilled == len(r.prompt):
+                self.stats.prompt_tokens += len(r.prompt)
+                self.stats.cached_tokens += r.cached
+            if self.prefix is not None and r.slot in t.active:
+                self.prefix.insert(r.prompt, t.table[r.slot], r.prefilled // bs, r.keys)
 
     def _read(self, rows: list[Request | None], pieces: list[tuple[Request, PrefillPiece]],
               pending: Pending, done: list[Request]) -> int:
@@ -357,8 +410,8 @@ class Engine:
 
     def _mark(self) -> _Mark:
         t, run = self.model.kv.tables, self.runner
-        return _Mark([(r, len(r.output), r.prefilled, r.finish, r.first_step, r.last_step,
-                       len(r.logprobs), len(r.prompt_logprobs))
+        return _Mark([(r, len(r.output), r.prefilled, r.cached, r.finish, r.first_step,
+                       r.last_step, len(r.logprobs), len(r.prompt_logprobs))
                       for r in self.scheduler.running],
                      t.lens.copy(), set(t.active), self._ahead, run.state(),
                      self.scheduler.books())
@@ -373,9 +426,10 @@ class Engine:
                 cupy_stream(s).synchronize()
             except Exception:  # a sticky CUDA error: the host state is put back regardless
                 pass
-        for r, n, prefilled, finish, first, last, n_lp, n_prompt_lp in mark.requests:
+        for r, n, prefilled, cached, finish, first, last, n_lp, n_prompt_lp in mark.requests:
             del r.output[n:], r.logprobs[n_lp:], r.prompt_logprobs[n_prompt_lp:]
-            r.prefilled, r.finish, r.first_step, r.last_step = prefilled, finish, first, last
+            r.prefilled, r.cached, r.finish = prefilled, cached, finish
+            r.first_step, r.last_step = first, last
         for s in sorted(t.active):
             if s not in mark.active:
                 t.free(s)
@@ -386,9 +440,10 @@ class Engine:
             r.output.clear()
             r.logprobs.clear()
             r.prompt_logprobs.clear()
-            r.prefilled, r.finish, r.first_step, r.last_step = 0, "", -1, -1
+            r.prefilled, r.cached, r.finish, r.first_step, r.last_step = 0, 0, "", -1, -1
         run.restore(mark.runner)  # and the next decode step copies its inputs again
         self._ahead, self._chained = mark.ahead, False
+        self._grown.clear()
         self.stats.rollbacks += 1
 
     def _retire(self) -> None:
@@ -445,6 +500,9 @@ class Engine:
         return [r.output for r in self.run(reqs)]
 
     def close(self) -> None:
-        """Destroy the graphs (the model stays usable)."""
+        """Destroy the graphs and forget the cached prefixes no request holds (the model
+        stays usable; an engine made on it later starts with a cold cache)."""
         self.drain()
+        if self.prefix is not None:
+            self.prefix.clear()
         self.runner.close()

@@ -3,7 +3,9 @@
 `ReferenceModel` and `ReferenceRunner` stand where `Model` and `Runner` stand, so an
 `Engine` (scheduling, overlapped steps, rollback, aborts) runs without a GPU on a real
 decoder: `model.reference.forward` in float32, one cache of keys and values per slot that
-follows the block tables (a rollback's truncation included). Greedy rows take the argmax;
+follows the block tables (a rollback's truncation included), and a copy of each full block's
+keys, values and tokens, from which a sequence that starts on cached blocks (the prefix
+cache) begins. Greedy rows take the argmax;
 sampled rows draw from `ops.reference.sample_probs` seeded by (seed, position), so draws are
 reproducible (not the GPU sampler's bits). What it is for: servers and tools tested on a
 machine without a GPU, and tiny models served on the CPU.
@@ -63,6 +65,8 @@ class ReferenceModel:
         self.sampling: dict[int, SamplingParams] = {}
         self.history: dict[int, list[int]] = {}  # each slot's tokens by position
         self.rules: dict[int, tuple[int, dict[int, int]]] = {}  # prompt length, bans' until
+        # each full block's content as last computed: keys, values (per layer), tokens
+        self.blocks: dict[int, tuple[list[np.ndarray], list[np.ndarray], list[int]]] = {}
 
     def free(self, slot: int) -> None:
         """Release a finished sequence's slot and blocks."""
@@ -76,16 +80,26 @@ class ReferenceModel:
         """The next-token logits after feeding `tokens` to `slot`'s sequence (its cache
         trimmed to the tables' length first, so a rolled-back step leaves no trace); `every`:
         each fed token's, (len(tokens), vocab)."""
-        t = self.kv.tables
+        t, bs = self.kv.tables, self.kv.block_size
         st = self.states.setdefault(slot, KVState())
         keep = int(t.lens[slot]) - len(tokens)  # the tables already count the new tokens
+        hist = self.history.setdefault(slot, [])
+        if st.length < keep:  # a sequence started on cached (full) blocks: their content
+            assert keep % bs == 0 and st.length == 0, (slot, keep, st.length)
+            held = [self.blocks[int(b)] for b in t.table[slot, :keep // bs]]
+            st.k = [np.concatenate([h[0][i] for h in held]) for i in range(self.cfg.layers)]
+            st.v = [np.concatenate([h[1][i] for h in held]) for i in range(self.cfg.layers)]
+            hist[:] = [x for h in held for x in h[2]]
         if st.length > keep:
             st.k = [k[:keep] for k in st.k]
             st.v = [v[:keep] for v in st.v]
-        hist = self.history.setdefault(slot, [])
         del hist[keep:]
         hist += [int(t) for t in tokens]
         out = forward(self.cfg, self.w, np.asarray(tokens), st)
+        for j in range(keep // bs, st.length // bs):  # blocks this call filled
+            part = slice(j * bs, (j + 1) * bs)
+            self.blocks[int(t.table[slot, j])] = ([k[part] for k in st.k],
+                                                  [v[part] for v in st.v], hist[part])
         return out if every else out[-1]
 
     def ruled(self, slot: int, logits: np.ndarray, s: SamplingParams) -> np.ndarray:
@@ -189,7 +203,7 @@ class ReferenceRunner(Launched):
                 t.add(p.slot)
             t.append(p.slot, len(p.tokens))
             m.sampling[p.slot] = p.sampling
-            if p.start == 0:
+            if p.first:
                 m.rules[p.slot] = (0, dict.fromkeys(p.bans, p.ban_until)
                                    if p.sampling.min_tokens else {})
             every = m.logits(p.slot, p.tokens, every=True)
@@ -258,10 +272,12 @@ def _stack(rows: list[tuple[Any, Any]]) -> tuple[Any, Any] | None:
 
 def reference_engine(cfg: ModelConfig, tensors: dict[str, np.ndarray], *, max_batch: int = 8,
                      max_context: int = 1024, max_chunk: int = 256, max_chunk_seqs: int = 8,
-                     overlap: bool = True, decode_chunk: int | None = None) -> Engine:
-    """An `Engine` over the reference decoder on the host (no GPU); `decode_chunk` as
-    `Engine`'s."""
+                     overlap: bool = True, decode_chunk: int | None = None,
+                     prefix_cache: bool = True) -> Engine:
+    """An `Engine` over the reference decoder on the host (no GPU); `decode_chunk` and
+    `prefix_cache` as `Engine`'s."""
     model = ReferenceModel(cfg, tensors, max_batch=max_batch, max_context=max_context,
                            max_chunk=max_chunk, max_chunk_seqs=max_chunk_seqs)
     return Engine(model, graphs=False, progress=False, overlap=overlap,
-                  decode_chunk=decode_chunk, runner=ReferenceRunner(model))
+                  decode_chunk=decode_chunk, runner=ReferenceRunner(model),
+                  prefix_cache=prefix_cache)

@@ -92,6 +92,8 @@ class Request:
     # ---- engine state
     slot: int = -1
     prefilled: int = 0  # prompt tokens already in the cache
+    cached: int = 0  # of those, the ones its prefix found cached (not prefilled by it)
+    keys: list[int] = field(default_factory=list, repr=False)  # its prompt blocks' keys
     output: list[int] = field(default_factory=list)
     finish: str = ""  # "stop", "length" or "abort" once done
     first_step: int = -1

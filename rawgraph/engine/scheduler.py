@@ -109,7 +109,8 @@ class Scheduler:
             piece = PrefillPiece(r.slot, r.prompt[r.prefilled:end], r.prefilled, r.sampling,
                                  final=end == len(r.prompt), bans=bans,
                                  ban_until=len(r.prompt) + r.sampling.min_tokens - 1,
-                                 next_token=r.prompt[end] if end < len(r.prompt) else -1)
+                                 next_token=r.prompt[end] if end < len(r.prompt) else -1,
+                                 cached=r.cached)
             pieces.append((r, piece))
             budget -= take
         return Plan(pieces, decode)

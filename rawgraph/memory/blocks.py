@@ -7,6 +7,10 @@ it was.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 
@@ -15,7 +19,13 @@ class OutOfBlocks(MemoryError):
 
 
 class BlockAllocator:
-    """Fixed-size blocks with a free list and reference counts (shared prefixes)."""
+    """Fixed-size blocks with a free list and reference counts (shared prefixes).
+
+    A block a prefix cache keeps (`keep(block)` true) does not go back to the free list when
+    its last reference goes: it waits, idle, with its keys and values, for a request to take
+    it again (`share`). Idle blocks count as free: `allocate` hands out never-kept blocks
+    first, then evicts idle ones, least recently used first (`evict(block)` tells the cache).
+    """
 
     def __init__(self, num_blocks: int):
         if num_blocks < 1:
@@ -23,39 +33,68 @@ class BlockAllocator:
         self.num_blocks = num_blocks
         self._free = list(range(num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self.refs = np.zeros(num_blocks, np.int32)
+        self.idle: OrderedDict[int, None] = OrderedDict()  # kept, unreferenced; LRU first
+        self.keep: Callable[[int], bool] = lambda b: False
+        self.evict: Callable[[int], None] = lambda b: None
+        self.cache: Any = None  # the prefix cache that set keep and evict (one at most)
+        self.evictions = 0
 
     def reset(self) -> None:
-        """Every block free, handed out from 0 again (only when none is referenced)."""
+        """Every block free, handed out from 0 again (only when none is referenced); idle
+        blocks are evicted."""
         if (self.refs != 0).any():
             raise ValueError(f"{int((self.refs != 0).sum())} blocks are still referenced")
+        self.flush()
         self._free = list(range(self.num_blocks - 1, -1, -1))
+
+    def flush(self) -> None:
+        """Evict every idle block to the free list."""
+        for b in self.idle:
+            self.evict(b)
+        self._free.extend(reversed(self.idle))
+        self.idle.clear()
 
     @property
     def num_free(self) -> int:
-        """Blocks not referenced by any sequence."""
-        return len(self._free)
+        """Blocks not referenced by any sequence (idle cached ones included)."""
+        return len(self._free) + len(self.idle)
 
     def allocate(self, n: int, why: str = "") -> list[int]:
         """n fresh blocks (refcount 1), or OutOfBlocks with nothing taken."""
-        if n > len(self._free):
-            raise OutOfBlocks(f"need {n} KV blocks{why}, only {len(self._free)} of "
+        if n > self.num_free:
+            raise OutOfBlocks(f"need {n} KV blocks{why}, only {self.num_free} of "
                               f"{self.num_blocks} are free")
-        out = [self._free.pop() for _ in range(n)]
+        out = [self._free.pop() for _ in range(min(n, len(self._free)))]
+        while len(out) < n:  # the least recently used cached blocks make room
+            b, _ = self.idle.popitem(last=False)
+            self.evict(b)
+            self.evictions += 1
+            out.append(b)
         self.refs[out] = 1
         return out
 
     def share(self, blocks: list[int]) -> None:
-        """One more reference to each block."""
+        """One more reference to each block (an idle one is taken out of the idle list)."""
+        for b in blocks:
+            if self.refs[b] == 0:
+                if b not in self.idle:
+                    raise ValueError(f"block {b} is free: nothing to share")
+                del self.idle[b]
         self.refs[blocks] += 1
 
     def release(self, blocks: list[int]) -> None:
-        """One reference less; blocks nobody references go back to the free list."""
-        for b in blocks:
+        """One reference less; blocks nobody references go back to the free list, or wait
+        idle where the cache keeps them: given in a sequence's order, its last block goes
+        first (its first blocks, the ones other prompts share, stay longest)."""
+        for b in reversed(blocks):
             if self.refs[b] <= 0:
                 raise ValueError(f"block {b} released more often than referenced")
             self.refs[b] -= 1
             if self.refs[b] == 0:
-                self._free.append(b)
+                if self.keep(b):
+                    self.idle[b] = None
+                else:
+                    self._free.append(b)
 
 
 class BlockTables:
@@ -108,6 +147,19 @@ class BlockTables:
         self.started[s] += 1
         self.lens[s] = 0
         self.lens_moved = True
+
+    def adopt(self, s: int, blocks: list[int]) -> None:
+        """Start a sequence in slot s over `blocks`, full blocks that hold its first
+        len(blocks) * block_size tokens already (a cached prefix: shared, never written)."""
+        self._check_slot(s, active=False)
+        if not 0 < len(blocks) <= self.table.shape[1]:
+            raise ValueError(f"sequence {s}: {len(blocks)} blocks for a table row of "
+                             f"{self.table.shape[1]}")
+        self.alloc.share(blocks)
+        self.add(s)
+        self.table[s, :len(blocks)] = blocks
+        self.lens[s] = len(blocks) * self.block_size
+        self.changed.add(s)
 
     def append(self, s: int, n: int = 1) -> None:
         """Make room for n more tokens of sequence s (new blocks, copy-on-write of a shared

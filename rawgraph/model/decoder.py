@@ -439,7 +439,7 @@ class Model:
         prepared together share one copy of the tables."""
         chunk = step.chunk(pieces, self.kv.tables, self.limits)
         installs = [(i, p) for i, p in enumerate(pieces)
-                    if p.start == 0 and p.sampling.rules(bool(p.bans))]
+                    if p.first and p.sampling.rules(bool(p.bans))]
         for _, p in installs:  # before anything changes
             step.check_rules(p, self.limits)
         self.grow(chunk.need)

@@ -30,7 +30,9 @@ class PrefillPiece:
     of non-final pieces skips the LM head: an IF node in a graph). `bans`: the ids
     sampling.min_tokens bans (the request's stop ids) while the position is below
     `ban_until` (read from the sequence's first piece). `next_token`: the prompt token after
-    the piece (-1 for a final piece): what its last row scores with prompt_logprobs."""
+    the piece (-1 for a final piece): what its last row scores with prompt_logprobs.
+    `cached`: the prompt tokens a prefix cache held for the sequence: its first piece
+    (`first`) starts there."""
 
     slot: int
     tokens: Sequence[int]
@@ -40,6 +42,12 @@ class PrefillPiece:
     bans: tuple[int, ...] = ()
     ban_until: int = 0
     next_token: int = -1
+    cached: int = 0
+
+    @property
+    def first(self) -> bool:
+        """The sequence's first piece: it installs the sequence's sampling rules."""
+        return self.start == self.cached
 
 
 def check_rules(piece: PrefillPiece, limits: Limits) -> None:

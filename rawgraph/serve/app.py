@@ -167,6 +167,7 @@ class _Relay:
         self.info = info
         self.offset = 0  # characters of text sent so far (completions' text_offset)
         self.generated = 0
+        self.cached = 0  # prompt tokens the prefix cache held (told when it finishes)
         self.finish: str | None = None
         self.t0 = time.monotonic()
         self.last: float | None = None
@@ -206,6 +207,7 @@ class _Relay:
                 raise event[1]
             if event[0] == "finish":
                 self.finish = self.finish or FINISH.get(event[1], event[1])
+                self.cached = event[2] if len(event) > 2 else 0
                 if not self.shown:  # max_tokens 0: the prompt alone, as long as asked
                     self.finish = "length"
                 return None
@@ -380,12 +382,12 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
             lp = info.logprobs(g, relay.ids, relay.lps)
         return protocol.choice(g, i, text, relay.ids, relay.finish, lp)
 
-    def _usage(relays: list[_Relay]) -> tuple[int, int]:
+    def _usage(relays: list[_Relay]) -> tuple[int, int, int]:
         """(prompt tokens, each prompt once: the first of its n choices; completion tokens,
-        every choice's)."""
+        every choice's; of the prompt tokens, those found in the prefix cache)."""
         prompts = relays[::relays[0].g.n]
         return (sum(len(r.job.request.prompt) for r in prompts),
-                sum(r.generated for r in relays))
+                sum(r.generated for r in relays), sum(r.cached for r in prompts))
 
     async def _whole(relays: list[_Relay], rid: str) -> Response:
         tasks = [asyncio.ensure_future(_collect(r)) for r in relays]

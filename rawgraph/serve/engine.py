@@ -71,9 +71,10 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
     sizes = {"max_batch": args.max_batch, "max_context": args.max_context,
              "max_chunk": args.chunk, "max_chunk_seqs": min(8, args.max_batch)}
     if args.reference:
-        engine = reference_engine(cfg, tensors, decode_chunk=args.decode_chunk, **sizes)
+        engine = reference_engine(cfg, tensors, decode_chunk=args.decode_chunk,
+                                  prefix_cache=args.prefix_cache, **sizes)
     else:
         model = Model(cfg, tensors, seed=args.seed, files=files, **sizes)
         engine = Engine(model, progress=False, mixed=args.mixed,
-                        decode_chunk=args.decode_chunk)
+                        decode_chunk=args.decode_chunk, prefix_cache=args.prefix_cache)
     return engine, info

@@ -33,6 +33,8 @@ HOST_BUCKETS = (0.00005, 0.0001, 0.00015, 0.0002, 0.0003, 0.0005, 0.00075, 0.001
 GC_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
               0.1, 1.0)
 GENERATIONS = (0, 1, 2)
+# tokens: the prompt tokens a request found in the prefix cache (a multiple of the block size)
+TOKEN_BUCKETS = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 # an iteration's kind: decode rows alone, a prefill chunk alone, or both
 KINDS = ("decode", "prefill", "mixed")
 ROW_KINDS = ("decode", "mixed")  # the kinds with decode rows
@@ -128,6 +130,10 @@ class Metrics:
         # how many it captured (at start-up, then on a miss) and evicted for its budget
         self.graphs = self.graph_bytes = self.graph_captures = self.graph_evictions = 0
         self.step_failures = 0
+        # the prefix cache: prompt tokens started and found cached, blocks it holds, evicted
+        self.prompt_tokens_started = self.prompt_tokens_cached = 0
+        self.prefix_blocks = self.prefix_evictions = 0
+        self.cached_tokens = Histogram(TOKEN_BUCKETS)  # per finished request
         self.ttft, self.itl = Histogram(), Histogram(ITL_BUCKETS)
         self.iteration = {k: Histogram(STEP_BUCKETS) for k in KINDS}  # Engine.step's time
         self.host = {k: Histogram(HOST_BUCKETS) for k in KINDS}  # its prepare, patch, launch
@@ -230,6 +236,20 @@ class Metrics:
                    self.kv_blocks_used)
             metric("kv_blocks_total", "gauge", "KV cache blocks.",
                    self.kv_blocks_total)
+            metric("prefix_cache_queried_tokens_total", "counter", "Prompt tokens of the "
+                   "requests started (each prompt once it is in the cache).",
+                   self.prompt_tokens_started)
+            metric("prefix_cache_hit_tokens_total", "counter", "Of those, the tokens found "
+                   "in the prefix cache (not prefilled).", self.prompt_tokens_cached)
+            metric("prefix_cache_hit_rate", "gauge", "Hit tokens over queried tokens so far.",
+                   self.prompt_tokens_cached / max(self.prompt_tokens_started, 1))
+            metric("prefix_cache_blocks", "gauge", "KV blocks the prefix cache holds (in use "
+                   "or idle, evicted least recently used first).", self.prefix_blocks)
+            metric("prefix_cache_evictions_total", "counter", "Cached blocks evicted for "
+                   "fresh ones.", self.prefix_evictions)
+            metric("request_cached_tokens", "histogram", "Prompt tokens a finished request "
+                   "found in the prefix cache.",
+                   self.cached_tokens.lines("request_cached_tokens"))
             metric("iterations_total", "counter", "Engine iterations, by graph replay or "
                    "eager fallback.", [f'iterations_total{{mode="{k}"}} {v}'
                                        for k, v in self.iterations.items()])

@@ -73,6 +73,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="run an iteration's prefill chunk and decode step as one pass over "
                         "the weights (one graph per batch bucket and chunk size; faster than "
                         "two graphs side by side for chunks of up to ~128 tokens)")
+    q.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                   help="prefill every prompt whole: no request takes the KV blocks of a "
+                   "prefix an earlier prompt left in the cache")
     q.add_argument("--engine", choices=("process", "thread"), default="process",
                    help="where the engine runs: a process of its own (the event loop and the "
                    "engine hold no lock in common; served 88-92%% of offline throughput against "

@@ -317,10 +317,11 @@ def random_seed() -> int:
     return int.from_bytes(os.urandom(8), "little")
 
 
-def usage(prompt: int, completion: int) -> dict[str, int]:
-    """The usage object."""
+def usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+    """The usage object (`cached`: the prompt tokens found in the prefix cache)."""
     return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def choice(g: Generation, index: int, text: str, ids: list[int],
@@ -334,11 +335,12 @@ def choice(g: Generation, index: int, text: str, ids: list[int],
 
 
 def response(g: Generation, rid: str, model: str, choices: list[dict[str, Any]],
-             prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+             prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+             ) -> dict[str, Any]:
     """A whole (non-streamed) completion or chat completion of `choices` (`choice(...)`)."""
     return {"id": rid, "object": "chat.completion" if g.chat else "text_completion",
             "created": int(time.time()), "model": model, "choices": choices,
-            "usage": usage(prompt_tokens, completion_tokens)}
+            "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
 
 def chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
@@ -378,8 +380,8 @@ def chunk_line(g: Generation, rid: str, model: str, created: int
 
 
 def usage_chunk(g: Generation, rid: str, model: str, created: int, prompt_tokens: int,
-                completion_tokens: int) -> dict[str, Any]:
+                completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     """The last chunk of a stream that asked for usage: no choices, the counts."""
     return {"id": rid, "object": "chat.completion.chunk" if g.chat else "text_completion",
             "created": created, "model": model, "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens)}
+            "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}

@@ -6,7 +6,8 @@ The HTTP side never touches the engine. `submit` queues a job and returns at onc
 worker admits it (the engine's own checks decide: an "error" event, or "accepted"), steps
 the engine while anything runs, and after every committed iteration sends each job its new
 tokens ("tokens", with their log-probabilities when asked; before them once, "prompt" with
-the prompt's) and, when it ends, "finish" with the reason. `abort` ends a job at the next
+the prompt's) and, when it ends, "finish" with the reason and the prompt tokens it found in
+the prefix cache. `abort` ends a job at the next
 step boundary (a client gone, a stop string met, a deadline passed).
 """
 
@@ -244,9 +245,10 @@ class Worker:
                 out.append((job, ("tokens", new, lps)))
             if r.finish and r not in sch.running:  # retired: its slot and blocks are free
                 job.done = True
-                out.append((job, ("finish", r.finish)))
+                out.append((job, ("finish", r.finish, r.cached)))
                 with m.lock:
                     m.requests["aborted" if r.finish == "abort" else "completed"] += 1
+                    m.cached_tokens.observe(r.cached)
         with self._lock:
             self._jobs = [j for j in self._jobs if not j.done]
         if sent:
@@ -260,6 +262,10 @@ class Worker:
             m.iterations = {"graph": st.iterations - st.eager_iterations,
                             "eager": st.eager_iterations}
             m.decode_steps = st.decode_steps
+            m.prompt_tokens_started, m.prompt_tokens_cached = st.prompt_tokens, st.cached_tokens
+            prefix = self.engine.prefix
+            m.prefix_blocks = 0 if prefix is None else prefix.blocks
+            m.prefix_evictions = t.alloc.evictions
             self._graph_metrics(m)
             new = min(st.iterations - self._counted, len(last))  # iterations since the last
             for it in (last[-i] for i in range(new, 0, -1)):  # near the end: O(1) each

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 httpx = pytest.importorskip("httpx")
@@ -785,3 +786,33 @@ def test_a_refused_choice_queues_none_of_them(checkpoint):
         assert _used_blocks(s) == 0
     finally:
         s.close()
+
+
+def test_a_prompt_that_starts_with_a_cached_prefix_says_so_in_usage_and_metrics(served):
+    head = [int(t) for t in np.random.default_rng(7).integers(3, CFG.vocab, 64)]  # a block
+    body = {"prompt": [*head, 5, 6], "max_tokens": 4, "temperature": 0, "stop_token_ids": []}
+    first = httpx.post(f"{served.url}/v1/completions", json=body).json()
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    again = httpx.post(f"{served.url}/v1/completions", json=body).json()
+    assert again["usage"]["prompt_tokens_details"] == {"cached_tokens": 64}
+    assert again["choices"][0]["token_ids"] == first["choices"][0]["token_ids"]
+    with httpx.stream("POST", f"{served.url}/v1/completions", json=body | {
+            "prompt": [*head, 9], "stream": True, "stream_options": {"include_usage": True}}
+            ) as r:
+        chunks = events(r.iter_lines())
+    assert chunks[-1]["usage"]["prompt_tokens_details"] == {"cached_tokens": 64}
+    text = httpx.get(f"{served.url}/metrics").text
+    assert sample(text, "prefix_cache_hit_tokens_total") >= 128
+    assert sample(text, "prefix_cache_blocks") >= 1
+    assert 0 < sample(text, "prefix_cache_hit_rate") < 1
+    assert sample(text, "request_cached_tokens_count") >= 3
+
+
+@pytest.mark.parametrize(("flag", "cached"), [([], True), (["--no-prefix-cache"], False)])
+def test_the_prefix_cache_is_on_unless_turned_off(flag, cached):
+    from rawgraph.cli import parser
+    from rawgraph.serve.engine import build
+
+    args = parser().parse_args(["serve", "--reference", *flag])
+    engine, _ = build(args)
+    assert (engine.prefix is not None) == cached
