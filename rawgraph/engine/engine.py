@@ -247,8 +247,7 @@ class Engine:
         """Launch this iteration and read what it (or the step before it) produced; tokens
         are emitted into the requests, finished ones listed in `done` (retired later)."""
         sch, emitted = self.scheduler, 0
-        self._reuse()
-        plan: Plan | None = sch.plan()
+        plan: Plan | None = sch.plan(self._reuse())
         st = None
         if self._ahead is not None:
             rows, pieces, pending = self._ahead
@@ -265,8 +264,7 @@ class Engine:
                 self._ahead = None
             emitted += self._read(rows, pieces, pending, done)
             if plan is not None:  # the rows changed: plan again with the tokens read
-                self._reuse()
-                plan = sch.plan()
+                plan = sch.plan(self._reuse())
         if plan is not None and (plan.prefill or plan.decode):
             pending = self.runner.launch([p for _, p in plan.prefill],
                                          [r.slot for r in plan.decode],
@@ -337,26 +335,43 @@ class Engine:
 
     # -- the prefix cache ----------------------------------------------------------------------
 
-    def _reuse(self) -> None:
-        """The requests whose first prefill piece may be planned next take the longest run
-        of cached blocks their prompt starts with (all but the block of its last token at
-        most: that token's logits give the first output)."""
+    def _reuse(self) -> set[int]:
+        """The first requests not yet started (as many as a chunk takes pieces) take the
+        longest run of cached blocks their prompt starts with (all but the block of its last
+        token at most: that token's logits give the first output). Returns the ids of the
+        requests held back from this iteration's chunk: one whose next block another request
+        is prefilling now (or starts to, ahead of it) waits for it to be cached instead of
+        computing it again (the n samples of a prompt, a shared system prompt arriving in a
+        burst), and those past the first few, not looked up yet."""
+        held: set[int] = set()
         if self.prefix is None:
-            return
+            return held
         t, bs, left = self.model.kv.tables, self.model.kv.block_size, self.model.max_chunk_seqs
+        busy: set[int] = set()  # keys of blocks being prefilled
+        fresh = []
         for r in self.scheduler.running:
             if r.prefilled == len(r.prompt) or r.finish:
                 continue
-            left -= 1
-            if left < 0:
-                break
-            if (r.slot in t.active or r.sampling.prompt_logprobs is not None
-                    or r.sampling.repetition_penalty != 1):
+            if r.slot in t.active:
+                n = len(r.prompt) // bs
+                busy.update(self.prefix.keys(r.prompt, n, r.keys)[r.prefilled // bs:n])
+            elif len(fresh) < left:
+                fresh.append(r)
+            else:
+                held.add(id(r))
+        for r in fresh:
+            if r.sampling.prompt_logprobs is not None or r.sampling.repetition_penalty != 1:
+                continue  # its prompt's tokens go through its own chunks
+            most = (len(r.prompt) - 1) // bs
+            blocks = self.prefix.match(r.prompt, most, r.keys)
+            if len(blocks) < most and r.keys[len(blocks)] in busy:
+                held.add(id(r))
                 continue
-            blocks = self.prefix.match(r.prompt, (len(r.prompt) - 1) // bs, r.keys)
+            busy.update(r.keys[len(blocks):most])
             if blocks:
                 t.adopt(r.slot, blocks)
                 r.prefilled = r.cached = len(blocks) * bs
+        return held
 
     def _cache_prompts(self) -> None:
         """After an iteration commits: the full blocks its pieces completed join the cache

@@ -8,6 +8,7 @@ running request never runs out of cache and nothing has to be preempted.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from rawgraph.engine.request import Request
@@ -96,12 +97,14 @@ class Scheduler:
         self.waiting.remove(r)
         return True
 
-    def plan(self) -> Plan:
-        """This iteration's prefill pieces (in arrival order) and decode rows."""
+    def plan(self, held: Collection[int] = ()) -> Plan:
+        """This iteration's prefill pieces (in arrival order; none for the requests whose
+        ids are `held`) and decode rows."""
         decode = [r for r in self.running if r.decoding]
         pieces, budget = [], self.decode_chunk if decode else self.chunk_tokens
         for r in self.running:
-            if r.decoding or r.finish or budget == 0 or len(pieces) == self.chunk_seqs:
+            if (r.decoding or r.finish or budget == 0 or len(pieces) == self.chunk_seqs
+                    or id(r) in held):
                 continue
             take = min(len(r.prompt) - r.prefilled, budget)
             end = r.prefilled + take

@@ -138,3 +138,26 @@ def test_a_rolled_back_iteration_puts_reference_counts_back(monkeypatch, owner, 
     assert [r.output for r in got] == [r.output for r in want]
     assert all(r.cached == 128 for r in got)
     assert _idle(e) and e.stats.rollbacks == 1
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_samples_of_one_prompt_arriving_together_prefill_its_full_blocks_once(overlap):
+    e = _engine(overlap=overlap, max_batch=8)
+    prompt = [*SYSTEM, 4, 5]  # 152 tokens: two full blocks, 24 in the last
+    reqs = e.run([Request(prompt, 6, SamplingParams(0.9, seed=s)) for s in range(8)])
+    assert [r.cached for r in reqs] == [0] + [128] * 7
+    assert sum(i.prefill_tokens for i in e.stats.iters) == 152 + 7 * 24
+    want = _engine(False, overlap=overlap, max_batch=8).run(
+        [Request(prompt, 6, SamplingParams(0.9, seed=s)) for s in range(8)])
+    assert [r.output for r in reqs] == [r.output for r in want]
+    assert len({tuple(r.output) for r in reqs}) > 1  # seeded apart
+
+
+def test_a_burst_sharing_a_system_prompt_waits_for_the_one_prefilling_it():
+    e = _engine(max_batch=8)
+    reqs = e.run([Request([*SYSTEM, *range(3, 3 + i)], 4) for i in range(1, 9)])
+    assert [r.cached for r in reqs] == [0] + [128] * 7
+    assert sum(i.prefill_tokens for i in e.stats.iters) == sum(
+        len(r.prompt) for r in reqs) - 7 * 128
+    e.drain()
+    assert _idle(e)
