@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rawgraph.cuda.stream import cupy_stream
+from rawgraph.engine.beam import Hypothesis, beam_search
 from rawgraph.engine.request import Logprob, Request, token_ids
 from rawgraph.engine.runner import IterStats, Pending, Runner
 from rawgraph.engine.scheduler import Plan, Scheduler
@@ -513,6 +514,17 @@ class Engine:
                         SamplingParams() if sampling is None else sampling, stop)
                 for i, p in enumerate(prompts)]
         return [r.output for r in self.run(reqs)]
+
+    def beam_search(self, prompt: Sequence[int], beam_width: int, max_tokens: int,
+                    length_penalty: float = 1.0, eos: Sequence[int] | None = None
+                    ) -> list[Hypothesis]:
+        """The best `beam_width` continuations of `prompt` by beam search (Hugging Face's
+        `generate(num_beams=beam_width, do_sample=False)`; `engine.beam`), best first;
+        `eos`: the ids that end a beam (default: the model's). The engine must be idle
+        (ValueError otherwise); beams take cache slots of their own, forking and dropping
+        blocks each step, their decode steps on the bucket graphs."""
+        stop = self.model.cfg.eos if eos is None else eos
+        return beam_search(self, prompt, beam_width, max_tokens, length_penalty, stop)
 
     def close(self) -> None:
         """Destroy the graphs and forget the cached prefixes no request holds (the model

@@ -3,12 +3,12 @@
 `ReferenceModel` and `ReferenceRunner` stand where `Model` and `Runner` stand, so an
 `Engine` (scheduling, overlapped steps, rollback, aborts) runs without a GPU on a real
 decoder: `model.reference.forward` in float32, one cache of keys and values per slot that
-follows the block tables (a rollback's truncation included), and a copy of each full block's
-keys, values and tokens, from which a sequence that starts on cached blocks (the prefix
-cache) begins. Greedy rows take the argmax;
-sampled rows draw from `ops.reference.sample_probs` seeded by (seed, position), so draws are
-reproducible (not the GPU sampler's bits). What it is for: servers and tools tested on a
-machine without a GPU, and tiny models served on the CPU.
+follows the block tables (a rollback's truncation included), and a copy of each block's
+keys, values and tokens as last written (copied on write as the GPU's are), from which a
+sequence that starts on another's blocks (a cached prefix, a fork) begins. Greedy rows take
+the argmax; sampled rows draw from `ops.reference.sample_probs` seeded by (seed, position),
+so draws are reproducible (not the GPU sampler's bits). What it is for: servers and tools
+tested on a machine without a GPU, and tiny models served on the CPU.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ReferenceModel:
         self.sampling: dict[int, SamplingParams] = {}
         self.history: dict[int, list[int]] = {}  # each slot's tokens by position
         self.rules: dict[int, tuple[int, dict[int, int]]] = {}  # prompt length, bans' until
-        # each full block's content as last computed: keys, values (per layer), tokens
+        # each block's content as last written: keys, values (per layer), tokens
         self.blocks: dict[int, tuple[list[np.ndarray], list[np.ndarray], list[int]]] = {}
 
     def free(self, slot: int) -> None:
@@ -81,12 +81,16 @@ class ReferenceModel:
         trimmed to the tables' length first, so a rolled-back step leaves no trace); `every`:
         each fed token's, (len(tokens), vocab)."""
         t, bs = self.kv.tables, self.kv.block_size
+        for src, dst, rows in t.pending_copies:  # copy-on-write, as kv.sync runs it
+            k, v, toks = self.blocks[src]
+            self.blocks[dst] = [x[:rows] for x in k], [x[:rows] for x in v], toks[:rows]
+        t.pending_copies.clear()
         st = self.states.setdefault(slot, KVState())
         keep = int(t.lens[slot]) - len(tokens)  # the tables already count the new tokens
         hist = self.history.setdefault(slot, [])
-        if st.length < keep:  # a sequence started on cached (full) blocks: their content
-            assert keep % bs == 0 and st.length == 0, (slot, keep, st.length)
-            held = [self.blocks[int(b)] for b in t.table[slot, :keep // bs]]
+        if st.length < keep:  # a sequence started on others' blocks: their content
+            assert st.length == 0, (slot, keep, st.length)
+            held = [self.blocks[int(b)] for b in t.table[slot, :-(-keep // bs)]]
             st.k = [np.concatenate([h[0][i] for h in held]) for i in range(self.cfg.layers)]
             st.v = [np.concatenate([h[1][i] for h in held]) for i in range(self.cfg.layers)]
             hist[:] = [x for h in held for x in h[2]]
@@ -96,8 +100,8 @@ class ReferenceModel:
         del hist[keep:]
         hist += [int(t) for t in tokens]
         out = forward(self.cfg, self.w, np.asarray(tokens), st)
-        for j in range(keep // bs, st.length // bs):  # blocks this call filled
-            part = slice(j * bs, (j + 1) * bs)
+        for j in range(keep // bs, -(-st.length // bs)):  # blocks this call wrote into
+            part = slice(j * bs, min((j + 1) * bs, st.length))
             self.blocks[int(t.table[slot, j])] = ([k[part] for k in st.k],
                                                   [v[part] for v in st.v], hist[part])
         return out if every else out[-1]
