@@ -117,9 +117,10 @@ class Engine:
     decoding users' next token waits for them, so a smaller one shortens the inter-token
     latency's tail and lengthens the time to first token. `prefix_cache`: a request whose
     prompt starts with full KV blocks another prompt left in the cache takes them and
-    prefills only the rest (`memory.prefix`; not for requests that score their prompt or
-    penalize repetition, whose prompt tokens must pass through their own chunks); blocks no
-    request holds stay cached until the allocator needs them, least recently used first.
+    prefills only the rest (`memory.prefix`), and one whose prompt equals a running one's
+    forks it (`_reuse`); not for requests that score their prompt or penalize repetition,
+    whose prompt tokens must pass through their own chunks. Blocks no request holds stay
+    cached until the allocator needs them, least recently used first.
     One thread drives an engine. `runner`:
     one to use instead of building a `Runner` for `model` (`engine.reference`: the NumPy decoder
     on the host).
@@ -337,42 +338,67 @@ class Engine:
     # -- the prefix cache ----------------------------------------------------------------------
 
     def _reuse(self) -> set[int]:
-        """The first requests not yet started (as many as a chunk takes pieces) take the
-        longest run of cached blocks their prompt starts with (all but the block of its last
-        token at most: that token's logits give the first output). Returns the ids of the
-        requests held back from this iteration's chunk: one whose next block another request
-        is prefilling now (or starts to, ahead of it) waits for it to be cached instead of
-        computing it again (the n samples of a prompt, a shared system prompt arriving in a
+        """The first requests not yet started (as many as a chunk takes pieces) start on
+        what other sequences computed: a prompt equal to a started one's (the n samples of a
+        prompt) forks that sequence once it has prefilled all but the last token (sharing
+        every block, the last partly filled one copied on write) and prefills that token
+        alone; any other takes the longest run of cached blocks it starts with (all but its
+        last token's block: that token's logits give the first output). Returns the ids of
+        the requests held back from this iteration's chunk: one whose twin or next block
+        another request is prefilling now (or starts to, ahead of it) waits for it instead of
+        computing it again (samples of a prompt, a shared system prompt arriving in a
         burst), and those past the first few, not looked up yet."""
         held: set[int] = set()
         if self.prefix is None:
             return held
         t, bs, left = self.model.kv.tables, self.model.kv.block_size, self.model.max_chunk_seqs
         busy: set[int] = set()  # keys of blocks being prefilled
-        fresh = []
+        fresh, started = [], []
         for r in self.scheduler.running:
-            if r.prefilled == len(r.prompt) or r.finish:
-                continue
             if r.slot in t.active:
-                n = len(r.prompt) // bs
-                busy.update(self.prefix.keys(r.prompt, n, r.keys)[r.prefilled // bs:n])
+                started.append(r)
+                if r.prefilled < len(r.prompt) and not r.finish:
+                    n = len(r.prompt) // bs
+                    busy.update(self.prefix.keys(r.prompt, n, r.keys)[r.prefilled // bs:n])
+            elif r.finish:
+                continue
             elif len(fresh) < left:
                 fresh.append(r)
             else:
                 held.add(id(r))
+        twins = {self._whole(r): r for r in started} if fresh else {}
         for r in fresh:
             if r.sampling.prompt_logprobs is not None or r.sampling.repetition_penalty != 1:
                 continue  # its prompt's tokens go through its own chunks
+            twin = twins.get(self._whole(r))
+            if twin is not None and twin.prompt == r.prompt and (
+                    twin.prefilled >= len(r.prompt) - 1 or not twin.finish):
+                if twin.prefilled < len(r.prompt) - 1:
+                    held.add(id(r))  # until its twin is there
+                    continue
+                t.fork(twin.slot, r.slot)
+                t.truncate(r.slot, len(r.prompt) - 1)
+                r.prefilled = r.cached = len(r.prompt) - 1
+                continue
             most = (len(r.prompt) - 1) // bs
             blocks = self.prefix.match(r.prompt, most, r.keys)
             if len(blocks) < most and r.keys[len(blocks)] in busy:
                 held.add(id(r))
                 continue
             busy.update(r.keys[len(blocks):most])
+            twins.setdefault(self._whole(r), r)
             if blocks:
                 t.adopt(r.slot, blocks)
                 r.prefilled = r.cached = len(blocks) * bs
         return held
+
+    def _whole(self, r: Request) -> int:
+        """A key of r's whole prompt: its full blocks' chain key and the tokens after."""
+        assert self.prefix is not None
+        bs = self.prefix.block_size
+        full = len(r.prompt) // bs
+        keys = self.prefix.keys(r.prompt, full, r.keys)
+        return hash((keys[full - 1] if full else 0, tuple(r.prompt[full * bs:])))
 
     def _cache_prompts(self) -> None:
         """After an iteration commits: the full blocks its pieces completed join the cache

@@ -140,17 +140,40 @@ def test_a_rolled_back_iteration_puts_reference_counts_back(monkeypatch, owner, 
     assert _idle(e) and e.stats.rollbacks == 1
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_samples_of_one_prompt_arriving_together_prefill_its_full_blocks_once(overlap):
+@pytest.mark.parametrize(("overlap", "length"), [(True, 152), (False, 152), (True, 10)])
+def test_samples_of_one_prompt_prefill_it_once_and_hold_it_once(overlap, length):
+    prompt = [*SYSTEM, 4, 5][:length]  # 152: two full blocks and 24 tokens; 10: one part
+
+    def reqs():
+        return [Request(prompt, 6, SamplingParams(0.9, seed=s)) for s in range(8)]
     e = _engine(overlap=overlap, max_batch=8)
-    prompt = [*SYSTEM, 4, 5]  # 152 tokens: two full blocks, 24 in the last
-    reqs = e.run([Request(prompt, 6, SamplingParams(0.9, seed=s)) for s in range(8)])
-    assert [r.cached for r in reqs] == [0] + [128] * 7
-    assert sum(i.prefill_tokens for i in e.stats.iters) == 152 + 7 * 24
-    want = _engine(False, overlap=overlap, max_batch=8).run(
-        [Request(prompt, 6, SamplingParams(0.9, seed=s)) for s in range(8)])
-    assert [r.output for r in reqs] == [r.output for r in want]
-    assert len({tuple(r.output) for r in reqs}) > 1  # seeded apart
+    got = [e.add(r) for r in reqs()]
+    while not all(r.decoding for r in got):
+        e.step()
+    # the others fork the first once it has all but the last token and prefill that token
+    # alone: the prompt's blocks are held once, each sample has its own copy of the last
+    assert [r.cached for r in got] == [0] + [length - 1] * 7
+    assert sum(i.prefill_tokens for i in e.stats.iters) == length + 7
+    assert int((e.model.kv.tables.alloc.refs > 0).sum()) == -(-length // BS) + 7
+    while not e.scheduler.idle:
+        e.step()
+    e.drain()
+    want = _engine(False, overlap=overlap, max_batch=8).run(reqs())
+    assert [r.output for r in got] == [r.output for r in want]
+    assert len({tuple(r.output) for r in got}) > 1  # seeded apart
+    assert _idle(e)
+
+
+@pytest.mark.parametrize("at", [1, 2, 3, 4])
+def test_a_rolled_back_fork_puts_the_shared_blocks_back(monkeypatch, at):
+    def reqs():
+        return [Request([*SYSTEM, 4], 5, SamplingParams(0.9, seed=s)) for s in range(4)]
+    want = _engine(False, max_batch=8).run(reqs())
+    e = _engine(max_batch=8)
+    inject(monkeypatch, e.runner, "launch", at, True, RuntimeError("launch"))
+    got = reqs()
+    assert drive(e, got) == 1
+    assert [r.output for r in got] == [r.output for r in want] and _idle(e)
 
 
 def test_a_burst_sharing_a_system_prompt_waits_for_the_one_prefilling_it():
