@@ -23,7 +23,9 @@ PREFIX_SYSTEM-token system prompt and a PREFIX_TURN-token user turn of their own
 cache off and on: the time to first token of such a request once the system prompt has been
 seen (median of REPS, each a new turn), the output tokens/s of PREFIX_REQUESTS of them through
 `Engine.run` (PREFIX_OUT tokens each, the cache cold at the start), and of the same number of
-PREFIX_OTHER-token prompts that share nothing (what the cache costs where it never hits).
+PREFIX_OTHER-token prompts that share nothing (what the cache costs where it never hits);
+and SAMPLES samples of one SAMPLES_PROMPT-token prompt (seeded apart): the prompt tokens
+prefilled and the most KV blocks held at once.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece
+from rawgraph.ops.sampling import SamplingParams
 
 PROMPTS = (512, 2048, 8192)
 CHUNKS = (256, 512, 1024, 2048, 4096, 8192)
@@ -62,6 +65,7 @@ LONG_DECODE = 32  # decode steps timed after a long prompt
 # `--only prefix`: a shared system prompt and each request's own turn
 PREFIX_SYSTEM, PREFIX_TURN, PREFIX_OUT, PREFIX_OTHER = 2048, 64, 64, 2112
 PREFIX_REQUESTS, PREFIX_BATCH, PREFIX_CHUNK = 256, 64, 2048
+SAMPLES, SAMPLES_PROMPT = 8, 1024  # n samples of one prompt
 
 
 def _ttft_ms(engine: Engine, tokens: int) -> float:
@@ -154,6 +158,22 @@ def _ids(n: int, tokens: int, vocab: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(1, vocab) for _ in range(tokens)] for _ in range(n)]
 
 
+def _samples(engine: Engine) -> tuple[int, int]:
+    """(prompt tokens prefilled, the most KV blocks held at once) for SAMPLES samples of one
+    SAMPLES_PROMPT-token prompt, PREFIX_OUT tokens each."""
+    ids = prompt(SAMPLES_PROMPT, engine.model.cfg.vocab)
+    reqs = [engine.add(Request(ids, PREFIX_OUT, SamplingParams(0.8, seed=s)))
+            for s in range(SAMPLES)]
+    refs, start, peak = engine.model.kv.tables.alloc.refs, engine.stats.iterations, 0
+    while not engine.scheduler.idle:
+        engine.step()
+        peak = max(peak, int((refs > 0).sum()))
+    engine.drain()
+    assert all(r.finish for r in reqs)
+    n = engine.stats.iterations - start  # the iterations that ran them (the last n kept)
+    return sum(i.prefill_tokens for i in list(engine.stats.iters)[-n:]), peak
+
+
 def _prefix(name: str) -> list[dict[str, Any]]:
     """The prefix cache's rows (module docstring): the cache off, then on, one model."""
     cfg = preset(name)
@@ -181,13 +201,18 @@ def _prefix(name: str) -> list[dict[str, Any]]:
             t0 = time.perf_counter()
             engine.run(reqs)
             rates.append(PREFIX_REQUESTS * PREFIX_OUT / (time.perf_counter() - t0))
+        if engine.prefix is not None:
+            engine.prefix.clear()
+        tokens, blocks = _samples(engine)
         rows.append({"preset": name, "prompt": f"{PREFIX_SYSTEM} shared + {PREFIX_TURN}",
                      "prefix cache": "on" if cached else "off",
                      "TTFT ms": statistics.median(ttft),
                      f"tokens/s, {PREFIX_REQUESTS} requests": rates[0],
                      "cached share": engine.stats.cached_tokens
                      / max(engine.stats.prompt_tokens, 1),
-                     f"tokens/s, {PREFIX_OTHER} unshared": rates[1]})
+                     f"tokens/s, {PREFIX_OTHER} unshared": rates[1],
+                     f"n={SAMPLES} of {SAMPLES_PROMPT}: tokens prefilled": tokens,
+                     f"n={SAMPLES}: most KV blocks": blocks})
         engine.close()
     model.close()
     off, on = rows
