@@ -370,16 +370,16 @@ class Engine:
         for r in fresh:
             if r.sampling.prompt_logprobs is not None or r.sampling.repetition_penalty != 1:
                 continue  # its prompt's tokens go through its own chunks
-            twin = twins.get(self._whole(r))
-            if twin is not None and twin.prompt == r.prompt and (
-                    twin.prefilled >= len(r.prompt) - 1 or not twin.finish):
-                if twin.prefilled < len(r.prompt) - 1:
-                    held.add(id(r))  # until its twin is there
+            twin = twins.get(self._whole(r)) if len(r.prompt) > 1 else None
+            if twin is not None and twin.prompt == r.prompt:
+                if twin.slot in t.active and twin.prefilled >= len(r.prompt) - 1:
+                    t.fork(twin.slot, r.slot)
+                    t.truncate(r.slot, len(r.prompt) - 1)
+                    r.prefilled = r.cached = len(r.prompt) - 1
                     continue
-                t.fork(twin.slot, r.slot)
-                t.truncate(r.slot, len(r.prompt) - 1)
-                r.prefilled = r.cached = len(r.prompt) - 1
-                continue
+                if not twin.finish:  # it starts now, or is on its way: wait for it
+                    held.add(id(r))
+                    continue
             most = (len(r.prompt) - 1) // bs
             blocks = self.prefix.match(r.prompt, most, r.keys)
             if len(blocks) < most and r.keys[len(blocks)] in busy:

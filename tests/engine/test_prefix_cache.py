@@ -140,7 +140,8 @@ def test_a_rolled_back_iteration_puts_reference_counts_back(monkeypatch, owner, 
     assert _idle(e) and e.stats.rollbacks == 1
 
 
-@pytest.mark.parametrize(("overlap", "length"), [(True, 152), (False, 152), (True, 10)])
+@pytest.mark.parametrize(("overlap", "length"), [(True, 152), (False, 152), (True, 10),
+                                                (True, 2), (False, 1)])
 def test_samples_of_one_prompt_prefill_it_once_and_hold_it_once(overlap, length):
     prompt = [*SYSTEM, 4, 5][:length]  # 152: two full blocks and 24 tokens; 10: one part
 
@@ -152,6 +153,7 @@ def test_samples_of_one_prompt_prefill_it_once_and_hold_it_once(overlap, length)
         e.step()
     # the others fork the first once it has all but the last token and prefill that token
     # alone: the prompt's blocks are held once, each sample has its own copy of the last
+    # (a prompt of one token has nothing to share: each prefills its one token)
     assert [r.cached for r in got] == [0] + [length - 1] * 7
     assert sum(i.prefill_tokens for i in e.stats.iters) == length + 7
     assert int((e.model.kv.tables.alloc.refs > 0).sum()) == -(-length // BS) + 7
