@@ -3,7 +3,9 @@ or shards with model.safetensors.index.json), optionally tokenizer.json.
 
 `load` checks everything before handing weights over: the architecture, every file named, every
 expected tensor present with its shape, nothing unexpected, dtypes among F16/BF16/F32, and
-values representable in the dtype the model runs in. Errors name the file and the key.
+values representable in the dtype the model runs in. Errors name the file and the key. FP8
+checkpoints (`quantization_config`, `model.quant`) have their projections stored as F8_E4M3
+with scales beside them: each is checked against the format and dequantized at load.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rawgraph.dtypes import from_bf16_bits, to_bf16_bits
+from rawgraph.model import quant
 from rawgraph.model.config import ModelConfig
 from rawgraph.model.safetensors import CheckpointError, TensorInfo, open_tensor, read_header, write
 from rawgraph.model.weights import shapes
@@ -27,12 +30,14 @@ _IGNORED = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed f
 @dataclass
 class Checkpoint:
     """A loaded checkpoint: its config, tensors in the config's storage dtype, the file each
-    tensor came from, and its tokenizer.json if it has one."""
+    tensor came from, its tokenizer.json if it has one, and how its weights were stored
+    (`fp8`: the FP8 format they were dequantized from, None for fp16/bf16/fp32)."""
 
     config: ModelConfig
     tensors: dict[str, np.ndarray]
     tokenizer: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
+    fp8: quant.Fp8 | None = None
 
 
 def _json(path: Path) -> Any:
@@ -97,6 +102,47 @@ def _convert(x: np.ndarray, src: str, dst: str, where: str) -> np.ndarray:
     return f32.astype(np.float16)
 
 
+def _float32(x: np.ndarray, src: str) -> np.ndarray:
+    return from_bf16_bits(x) if src == "bfloat16" else np.asarray(x, np.float32)
+
+
+def _fp8_weight(fp8: quant.Fp8, module: str, infos: dict[str, tuple[Path, TensorInfo]],
+                dtype: str) -> np.ndarray:
+    """A quantized module's weight, dequantized into `dtype` storage."""
+    f, info = infos[f"{module}.weight"]
+    where = f"{f.name}: tensor {module + '.weight'!r}"
+    if info.dtype != "float8_e4m3":
+        raise CheckpointError(f"{where} is {info.dtype}; quantization_config quantizes "
+                              f"{module} (F8_E4M3 expected, or list it in its ignore)")
+    sf, sinfo = infos[f"{module}.{fp8.scale}"]
+    if sinfo.dtype == "float8_e4m3":
+        raise CheckpointError(f"{sf.name}: tensor {module}.{fp8.scale!r} must be a float scale")
+    for extra in (f"{module}.input_scale", f"{module}.input_scale_ub"):
+        if extra in infos:  # read and checked; activations run unquantized
+            xf, xi = infos[extra]
+            x = _float32(open_tensor(xf, xi), xi.dtype)
+            if xi.dtype == "float8_e4m3" or not np.isfinite(x).all() or (x <= 0).any():
+                raise CheckpointError(f"{xf.name}: tensor {extra!r} must hold positive, "
+                                      f"finite scales")
+    try:
+        w = fp8.dequantize(open_tensor(f, info), _float32(open_tensor(sf, sinfo), sinfo.dtype),
+                           where)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    return _convert(w, "float32", dtype, where)
+
+
+def stored_fp8(path: str | Path) -> quant.Fp8 | None:
+    """The FP8 format a checkpoint directory's weights are stored in (None: not FP8), from
+    its config.json alone; CheckpointError for a quantization_config it cannot load."""
+    cfg_path = Path(path) / "config.json"
+    got = _json(cfg_path)
+    try:
+        return quant.read(got.get("quantization_config") if isinstance(got, dict) else None)
+    except ValueError as e:
+        raise CheckpointError(f"{cfg_path}: {e}") from None
+
+
 def config(path: str | Path, dtype: str | None = None) -> ModelConfig:
     """A checkpoint directory's configuration alone (config.json; no tensor is read)."""
     if dtype not in (None, "float16", "bfloat16"):
@@ -116,40 +162,65 @@ def config(path: str | Path, dtype: str | None = None) -> ModelConfig:
 
 
 def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
-    """Load and check a checkpoint directory (tensors memory-mapped when no conversion)."""
+    """Load and check a checkpoint directory (tensors memory-mapped when no conversion; FP8
+    weights dequantized)."""
     cfg = config(path, dtype)
     root = Path(path)
+    fp8 = quant.read(_json(root / "config.json").get("quantization_config"))  # checked: config
     where = _files(root)
     headers: dict[Path, dict[str, TensorInfo]] = {f: read_header(f) for f in set(where.values())}
     want = shapes(cfg)
+    # the Linear modules an FP8 checkpoint stores quantized, and the scales beside them
+    modules = [n[:-len(".weight")] for n in want
+               if n.endswith("_proj.weight") or n == "lm_head.weight"]
+    fp8_modules = [m for m in modules if fp8 is not None and fp8.quantized(m)]
+    need, may = set(want), set()
+    for m in fp8_modules:
+        assert fp8 is not None
+        n, o = fp8.extras(m)
+        need.update(n)
+        may.update(o)
     have = {k for k in where if not k.endswith(_IGNORED)}
     if cfg.tie_embeddings:
         have.discard("lm_head.weight")  # tied: the embedding is the head
-    missing, unexpected = sorted(set(want) - have), sorted(have - set(want))
+    missing, unexpected = sorted(need - have), sorted(have - need - may)
     if missing:
         raise CheckpointError(f"{root}: {len(missing)} tensors missing, e.g. {missing[:3]}")
     if unexpected:
         raise CheckpointError(f"{root}: {len(unexpected)} unexpected tensors, e.g. "
                               f"{unexpected[:3]} (not a plain {cfg.fam.architecture}?)")
-    tensors = {}
-    for name, shape in want.items():
+    infos: dict[str, tuple[Path, TensorInfo]] = {}
+    for name in need | (may & have):
         f = where[name]
         info = headers[f].get(name)
         if info is None:
             raise CheckpointError(f"{f.name}: the index puts {name!r} here but the file lacks it")
+        infos[name] = (f, info)
+    tensors, quantized = {}, set(fp8_modules)
+    for name, shape in want.items():
+        f, info = infos[name]
         if info.shape != shape:
             raise CheckpointError(f"{f.name}: {name!r} has shape {info.shape}, the config "
                                   f"implies {shape}")
         try:
-            tensors[name] = _convert(open_tensor(f, info), info.dtype, cfg.dtype,
-                                     f"{f.name}: tensor {name!r}")
+            if name[:-len(".weight")] in quantized:
+                assert fp8 is not None
+                tensors[name] = _fp8_weight(fp8, name[:-len(".weight")], infos, cfg.dtype)
+            elif info.dtype == "float8_e4m3":
+                raise CheckpointError(
+                    f"{f.name}: tensor {name!r} is F8_E4M3, but " + (
+                        "config.json has no quantization_config" if fp8 is None else
+                        f"quantization_config leaves {name[:-len('.weight')]} unquantized"))
+            else:
+                tensors[name] = _convert(open_tensor(f, info), info.dtype, cfg.dtype,
+                                         f"{f.name}: tensor {name!r}")
         except OSError as e:
             raise CheckpointError(f"{f.name}: cannot read {name!r} ({e})") from None
     tok = root / "tokenizer.json"
     if tok.exists() and not tok.is_file():
         raise CheckpointError(f"{tok}: not a file")
     return Checkpoint(cfg, tensors, tok if tok.is_file() else None,
-                      {k: where[k] for k in tensors})
+                      {k: where[k] for k in tensors}, fp8)
 
 
 def save(path: str | Path, cfg: ModelConfig, tensors: dict[str, np.ndarray],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rawgraph.model import quant
 from rawgraph.model.family import FAMILIES, Family, family
 from rawgraph.ops.rope import DynamicScaling, LinearScaling, Llama3Scaling, RopeScaling, YarnScaling
 
@@ -106,8 +107,7 @@ def _math_fields(cfg: dict, fam: Family) -> None:
     for key in ("num_experts", "num_local_experts"):  # the MoE variants of these families
         if cfg.get(key):
             raise ValueError(f"{key} {cfg[key]!r}: mixture-of-experts models are not supported")
-    if cfg.get("quantization_config") is not None:
-        raise ValueError("quantization_config: quantized checkpoints are not supported")
+    quant.read(cfg.get("quantization_config"))  # FP8 formats only, each field checked
 
 
 def window(cfg: dict, fam: Family, layers: int) -> int | None:

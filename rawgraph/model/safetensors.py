@@ -21,7 +21,7 @@ import numpy as np
 
 # safetensors dtype -> (numpy dtype of the stored bits, rawgraph name)
 DTYPES = {"F16": (np.float16, "float16"), "BF16": (np.uint16, "bfloat16"),
-          "F32": (np.float32, "float32")}
+          "F32": (np.float32, "float32"), "F8_E4M3": (np.uint8, "float8_e4m3")}
 _NAMES = {v[1]: k for k, v in DTYPES.items()}
 
 
@@ -34,7 +34,7 @@ class TensorInfo:
     """One tensor's entry in a safetensors header."""
 
     name: str
-    dtype: str        # "float16", "bfloat16" or "float32"
+    dtype: str        # "float16", "bfloat16", "float32" or "float8_e4m3" (uint8 codes)
     shape: tuple
     begin: int        # absolute byte offsets in the file
     end: int
@@ -106,7 +106,7 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
 
 
 def open_tensor(path: Path, info: TensorInfo) -> np.ndarray:
-    """A read-only memory map of one tensor (bf16 as uint16 bits)."""
+    """A read-only memory map of one tensor (bf16 as uint16 bits, FP8 as uint8 codes)."""
     dt = DTYPES[_NAMES[info.dtype]][0]
     count = int(np.prod(info.shape, dtype=np.int64))
     return np.memmap(path, dtype=dt, mode="r", offset=info.begin, shape=info.shape) if count \
@@ -115,7 +115,8 @@ def open_tensor(path: Path, info: TensorInfo) -> np.ndarray:
 
 def write(path: Path, tensors: dict[str, tuple[str, np.ndarray]],
           metadata: dict[str, str] | None = None) -> None:
-    """Write {name: (dtype, array)}; dtype 'bfloat16' takes uint16 bits."""
+    """Write {name: (dtype, array)}; dtype 'bfloat16' takes uint16 bits, 'float8_e4m3'
+    uint8 codes."""
     header: dict = {"__metadata__": metadata or {"format": "pt"}}
     offset, blobs = 0, []
     for name, (dtype, arr) in tensors.items():
