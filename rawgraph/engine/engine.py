@@ -366,7 +366,8 @@ class Engine:
                 fresh.append(r)
             else:
                 held.add(id(r))
-        twins = {self._whole(r): r for r in started} if fresh else {}
+        lengths = {len(r.prompt) for r in fresh}  # a twin has the same length: few to key
+        twins = {self._whole(r): r for r in started if len(r.prompt) in lengths}
         for r in fresh:
             if r.sampling.prompt_logprobs is not None or r.sampling.repetition_penalty != 1:
                 continue  # its prompt's tokens go through its own chunks
