@@ -52,3 +52,23 @@ def test_a_cached_prefix_gives_the_tokens_of_a_prefill_from_scratch(name, dtype)
           f"streams parted (position, margin) {parted}")
     assert worst < TOL[dtype]
     model.close()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_samples_that_fork_the_first_give_its_tokens(dtype):
+    # greedy samples of one prompt: the others fork the first (the shared last block copied
+    # on write before their one-token piece writes it) and must decode as it does
+    cfg = SHAPES["llama-1b"].replace(dtype=dtype)
+    model = Model(cfg, None, max_batch=8, max_context=512, max_chunk=256, max_chunk_seqs=8)
+    ids = prompt(150, cfg.vocab)
+    e = Engine(model, progress=False)
+    reqs = e.run([Request(ids, 16, SamplingParams(logprobs=2)) for _ in range(4)])
+    alone = e.run([Request(list(ids), 16, SamplingParams(logprobs=2))])[0]  # cached, alone
+    e.close()
+    model.close()
+    assert [r.cached for r in reqs] == [0, 149, 149, 149] and alone.cached == 128
+    for r in reqs[1:]:
+        i = next((i for i, (x, y) in enumerate(zip(reqs[0].output, r.output)) if x != y), None)
+        if i is not None:  # only at a near tie of the first's
+            (_, p1), (_, p2) = reqs[0].logprobs[i].top[:2]
+            assert p1 - p2 < 2 * TOL[dtype], (i, p1 - p2)
