@@ -17,6 +17,7 @@ beam can beat the worst of k finished ones at its current length.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +45,12 @@ class _Beam:
     logprob: float
 
 
-def _check(engine: Any, prompt: list[int], width: int, max_tokens: int) -> None:
+def _check(engine: Any, prompt: list[int], width: int, max_tokens: int,
+           length_penalty: float) -> None:
     m = engine.model
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) \
+            or not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty = {length_penalty!r}: a finite number")
     if isinstance(width, bool) or not isinstance(width, int) or not 1 <= width <= min(
             m.max_batch, TOP_LOGPROBS // 2):
         raise ValueError(f"beam_width = {width!r}: an int in [1, {min(m.max_batch, 10)}] "
@@ -73,9 +78,9 @@ def beam_search(engine: Any, prompt: Sequence[int], beam_width: int, max_tokens:
     search on an idle `engine` (module docstring). ValueError before anything runs for a
     width, length or prompt the engine cannot take."""
     prompt = token_ids(prompt)
-    _check(engine, prompt, beam_width, max_tokens)
+    _check(engine, prompt, beam_width, max_tokens, length_penalty)
     k, m, run = beam_width, engine.model, engine.runner
-    eos = frozenset(eos)
+    eos = frozenset(token_ids(list(eos), "eos"))
     params = SamplingParams(logprobs=2 * k)
     free = [s for s in range(m.max_batch) if s not in m.kv.tables.active][::-1]
     ours = set(free)

@@ -83,12 +83,17 @@ def test_beams_are_those_of_a_numpy_beam_search(k, eos, penalty):
     ((PROMPT, 0, 4), "beam_width = 0"), ((PROMPT, 9, 4), "beam_width = 9"),
     ((PROMPT, True, 4), "beam_width = True"), ((PROMPT, 2, 0), "max_tokens = 0"),
     ((PROMPT, 2, 200), "exceeds max_context"), (([CFG.vocab], 2, 4), "prompt: 1 or more"),
-    (([], 2, 4), "prompt: 1 or more")])
+    (([], 2, 4), "prompt: 1 or more"), ((PROMPT, 2, 4, float("nan")), "length_penalty")])
 def test_a_search_the_engine_cannot_run_is_refused(args, match):
     e = _engine()
     with pytest.raises(ValueError, match=match):
         e.beam_search(*args)
     assert not e.model.kv.tables.active
+
+
+def test_eos_ids_are_token_ids():
+    with pytest.raises(TypeError, match="eos"):
+        _engine().beam_search(PROMPT, 2, 4, eos=["</s>"])
 
 
 def test_a_busy_engine_refuses_a_search():
