@@ -166,7 +166,7 @@ def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
     weights dequantized)."""
     cfg = config(path, dtype)
     root = Path(path)
-    fp8 = quant.read(_json(root / "config.json").get("quantization_config"))  # checked: config
+    fp8 = stored_fp8(root)
     where = _files(root)
     headers: dict[Path, dict[str, TensorInfo]] = {f: read_header(f) for f in set(where.values())}
     want = shapes(cfg)
