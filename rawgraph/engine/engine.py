@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rawgraph.cuda.stream import cupy_stream
 from rawgraph.engine.beam import Hypothesis, beam_search
 from rawgraph.engine.request import Logprob, Request, token_ids
@@ -145,14 +147,14 @@ class Engine:
             model, graphs=graphs, buckets=buckets, chunks=chunks, streams=streams,
             max_graphs=max_graphs, max_graph_bytes=max_graph_bytes, pdl=pdl, mixed=mixed)
         kv = model.kv
+        self.prefix = PrefixCache.of(kv.tables.alloc, kv.block_size) if prefix_cache else None
         self.scheduler = Scheduler(max_seqs=model.max_batch,
                                    chunk_tokens=self.runner.chunks[-1],
                                    chunk_seqs=model.max_chunk_seqs,
                                    num_blocks=kv.tables.alloc.num_blocks,
                                    block_size=kv.block_size, max_context=model.max_context,
-                                   decode_chunk=decode_chunk)
-        # full prompt blocks stay cached for later prompts that start with the same tokens
-        self.prefix = PrefixCache.of(kv.tables.alloc, kv.block_size) if prefix_cache else None
+                                   decode_chunk=decode_chunk,
+                                   shared=self._shared if prefix_cache else None)
         self._grown: list[Request] = []  # requests whose prompts grew in this iteration
         self.stats = EngineStats()
         self.steps = 0
@@ -392,6 +394,21 @@ class Engine:
                 t.adopt(r.slot, blocks)
                 r.prefilled = r.cached = len(blocks) * bs
         return held
+
+    def _shared(self) -> int:
+        """KV blocks the running requests' worst cases count more than once: the blocks each
+        holds, less the distinct blocks held, less one for each shared, partly filled last
+        block (copied on write when its sequence grows). What they may still allocate is at
+        most their worst cases less this, so admission may promise it to others."""
+        t = self.model.kv.tables
+        if not t.active:
+            return 0
+        slots = np.fromiter(t.active, np.int64, len(t.active))
+        lens, refs = t.lens[slots], t.alloc.refs
+        n = -(-lens // t.block_size)
+        last = refs[t.table[slots, np.maximum(n - 1, 0)].clip(0)]
+        copies = int(((lens % t.block_size != 0) & (last > 1)).sum())
+        return max(int(n.sum()) - int((refs > 0).sum()) - copies, 0)
 
     def _whole(self, r: Request) -> int:
         """A key of r's whole prompt: its full blocks' chain key and the tokens after."""

@@ -2,13 +2,15 @@
 chunk, which sequences take a decode step. Requests join and leave between iterations.
 
 Admission reserves a request's worst case (prompt + max_new_tokens) in KV blocks, so a
-running request never runs out of cache and nothing has to be preempted.
+running request never runs out of cache and nothing has to be preempted. Where running
+requests share blocks (a cached prefix, a fork), `shared()` says how many blocks their worst
+cases count more than once, and admission takes that many more.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from rawgraph.engine.request import Request
@@ -30,14 +32,16 @@ class Scheduler:
     every decoding sequence steps each iteration."""
 
     def __init__(self, *, max_seqs: int, chunk_tokens: int, chunk_seqs: int, num_blocks: int,
-                 block_size: int, max_context: int, decode_chunk: int | None = None):
+                 block_size: int, max_context: int, decode_chunk: int | None = None,
+                 shared: Callable[[], int] | None = None):
         self.max_seqs, self.chunk_tokens, self.chunk_seqs = max_seqs, chunk_tokens, chunk_seqs
         self.decode_chunk = min(decode_chunk or chunk_tokens, chunk_tokens)
         self.num_blocks, self.block_size, self.max_context = num_blocks, block_size, max_context
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._free_slots = list(range(max_seqs))[::-1]
-        self._reserved = 0  # KV blocks promised to running requests
+        self._reserved = 0  # KV blocks promised to running requests (their worst cases)
+        self.shared = shared  # of those, the ones counted more than once (shared blocks)
 
     def _blocks(self, r: Request) -> int:
         return -(-(len(r.prompt) + r.max_new_tokens) // self.block_size)
@@ -62,9 +66,12 @@ class Scheduler:
         returns them, appended to `admitted` as each enters (`unadmit` takes them back, also
         after an interruption part way)."""
         admitted = [] if admitted is None else admitted
+        saved = None
         while self.waiting and self._free_slots and self.waiting[0].arrival <= step:
             r = self.waiting[0]
-            if self._reserved + self._blocks(r) > self.num_blocks:
+            if saved is None:  # once a call: what the tables share now
+                saved = self.shared() if self.shared is not None else 0
+            if self._reserved - saved + self._blocks(r) > self.num_blocks:
                 break  # FIFO: later requests wait behind it
             admitted.append(r)
             r.slot = self._free_slots[-1]

@@ -186,3 +186,57 @@ def test_a_burst_sharing_a_system_prompt_waits_for_the_one_prefilling_it():
         len(r.prompt) for r in reqs) - 7 * 128
     e.drain()
     assert _idle(e)
+
+
+def _tight(blocks, prefix_cache=True):
+    """A reference engine of 8 rows over only `blocks` KV blocks (memory for a few)."""
+    from rawgraph.engine.engine import Engine
+    from rawgraph.engine.reference import HostCache, ReferenceModel, ReferenceRunner
+    from rawgraph.memory.blocks import BlockAllocator, BlockTables
+
+    m = ReferenceModel(CFG, W, max_batch=8, max_context=256, max_chunk=64)
+    m.kv = HostCache(BlockTables(BlockAllocator(blocks), BS, 8, 4), BS)
+    return Engine(m, graphs=False, progress=False, runner=ReferenceRunner(m),
+                  prefix_cache=prefix_cache)
+
+
+def test_shared_blocks_admit_more_requests_than_their_worst_cases_and_none_runs_out():
+    def reqs():  # worst case 4 blocks each: 12 blocks hold three unshared
+        return [Request([*(SYSTEM * 2)[:190], i], 20, name=f"s{i}") for i in range(8)]
+    peaks = {}
+    for cache in (False, True):
+        e = _tight(12, cache)
+        for r in (got := reqs()):
+            e.add(r)
+        peak = 0
+        while not e.scheduler.idle:
+            e.step()
+            peak = max(peak, sum(r.slot in e.model.kv.tables.active
+                                 for r in e.scheduler.running))
+        e.drain()
+        peaks[cache] = (peak, [r.output for r in got])
+        assert _idle(e)
+    assert peaks[False][0] == 3 and peaks[True][0] > 3, peaks
+    assert peaks[True][1] == peaks[False][1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_sharing_under_tight_memory_never_runs_out_of_blocks(seed):
+    rng = np.random.default_rng(seed)
+    heads = [[int(t) for t in rng.integers(0, CFG.vocab, 64 * int(rng.integers(1, 3)))]
+             for _ in range(3)]
+
+    def reqs():
+        out = []
+        for i in range(40):
+            head = heads[int(rng.integers(0, 3))]
+            tail = [int(t) for t in rng.integers(0, CFG.vocab, int(rng.integers(0, 40)))]
+            prompt = (head + tail)[:200] or [1]
+            out.append(Request(prompt, int(rng.integers(1, 50)), arrival=int(rng.integers(0, 30)),
+                               sampling=SamplingParams(0.7, seed=i) if i % 3 else
+                               SamplingParams()))
+        return out
+    e = _tight(int(rng.integers(6, 14)))
+    got = e.run(reqs())
+    e.drain()
+    assert all(r.finish == "length" or r.finish == "stop" for r in got) and _idle(e)
