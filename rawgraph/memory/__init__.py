@@ -8,9 +8,10 @@ from rawgraph.memory.graphalloc import GraphAllocator
 from rawgraph.memory.layout import ArenaFullError, Layout, Region
 from rawgraph.memory.mapped import MappedArray
 from rawgraph.memory.paged import PagedKVCache
+from rawgraph.memory.prefix import PrefixCache
 from rawgraph.memory.scratch import Scratch, ScratchBusyError, ScratchSet
 from rawgraph.memory.staging import Staging
 
 __all__ = ["Arena", "ArenaFullError", "BlockAllocator", "BlockTables", "GraphAllocator",
-           "Layout", "MappedArray", "OutOfBlocks", "PagedKVCache", "Region", "Scratch",
-           "ScratchBusyError", "ScratchSet", "Staging"]
+           "Layout", "MappedArray", "OutOfBlocks", "PagedKVCache", "PrefixCache", "Region",
+           "Scratch", "ScratchBusyError", "ScratchSet", "Staging"]

@@ -89,13 +89,14 @@ class Fp8:
         return True
 
     def extras(self, module: str) -> tuple[list[str], list[str]]:
-        """(tensor names a quantized module must have beside its weight, names it may have)."""
-        need = [f"{module}.{self.scale}"]
-        may = [f"{module}.input_scale"] if self.activations == "static" else []
+        """(tensor names a quantized module must have beside its weight, names it may have):
+        its weight scale, and its input scale when activations are static (read, checked,
+        not applied; some exporters keep a calibrated one for dynamic ones too)."""
+        need, may = [f"{module}.{self.scale}"], [f"{module}.input_scale"]
+        if self.activations == "static":
+            need.append(may.pop())
         if self.method == "fbgemm_fp8":
             may.append(f"{module}.input_scale_ub")
-        if self.activations != "static":
-            may.append(f"{module}.input_scale")  # some exporters keep a calibrated one
         return need, may
 
     def dequantize(self, bits: np.ndarray, scale: np.ndarray, where: str) -> np.ndarray:

@@ -205,3 +205,9 @@ def test_info_says_how_the_weights_were_stored(tmp_path, capsys):
     _save(tmp_path, FORMATS["fp8-block"])
     assert main(["info", "--model", str(tmp_path)]) == 0
     assert "dequantized at load from FP8 e4m3 (fp8, per block)" in capsys.readouterr().out
+
+
+def test_static_activations_need_their_input_scales(tmp_path):
+    _save(tmp_path, FORMATS["fp8-static"], edit=_drop(f"{Q}.input_scale"))
+    with pytest.raises(CheckpointError, match="1 tensors missing"):
+        checkpoint.load(tmp_path)
