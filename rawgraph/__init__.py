@@ -29,9 +29,10 @@ from rawgraph.graph.verify import VerifyError, verify
 from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.checkpoint import load as load_checkpoint
 from rawgraph.model.config import PRESETS, ModelConfig, preset
-from rawgraph.model.decoder import DeviceStateError, Model
+from rawgraph.model.decoder import Model
+from rawgraph.model.inputs import DeviceStateError
 from rawgraph.model.safetensors import CheckpointError
-from rawgraph.model.step import PrefillPiece
+from rawgraph.model.step import PrefillPiece, Shape
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.ops.sampling import SamplingParams
@@ -62,6 +63,7 @@ __all__ = [
     "Request",
     "Runner",
     "SamplingParams",
+    "Shape",
     "Sym",
     "Symbols",
     "Tokenizer",

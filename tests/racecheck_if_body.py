@@ -38,7 +38,7 @@ from rawgraph.model.weights import shapes
 
 def _cut_body(seq: str) -> None:
     def head(self, stream):
-        a, m, s, w = self.pre, self.pre_meta.dev, self.max_chunk_seqs, self.w
+        a, m, s, w = self.pre, self.inputs.pre_meta.dev, self.max_chunk_seqs, self.w
         kw = {"stream": stream, "symbols": None}
         for c in seq:
             if c == "e":
@@ -59,13 +59,12 @@ def _inline() -> None:
     decoder.condition_handle = lambda stream: 0
     decoder.set_condition_any = lambda *a, **k: None
     decoder.if_node = lambda *a, **k: contextlib.nullcontext()
-    launch = Model.launch_prefill
+    launch = Model.launch
 
-    def on_one_stream(self, n, num_seqs, max_q_len, max_len, stream, symbols=None, *,
-                      chunk=None):
+    def on_one_stream(self, shape, sizes, stream, symbols=None, **kw):
         self._body_stream = stream  # the "body" is captured on the main stream
-        return launch(self, n, num_seqs, max_q_len, max_len, stream, symbols, chunk=chunk)
-    Model.launch_prefill = on_one_stream
+        return launch(self, shape, sizes, stream, symbols, **kw)
+    Model.launch = on_one_stream
 
 
 _TOY = r"""

@@ -38,7 +38,7 @@ from rawgraph.engine.runner import Runner
 from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
-from rawgraph.model.step import PrefillPiece
+from rawgraph.model.step import PrefillPiece, Shape
 from rawgraph.ops.sampling import SamplingParams
 
 BATCHES = (1, 8, 16, 32, 64, 128)
@@ -128,12 +128,12 @@ def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
     model.kv.v.fill(0)  # would make every token 0 and the token comparisons meaningless)
     warm = Runner(model, graphs=True, buckets=batches, chunks=[512])
     for b in batches:  # loads (on a cold cache: compiles) every kernel the graphs launch,
-        warm.pool.acquire(("decode", b))  # so the timed capture below is capture alone
+        warm.pool.acquire(Shape(batch=b))  # so the timed capture below is capture alone
     warm.close()
     runner = Runner(model, graphs=True, buckets=batches, chunks=[512])
     t0 = time.perf_counter()
     for b in batches:
-        runner.pool.acquire(("decode", b))
+        runner.pool.acquire(Shape(batch=b))
     capture_ms = (time.perf_counter() - t0) * 1e3
     rows = [_case(model, runner, name, batch, ctx, floor_gbps) for batch, ctx in cases]
     rows.append({"preset": name, "B": "all", "context": "", "capture ms": capture_ms,
@@ -163,7 +163,7 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
         for pdl in (False, True):
             tag = " +PDL" if pdl else ""
             runner = Runner(model, graphs=True, buckets=[batch], chunks=[64], pdl=pdl)
-            runner.pool.acquire(("decode", batch))
+            runner.pool.acquire(Shape(batch=batch))
             loop = DecodeLoop(model, batch, LOOP_STEPS, runner.decode_stream, pdl=pdl,
                               max_len=1024 + LOOP_STEPS)
             for kind in ("host loop", "overlapped loop", "WHILE loop"):
@@ -171,7 +171,7 @@ def _loops(name: str, model: Model, floor_gbps: float) -> list[dict[str, Any]]:
                 for _ in range(3):
                     slots = fill_contexts(model, batch, 1024)
                     for slot in slots:
-                        model.set_sampling(slot, SamplingParams())
+                        model.inputs.set_sampling(slot, SamplingParams())
                     t0 = time.perf_counter()
                     if kind == "WHILE loop":
                         got = loop.run(slots, [1] * batch, [LOOP_STEPS] * batch)
@@ -214,24 +214,25 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     slots = fill_contexts(model, batch, ctx)
     tokens = [1] * batch
     for slot in slots:
-        model.set_sampling(slot, SamplingParams())
-    ex = runner.pool.acquire(("decode", batch))
+        model.inputs.set_sampling(slot, SamplingParams())
+    ex = runner.pool.acquire(Shape(batch=batch))
     patched: list[int] = []
     prepare_us: list[float] = []
     patch_launch_us: list[float] = []
 
     def graph_step() -> None:
         t0 = time.perf_counter()
-        max_len = model.prepare_decode(slots, tokens, s)
+        sizes = model.inputs.prepare([], slots, tokens, decode_stream=s)
         t1 = time.perf_counter()
-        patched.append(ex.set(max_len=max_len))
+        patched.append(ex.set(**sizes))
         ex.launch(s)
         t2 = time.perf_counter()
         prepare_us.append((t1 - t0) * 1e6)
         patch_launch_us.append((t2 - t1) * 1e6)
 
     def eager_step() -> None:
-        model.launch_decode(batch, model.prepare_decode(slots, tokens, s), s, pdl=runner.pdl)
+        sizes = model.inputs.prepare([], slots, tokens, decode_stream=s)
+        model.launch(Shape(batch=batch), sizes, s, pdl=runner.pdl)
 
     # every column starts from the same cache (ctx - 1 tokens and the step's): steps append,
     # and the longer contexts could cost another round of attention chunks (at B=1, 16
@@ -241,7 +242,7 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     overlapped, follow_us = overlapped_step_ms(runner, slots)
     fill_contexts(model, batch, ctx)
     # replays without the hand-on (advance=0): each replays the same step at the same context
-    ex.set(max_len=model.prepare_decode(slots, tokens, s), advance=0)
+    ex.set(**model.inputs.prepare([], slots, tokens, decode_stream=s), advance=0)
     gpu_ms = device_us(lambda: ex.launch(s), s, reps=10) / 1e3
     ex.set(advance=1)
     chain = ceiling.step_chain_ms(cfg, model.w, model.kv.k, model.kv.v, batch, ctx, s)
@@ -418,8 +419,8 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
     runner = Runner(model, graphs=True, buckets=[batch], chunks=[64])
     s = runner.decode_stream
     slots = fill_contexts(model, batch, ctx)
-    ex = runner.pool.acquire(("decode", batch))
-    ex.set(max_len=model.prepare_decode(slots, [1] * batch, s), advance=0)
+    ex = runner.pool.acquire(Shape(batch=batch))
+    ex.set(**model.inputs.prepare([], slots, [1] * batch, decode_stream=s), advance=0)
     rows = per_kernel(ex, s)  # every node replayed at the same context
     rows.append({"kernel": "(the step's graph)", "launches": len(ex.launches()),
                  "us in place": graph_us(ex, s)})

@@ -17,7 +17,7 @@ from rawgraph.cuda.stream import new_stream
 from rawgraph.cuda.timing import device_us
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
-from rawgraph.model.step import PrefillPiece
+from rawgraph.model.step import PrefillPiece, Shape
 
 CASES = (("tiny", 1, 1024), ("llama-1b", 1, 1024), ("llama-1b", 8, 1024), ("llama-8b", 1, 1024))
 CHUNK = 512
@@ -46,17 +46,20 @@ def _case(name: str, batch: int, ctx: int, s: Any, floor_gbps: float) -> dict[st
     kv_bytes = batch * ctx * cfg.layers * 2 * cfg.kv_size * 2
     floor_ms = (cfg.decode_bytes() + kv_bytes) / floor_gbps / 1e6
 
+    step = Shape(batch=batch)
+
     def decode() -> None:
-        model.launch_decode(batch, model.prepare_decode(slots, tokens, s), s)
+        model.launch(step, model.inputs.prepare([], slots, tokens, decode_stream=s), s)
 
     decode_ms = _wall_ms(decode, s)
-    gpu_ms = device_us(lambda: model.launch_decode(batch, ctx + 32, s), s, reps=5) / 1e3
+    gpu_ms = device_us(lambda: model.launch(step, {"max_len": ctx + 32}, s), s, reps=5) / 1e3
     pos = [0]
 
     def prefill() -> None:  # one chunk of a fresh prompt, then the next chunk, ...
-        shape = model.prepare_prefill([PrefillPiece(batch, [1] * CHUNK, pos[0])], s)
+        piece = PrefillPiece(batch, [1] * CHUNK, pos[0])
         pos[0] += CHUNK
-        model.launch_prefill(*shape, s)
+        sizes = model.inputs.prepare([piece], [], None, decode_stream=s, prefill_stream=s)
+        model.launch(Shape(chunk=CHUNK), sizes, s)
 
     prefill_ms = _wall_ms(prefill, s, steps=1)
     flops = 2 * CHUNK * cfg.decode_bytes() / 2

@@ -45,7 +45,7 @@ from rawgraph.engine.request import Request
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
-from rawgraph.model.step import PrefillPiece
+from rawgraph.model.step import PrefillPiece, Shape
 from rawgraph.ops.sampling import SamplingParams
 
 PROMPTS = (512, 2048, 8192)
@@ -251,10 +251,9 @@ def profile(name: str = "llama-1b", chunk: int = 2048, past: int = 0) -> list[di
     if past:
         model.kv.tables.add(0)
         model.kv.tables.append(0, past)
-    ex = runner.pool.acquire(("prefill", chunk))
+    ex = runner.pool.acquire(Shape(chunk=chunk))
     piece = PrefillPiece(0, prompt(chunk, model.cfg.vocab), past)
-    n, seqs, max_q_len, max_len = model.prepare_prefill([piece], s)
-    ex.set(n=n, seqs=seqs, max_q_len=max_q_len, max_len=max_len)
+    ex.set(**model.inputs.prepare([piece], [], None, decode_stream=s, prefill_stream=s))
     rows = per_kernel(ex, s)
     rows += part_rows(ex, s)
     runner.close()

@@ -317,10 +317,7 @@ class Engine:
             else:
                 layout.append(r)
         live = sum(r is not None for r in layout)
-
-        def bucket(n: int) -> int | None:
-            return next((b for b in self.runner.buckets if b >= n), None)
-        if not live or bucket(live) != bucket(len(layout)):
+        if not live or self.runner.bucket(live) != self.runner.bucket(len(layout)):
             return None
         host = {id(r) for r in joining if r.output}
         dev = {id(r) for r in joining if not r.output}

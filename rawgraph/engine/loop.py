@@ -25,6 +25,7 @@ from rawgraph.cuda.stream import cupy_stream
 from rawgraph.graph.conditional import WhileGraph
 from rawgraph.memory.staging import Staging
 from rawgraph.model.decoder import Model
+from rawgraph.model.step import Shape
 
 ADVANCE = Kernel("decode_loop", "decode_advance",
                  "const int* next, int* slots, const int* stop, int* remaining, int* out, "
@@ -55,8 +56,8 @@ class DecodeLoop:
 
     def _body(self, stream: Any, handle: int) -> None:
         m, b, st = self.model, self.bucket, self.state.dev
-        meta = m.dec_meta.dev
-        m.launch_decode(b, self.max_len, stream, pdl=self.pdl, advance=1)
+        meta = m.inputs.dec_meta.dev
+        m.launch(Shape(batch=b), {"max_len": self.max_len, "advance": 1}, stream, pdl=self.pdl)
         ADVANCE.launch(1, MAX_ROWS, (m.dec["next"], meta["slots"], st["stop"], st["remaining"],
                                      st["out"], st["count"], st["step"], b, self.max_steps,
                                      handle), stream)
@@ -80,10 +81,10 @@ class DecodeLoop:
             raise ValueError(f"a row's context would reach {reach} tokens; this loop was "
                              f"captured for max_len = {self.max_len}")
         # host side of the first step, and every block the loop may fill, reserved up front
-        m.prepare_decode(slots, tokens, self.stream, sync=False)
+        m.inputs.decode(slots, tokens, self.stream, sync=False)
         extra = {s: k - 1 for s, k in zip(slots, steps) if k > 1}
         try:
-            m.grow(extra)
+            m.inputs.grow(extra)
         except Exception:
             for s in slots:  # undo the first step's growth: all or nothing
                 if was[s]:

@@ -189,7 +189,7 @@ class ReferenceRunner(Launched):
         fed = self._check_launch(slots, tokens, sampling, follow, fed)
         while len(self._unread) > (1 if follow else 0):
             self.collect(self._unread[0])
-        if follow:  # as Model.prepare_follow: continued rows, empty ones, joining ones
+        if follow:  # as Inputs.follow: continued rows, empty ones, joining ones
             src = [-1] * len(slots) if fed is None else fed
             joins = check_follow(self._last_step, slots, t, m.limits, tokens,
                                  [j >= 0 for j in src])

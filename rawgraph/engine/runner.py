@@ -16,7 +16,10 @@ chunk (which reads the tables). A chunk's first tokens are copied into mapped ho
 after it, a half per iteration in turn, so an iteration may be launched before the last
 one's tokens are read, chunk or not.
 The eager path issues exactly the same launches (same buckets, same kernels): its tokens
-and logits are bit-identical to the graphs'.
+and logits are bit-identical to the graphs'. An iteration is prepared once
+(`Inputs.prepare`: checks, metadata, the sizes its launches take), then each of its parts
+(`_parts`: a `Shape` and its graph) is either patched to those sizes and replayed or
+launched eagerly with them (`Model.launch`), in one place (`Runner.launch`).
 """
 
 from __future__ import annotations
@@ -39,10 +42,17 @@ from rawgraph.graph.graph import Graph
 from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.decoder import PREFILL_CHUNKS, Model, Scores
-from rawgraph.model.step import LastStep, PrefillPiece, check_follow, final_tokens, last_step
+from rawgraph.model.step import (
+    LastStep,
+    PrefillPiece,
+    Shape,
+    check_follow,
+    final_tokens,
+    last_step,
+    symbols,
+)
 from rawgraph.ops import LP_STRIDE
 from rawgraph.ops.sampling import SamplingParams
-from rawgraph.symbols import Range, Symbols
 
 log = logging.getLogger("rawgraph.engine")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -118,6 +128,8 @@ class Launched:
     puts back), and the last decode step, which a step may continue on the device
     (`follow`; a rollback drops it)."""
 
+    buckets: tuple[int, ...]  # the decode batch sizes (set by the subclass)
+
     def __init__(self) -> None:
         self._unread: list = []  # decode launches whose tokens were not read yet
         self._turn = 0
@@ -157,6 +169,11 @@ class Launched:
                                  f"last launch's chunk that ended its prompt")
         return fed
 
+    def bucket(self, rows: int) -> int | None:
+        """The smallest decode bucket holding `rows` (of the subclass's `buckets`), or None
+        above the largest."""
+        return next((b for b in self.buckets if b >= rows), None)
+
     def state(self) -> tuple[list, int, int]:
         """What an engine's rollback restores: the launched iterations not read yet, and
         whose turn it is (of the two alternating decode events, and of the two halves of
@@ -181,10 +198,10 @@ class Runner(Launched):
     launch: each kernel starts while the previous one drains (the GEMV fetches its first
     weights then), which hides most of the gap between kernels. Results are bit-identical
     either way. `mixed`: an iteration with both a prefill chunk and a decode step runs them
-    as one (`Model.launch_mixed`, a graph per bucket and chunk size: the weights read once)
+    as one (a mixed `Shape`, a graph per bucket and chunk size: the weights read once)
     instead of two graphs side by side. `check_inputs` (default: the environment variable
     RAWGRAPH_CHECK_INPUTS set to 1): before each iteration's kernels, wait for both streams
-    and check that the device holds what the host says they read (`Model.check_inputs`;
+    and check that the device holds what the host says they read (`Inputs.check`;
     DeviceStateError): a debug mode, slow, for tests and for hunting a wrong token.
     """
 
@@ -234,48 +251,33 @@ class Runner(Launched):
 
     # -- graphs -------------------------------------------------------------------------------
 
-    def _build(self, key: tuple[str, Any]) -> Graph:
-        kind, size = key
-        m, s = self.model, self.decode_stream
-        if kind == "mixed":
-            b, c = size
+    def _build(self, shape: Shape) -> Graph:
+        """Capture the graph of iterations of `shape`, its sizes symbols (`step.symbols`)."""
+        m, s, b = self.model, self.decode_stream, shape.batch
+        if shape.batch and shape.chunk:
             m.mixed_buffers()  # allocated before the capture
-            sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1), n=Range(1, c),
-                          seqs=Range(1, m.max_chunk_seqs), max_q_len=Range(1, c),
-                          pre_len=Range(1, m.max_context))
-            sym.set(max_len=m.max_context, advance=1, n=c, seqs=1, max_q_len=c,
-                    pre_len=m.max_context)
-            with capture(s, name=f"mixed B={b} C={c}") as cap:
-                m.launch_mixed(b, sym.max_len, sym.n, sym.seqs, sym.max_q_len, sym.pre_len, s,
-                               symbols=sym, chunk=c, pdl=self.pdl, advance=sym.advance,
-                               host_next=self._token_pairs[:b], host_lp=self._host_lp(b))
-        elif kind == "decode":
-            sym = Symbols(max_len=Range(1, m.max_context), advance=Range(0, 1))
-            sym.set(max_len=m.max_context, advance=1)
-            with capture(s, name=f"decode B={size}") as cap:
-                m.launch_decode(size, sym.max_len, s, symbols=sym, pdl=self.pdl,
-                                advance=sym.advance, host_next=self._token_pairs[:size],
-                                host_lp=self._host_lp(size))
-        else:
-            sym = Symbols(n=Range(1, size), seqs=Range(1, m.max_chunk_seqs),
-                          max_q_len=Range(1, size), max_len=Range(1, m.max_context))
-            sym.set(n=size, seqs=1, max_q_len=size, max_len=m.max_context)
-            with capture(s, name=f"prefill C={size}") as cap:
-                m.launch_prefill(sym.n, sym.seqs, sym.max_q_len, sym.max_len, s, symbols=sym,
-                                 chunk=size, pdl=self.pdl)
+        sym = symbols(shape, m.limits)
+        with capture(s, name=str(shape)) as cap:
+            m.launch(shape, {k: getattr(sym, k) for k in shape.sizes}, s, symbols=sym,
+                     pdl=self.pdl, **self._outputs(b))
         return cap.graph
+
+    def _outputs(self, rows: int) -> dict[str, Any]:
+        """Where a launch of `rows` decode rows leaves its tokens and log-probabilities (the
+        mapped pairs); nothing for a chunk alone."""
+        return {"host_next": self._token_pairs[:rows], "host_lp": self._host_lp(rows)} \
+            if rows else {}
 
     def _host_lp(self, rows: int) -> tuple[Any, Any]:
         """The first `rows` rows of the mapped log-probability pairs (lp, ids)."""
         return self._lp_pairs[0][:rows], self._lp_pairs[1][:rows]
 
-    def keys(self) -> list[tuple[str, Any]]:
+    def keys(self) -> list[Shape]:
         """Every graph this runner uses: decode buckets, prefill chunk sizes, then (`mixed`)
         each bucket with each chunk size."""
-        keys: list[tuple[str, Any]] = [("decode", b) for b in self.buckets]
-        keys += [("prefill", c) for c in self.chunks]
+        keys = [Shape(batch=b) for b in self.buckets] + [Shape(chunk=c) for c in self.chunks]
         if self.mixed:
-            keys += [("mixed", (b, c)) for b in self.buckets for c in self.chunks]
+            keys += [Shape(b, c) for b in self.buckets for c in self.chunks]
         return keys
 
     def capture_all(self, progress: bool = True) -> dict[str, Any]:
@@ -286,8 +288,7 @@ class Runner(Launched):
             self.pool.acquire(key)
             if progress:
                 bar = "#" * (20 * (i + 1) // len(keys))
-                print(f"\rcapturing graphs [{bar:<20}] {i + 1}/{len(keys)} {key[0]} "
-                      f"{key[1]!s:<9}",
+                print(f"\rcapturing graphs [{bar:<20}] {i + 1}/{len(keys)} {key!s:<22}",
                       end="", file=sys.stderr, flush=True)
         ms = (time.perf_counter() - t0) * 1e3
         nodes = sum(len(e.graph.nodes) for e in self.pool.entries.values())
@@ -299,10 +300,6 @@ class Runner(Launched):
         return summary
 
     # -- one iteration -----------------------------------------------------------------------
-
-    def bucket(self, rows: int) -> int | None:
-        """The smallest decode bucket holding `rows`, or None above the largest."""
-        return next((b for b in self.buckets if b >= rows), None)
 
     def chunk(self, tokens: int) -> int:
         """The smallest chunk size holding `tokens` (planners never exceed the largest)."""
@@ -333,7 +330,7 @@ class Runner(Launched):
         """`run` without waiting: the iteration is queued on the GPU; `collect` returns its
         tokens. `follow`: a decode step continuing the last decode launch, its rows in
         their places, fed the tokens that step samples on the device
-        (`Model.prepare_follow` checks it): each row the same slot as there, or -1 (a row
+        (`Inputs.follow` checks it): each row the same slot as there, or -1 (a row
         whose sequence has left, kept as a padding row so the others keep their places; its
         token is -1), and a row that was empty there, or past its rows, may take a joining
         sequence fed from the host (`tokens`: its token there and -1 elsewhere; None when
@@ -345,71 +342,69 @@ class Runner(Launched):
         overwrite are read first (waiting for them): only the last step's may stay unread
         across a step that continues it."""
         fed = self._check_launch(slots, tokens, sampling, follow, fed)
-        m, ds, ps = self.model, self.decode_stream, self.prefill_stream
+        m, ds = self.model, self.decode_stream
         st = IterStats(decode_rows=sum(s >= 0 for s in slots),
                        prefill_tokens=sum(len(p.tokens) for p in pieces))
-        b = self.bucket(len(slots)) if slots else None
-        c = self.chunk(st.prefill_tokens) if pieces else None
-        mixed = self.mixed and b is not None and c is not None
-        dec_ex = pre_ex = mix_ex = None
-        if self.graphs and mixed:
-            mix_ex = self.pool.acquire(("mixed", (b, c)))
-        elif self.graphs:  # graphs first (a lazy capture runs before this step's copies)
-            dec_ex = self.pool.acquire(("decode", b)) if b is not None else None
-            if c is not None:
-                pre_ex = self.pool.acquire(("prefill", c), keep=(("decode", b),))
-        if slots and b is None:
-            self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
-        if pieces and slots:
+        parts = self._parts(pieces, slots, st)  # graphs first (a lazy capture runs before
+        if pieces and slots:                    # this iteration's copies)
             self._check_both(pieces, slots, tokens, follow, fed)
         if slots:  # tokens this step's sampler could overwrite are read first: a continuing
             # step writes the other half of the last step's pairs, anything else may not
             while len(self._unread) > (1 if follow else 0):
                 self._settle(self._unread[0])
         t0 = time.perf_counter()
-        if mixed:
-            assert b is not None and c is not None
-            return self._launch_mixed(pieces, slots, tokens, sampling, b, c, mix_ex, st, t0,
-                                      follow, fed)
-        if ps is not ds:  # the tables' copy below waits for a chunk still reading them
+        mixed = next((shape for shape, _ in parts if shape.kind == "mixed"), None)
+        ps = ds if mixed is not None else self.prefill_stream
+        if self.prefill_stream is not ds:  # the tables' copy waits for a chunk reading them
             cupy_stream(ds).wait_event(self._prefill_done)
-        if pieces:
-            n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ps, sync=False)
-        if follow:
-            max_len = m.prepare_follow(slots, self._last_step, ds, tokens, fed)
-        elif slots:  # its copy of the tables carries the prefill's too
-            max_len = m.prepare_decode(slots, tokens, ds, sampling)
-        else:
-            m.kv.sync(ds)
+        sizes = m.inputs.prepare(pieces, slots, tokens, sampling, follow=follow,
+                                 last=self._last_step, fed=fed, decode_stream=ds,
+                                 prefill_stream=ps, mixed=mixed)
         if slots:  # every decode step launches with advance=1: the next may continue it
             self._last_step = last_step(slots, m.kv.tables, m.kv.syncs)
+            sizes["advance"] = 1
         if pieces and ps is not ds:
             self._tables_copied.record(cupy_stream(ds))
             cupy_stream(ps).wait_event(self._tables_copied)
         if self.check_inputs:
             self._check_inputs(pieces, slots, tokens, fed)
         done = self._done[self._turn]
-        if slots:  # decode first: it is what the waiting users feel
-            if dec_ex is not None:
-                _replay(dec_ex, ds, st, max_len=max_len, advance=1)
-            else:  # the bucket's rows (the graphs' launches), or above them the rows alone
-                rows = b or len(slots)
-                m.launch_decode(rows, max_len, ds, pdl=self.pdl, advance=1,
-                                host_next=self._token_pairs[:rows], host_lp=self._host_lp(rows))
-            done.record(cupy_stream(ds))
-            self._turn ^= 1
-        if pieces:
-            if pre_ex is not None:
-                _replay(pre_ex, ps, st, n=n, seqs=seqs, max_q_len=max_q_len, max_len=pre_len)
+        for shape, ex in parts:  # decode first: it is what the waiting users feel
+            stream = ds if shape.batch else ps
+            values = {k: sizes[k] for k in shape.sizes}
+            if ex is not None:
+                _replay(ex, stream, st, **values)
             else:
-                m.launch_prefill(n, seqs, max_q_len, pre_len, ps, chunk=c, pdl=self.pdl)
-        scores = m.score(pieces, m.pre["r"], ps) if pieces else None
+                m.launch(shape, values, stream, pdl=self.pdl, **self._outputs(shape.batch))
+            if shape.batch:
+                done.record(cupy_stream(ds))
+                self._turn ^= 1
+        rows = m.mixed_buffers()["r"][mixed.batch:] if mixed is not None else m.pre["r"]
+        scores = m.score(pieces, rows, ps) if pieces else None
         firsts = self._copy_firsts(pieces, ps) if pieces else None
         if pieces and ps is not ds:
             self._prefill_done.record(cupy_stream(ps))
         st.host_us = (time.perf_counter() - t0) * 1e6
         parity = self._parity() if slots else None
         return self._pending(pieces, firsts, slots, parity, done, st, t0, scores)
+
+    def _parts(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+               st: IterStats) -> list[tuple[Shape, Any]]:
+        """What an iteration launches, decode first: (shape, its graph or None to launch
+        eagerly) for the decode step's bucket (above the largest: its rows, eagerly) and the
+        chunk's size, or (`mixed`) one for both."""
+        b = self.bucket(len(slots)) if slots else None
+        c = self.chunk(st.prefill_tokens) if pieces else None
+        if slots and b is None:
+            self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
+        if self.mixed and b is not None and c is not None:
+            shapes = [Shape(b, c)]
+        else:
+            shapes = ([Shape(batch=b or len(slots))] if slots else []) + (
+                [Shape(chunk=c)] if c is not None else [])
+        graphs = [self.pool.acquire(sh, keep=tuple(shapes[:i])) if self.graphs and (
+            sh.batch in (0, b)) else None for i, sh in enumerate(shapes)]
+        return list(zip(shapes, graphs))
 
     def _pending(self, pieces: Sequence[PrefillPiece], firsts: tuple[int, Any] | None,
                  slots: Sequence[int], parity: Any, done: Any, st: IterStats, t0: float,
@@ -418,7 +413,7 @@ class Runner(Launched):
         rows = len(slots)
         live = np.asarray(slots, np.int64)
         live = live[live >= 0]
-        want = bool(live.size) and bool((self.model.sampling["top_n"][live] >= 0).any())
+        want = bool(live.size) and bool((self.model.inputs.sampling["top_n"][live] >= 0).any())
         p = Pending(list(pieces), firsts, rows, parity, done, st, t0, want_lp=want,
                     scores=scores)
         self._chunk = list(pieces)  # whose first tokens a following step may take
@@ -445,48 +440,14 @@ class Runner(Launched):
         done.record(cupy_stream(stream))
         return k, done
 
-    def _launch_mixed(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-                      tokens: Sequence[int] | None,
-                      sampling: Sequence[SamplingParams] | None, b: int, c: int, ex: Any,
-                      st: IterStats, t0: float, follow: bool,
-                      fed: Sequence[int] | None) -> Pending:
-        """`launch`'s mixed iteration: the chunk and the step in one graph (or eagerly, the
-        same launches) on the decode stream; `follow` and `fed` as `launch`'s."""
-        m, ds = self.model, self.decode_stream
-        if self.prefill_stream is not ds:  # the tables' copy waits for a chunk reading them
-            cupy_stream(ds).wait_event(self._prefill_done)
-        n, seqs, max_q_len, pre_len = m.prepare_prefill(pieces, ds, sync=False)
-        if follow:  # its tables carry the chunk's
-            max_len = m.prepare_follow(slots, self._last_step, ds, tokens, fed)
-        else:
-            assert tokens is not None
-            max_len = m.prepare_decode(slots, tokens, ds, sampling)
-        m.prepare_mixed(b, c, n, ds)
-        self._last_step = last_step(slots, m.kv.tables, m.kv.syncs)
-        if self.check_inputs:
-            self._check_inputs(pieces, slots, tokens, fed)
-        done = self._done[self._turn]
-        if ex is not None:
-            _replay(ex, ds, st, max_len=max_len, advance=1, n=n, seqs=seqs, max_q_len=max_q_len,
-                    pre_len=pre_len)
-        else:
-            m.launch_mixed(b, max_len, n, seqs, max_q_len, pre_len, ds, chunk=c, pdl=self.pdl,
-                           advance=1, host_next=self._token_pairs[:b], host_lp=self._host_lp(b))
-        done.record(cupy_stream(ds))
-        self._turn ^= 1
-        scores = m.score(pieces, m.mixed_buffers()["r"][b:], ds)
-        firsts = self._copy_firsts(pieces, ds)
-        st.host_us = (time.perf_counter() - t0) * 1e6
-        return self._pending(pieces, firsts, slots, self._parity(), done, st, t0, scores)
-
     def _check_inputs(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                       tokens: Sequence[int] | None, fed: Sequence[int] | None) -> None:
         """`check_inputs`' check, once this iteration's copies are queued: both streams
-        waited for, then `Model.check_inputs` (tokens: the host's, -1 for a row it does not
+        waited for, then `Inputs.check` (tokens: the host's, -1 for a row it does not
         feed)."""
         for s in {self.decode_stream, self.prefill_stream}:
             cupy_stream(s).synchronize()
-        self.model.check_inputs(pieces, slots, tokens, fed)
+        self.model.inputs.check(pieces, slots, tokens, fed)
 
     def _parity(self) -> Any:
         """Each row of the last decode step's half of its token pair (the parity of its
@@ -544,11 +505,11 @@ class Runner(Launched):
             check_follow(self._last_step, slots, m.kv.tables, m.limits, tokens,
                          None if fed is None else [j >= 0 for j in fed])
         else:
-            m.check_decode(slots, tokens)
+            m.inputs.check_decode(slots, tokens)
         both = {p.slot for p in pieces} & set(slots)
         if both:
             raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
-        need = m.blocks_needed({**{p.slot: len(p.tokens) for p in pieces},
+        need = m.inputs.blocks_needed({**{p.slot: len(p.tokens) for p in pieces},
                                 **dict.fromkeys((s for s in slots if s >= 0), 1)})
         free = m.kv.tables.alloc.num_free
         if need > free:

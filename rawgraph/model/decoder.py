@@ -1,20 +1,20 @@
-"""The decoder on the GPU: weights in an arena, a paged KV cache, static buffers, and the
-per-layer kernel sequences of a batched decode step and of a prefill chunk.
+"""The decoder on the GPU: weights in an arena, a paged KV cache, activation buffers, and the
+kernel sequence of an iteration (`Model.launch`): a batched decode step, a prefill chunk, or
+both as one.
 
-`Model.launch_decode` and `Model.launch_prefill` issue the same launches whether they run
-eagerly or inside a capture: every buffer is allocated up front at its largest size, and what
-changes per step (token ids, positions, cache slots, block tables, lengths, sampling
-parameters) lives in device memory, written by one host-to-device copy. The few sizes that
-shape the launches are arguments that a graph takes as symbols and patches: the longest
-context (decode), and the chunk's token count, sequence count, longest run and longest
-context (prefill).
+`Model.launch` issues the same launches whether it runs eagerly or inside a capture: every
+buffer is allocated up front at its largest size, and what changes per iteration (token ids,
+positions, cache slots, block tables, lengths, sampling parameters) lives in device memory,
+written by one host-to-device copy (`model.inputs`). The few sizes that shape the launches
+(`step.SIZES`: the longest context, a chunk's token and sequence counts, its longest piece
+and context) are ints eagerly and the symbols a graph patches when captured.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +30,12 @@ from rawgraph.dtypes import storage_dtype
 from rawgraph.graph.capture import capture_status
 from rawgraph.graph.conditional import condition_handle, if_node, set_condition_any
 from rawgraph.memory.arena import Arena
-from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
-from rawgraph.memory.staging import Staging
 from rawgraph.model import step, weights
 from rawgraph.model.checkpoint import Checkpoint
 from rawgraph.model.config import ModelConfig
-from rawgraph.model.step import Limits, PrefillPiece, final_tokens
+from rawgraph.model.inputs import Inputs
+from rawgraph.model.step import Limits, PrefillPiece, Shape, final_tokens
 from rawgraph.ops.attention import default_splits
 from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max, plain_after
 from rawgraph.ops.sampling import SamplingParams
@@ -83,17 +82,6 @@ def chunk_sizes(max_chunk: int) -> tuple[int, ...]:
     return (*[c for c in PREFILL_CHUNKS if c < max_chunk], max_chunk)
 
 
-def _sampling_fields(n: int) -> dict[str, tuple[Any, int]]:
-    """Per-row fields a head reads (set per slot: `Model.set_sampling`)."""
-    return {"seeds": (np.uint64, n), "temperature": (np.float32, n), "top_k": (np.int32, n),
-            "top_p": (np.float32, n), "presence": (np.float32, n),
-            "frequency": (np.float32, n), "repetition": (np.float32, n),
-            "rules": (np.int32, n), "top_n": (np.int32, n)}
-
-
-# what a slot's sampling fields hold before set_sampling: greedy, no rules, no logprobs
-_NEUTRAL = {"top_p": 1.0, "repetition": 1.0, "top_n": -1}
-
 # rows of prompt logprobs (`Model.score`) through the LM head at once
 SCORE_ROWS = 64
 
@@ -107,11 +95,6 @@ class Scores:
     spans: list[tuple[int, int]]
     lp: Any
     ids: Any
-
-
-class DeviceStateError(RuntimeError):
-    """The device's copy of an iteration's inputs differs from the host's
-    (`Model.check_inputs`, a debug check)."""
 
 
 class Model:
@@ -190,25 +173,12 @@ class Model:
         self.freqs = cupy.asarray(ops.inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling))
         self.dec = self._buffers(max_batch, max_batch)
         self.pre = self._buffers(max_chunk, max_chunk_seqs)
-        self.dec_meta = Staging({**_sampling_fields(max_batch), "ids": (np.int32, max_batch),
-                                 "pos": (np.int32, max_batch), "slots": (np.int32, max_batch)})
-        s = max_chunk_seqs
-        self.pre_meta = Staging({**_sampling_fields(s), "ids": (np.int32, max_chunk),
-                                 "pos": (np.int32, max_chunk), "slots": (np.int32, max_chunk),
-                                 "cu": (np.int32, s + 1), "seqs": (np.int32, s),
-                                 "last": (np.int32, s), "last_pos": (np.int32, s),
-                                 "final": (np.int32, s), "install": (np.int32, s)})
-        # rules: per-slot state (counts, bias entries), installed by a sequence's first chunk
-        # from what rule_meta stages (pushed only for chunks that install)
-        self.rule_state = ops.RuleState(max_batch, cfg.vocab)
-        cap = ops.logits.BIAS_CAP
-        self.rule_meta = Staging({"nb": (np.int32, s), "ids": (np.int32, s * cap),
-                                  "vals": (np.float32, s * cap), "until": (np.int32, s * cap)})
+        self.inputs = Inputs(self.limits, self.kv, self.pre["next"])
+        self.rule_state = ops.RuleState(max_batch, cfg.vocab)  # per-slot rules on the device
         self.score_buf: dict[str, cupy.ndarray] | None = None  # Model.score's, on first use
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
         # a mixed iteration's rows (decode rows, then a chunk's tokens): made on first use
         self.mix: dict[str, cupy.ndarray] | None = None
-        self.mix_meta: Staging | None = None
         # decode attention's splits per batch size (default_splits), and their workspace
         self.splits = [default_splits(b, cfg.kv_heads, cfg.dtype, cfg.head_dim)
                        for b in range(1, max_batch + 1)]
@@ -221,12 +191,6 @@ class Model:
             ops.workspace_floats(c, cfg.heads, cfg.head_dim,
                                  ops.attention.prefill_runs(c, r // group, cfg.kv_heads, sms)[0])
             for c in range(1, max_chunk + 1) if (r := self.runs(c))]), np.float32)
-        # per-slot sampling parameters, gathered into each step's metadata
-        self.sampling = {name: np.zeros(max_batch, dt)
-                         for name, (dt, _) in _sampling_fields(max_batch).items()}
-        for name, v in _NEUTRAL.items():  # greedy until set_sampling says otherwise
-            self.sampling[name][:] = v
-        self._sampling_pushed = False
         # buffers were zeroed and constants copied on the current stream: done before any
         # other stream (the engine's) may read them
         cupy.cuda.get_current_stream().synchronize()
@@ -291,229 +255,14 @@ class Model:
         out["lp_ids"] = cupy.zeros((seqs, ops.LP_STRIDE), np.int32)
         return out
 
-    # -- host side: grow the cache, write the step's metadata, one copy ---------------------
-
-    def blocks_needed(self, need: dict[int, int]) -> int:
-        """New KV blocks that need[slot] more tokens per sequence take (ValueError past
-        max_context); nothing changes."""
-        return step.blocks_needed(need, self.kv.tables, self.limits)
-
-    def grow(self, need: dict[int, int]) -> None:
-        """Make room for need[slot] more tokens in each sequence, all or nothing."""
-        t = self.kv.tables
-        fresh = self.blocks_needed(need)
-        if fresh > t.alloc.num_free:  # checked before any sequence changes
-            raise OutOfBlocks(f"this step needs {fresh} new KV blocks, {t.alloc.num_free} free")
-        for slot, n in need.items():
-            if slot not in t.active:
-                t.add(slot)
-            t.append(slot, n)
-
-    def set_sampling(self, slot: int, params: SamplingParams, bans: bool = False) -> None:
-        """How the sequence in `slot` samples from now on (kept per slot, like its table);
-        `bans`: it has stop ids for min_tokens to ban (installed by its first chunk)."""
-        step.check_slots([slot], self.limits)
-        p = self.sampling
-        p["seeds"][slot], p["temperature"][slot] = params.seed, params.temperature
-        p["top_k"][slot], p["top_p"][slot] = params.top_k, params.top_p
-        p["presence"][slot] = params.presence_penalty
-        p["frequency"][slot] = params.frequency_penalty
-        p["repetition"][slot] = params.repetition_penalty
-        p["rules"][slot] = params.rules(bans)
-        p["top_n"][slot] = -1 if params.logprobs is None else params.logprobs
-        self._sampling_pushed = False  # a continuing step copies them again
-
-    def check_decode(self, slots: Sequence[int], tokens: Sequence[int]
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a decode step's rows (ValueError naming the problem); nothing changes.
-        Returns slots and tokens as arrays."""
-        rows = step.decode_rows(slots, tokens, self.kv.tables, self.limits)
-        return rows.slots, rows.tokens
-
-    def prepare_decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
-                       sampling: Sequence[SamplingParams] | None = None, *,
-                       sync: bool = True) -> int:
-        """Host side of one decode step: grow each sequence by its token, then copy ids,
-        positions, slots, sampling parameters (and with `sync`, tables and lengths) to the
-        device. Returns the step's longest context, `max_len` for `launch_decode`.
-
-        `sampling` (one per row) replaces the slots' stored parameters (`set_sampling`);
-        without it the stored ones apply. Launched with `advance=1`, the step may be continued
-        on the device (`prepare_follow`). Vectorized: this runs before every step.
-        """
-        n = len(slots)
-        sl, tok = self.check_decode(slots, tokens)
-        t = self.kv.tables
-        new = [s for s in slots if s not in t.active]
-        for s in new:
-            t.add(s)
-        try:
-            t.append_one(sl)
-        except (ValueError, OutOfBlocks):
-            for s in new:  # all or nothing
-                t.free(s)
-            raise
-        if sampling is not None:
-            for s, p in zip(slots, sampling):
-                self.set_sampling(s, p)
-        h = self.dec_meta.begin()
-        h["ids"][:n], h["ids"][n:] = tok, 0
-        h["slots"][:n], h["slots"][n:] = sl, -1  # padding rows: no cache slot, nothing written
-        lens = t.lens[sl]
-        h["pos"][:n], h["pos"][n:] = lens - 1, 0
-        for name, arr in self.sampling.items():
-            h[name][:n] = arr[sl]
-        self.dec_meta.push(stream)
-        self._sampling_pushed = True
-        if sync:
-            self.kv.sync(stream)
-        return int(lens.max())
-
-    def prepare_follow(self, slots: Sequence[int], last: step.LastStep | None,
-                       stream: Any, tokens: Sequence[int] | None = None,
-                       fed: Sequence[int] | None = None) -> int:
-        """Host side of a decode step that continues `last` (`step.last_step` of the decode
-        step before, launched with `advance=1`), its rows in their places: that step's
-        sampler already made its tokens these rows' inputs and moved their positions and
-        cache lengths on, on the device. Here each sequence grows by the token on its way;
-        a copy runs only for what changed: a new cache block or copy-on-write (tables),
-        lengths moved on the host (a prefill chunk prepared beside it) or synced since that
-        step, sampling parameters set since, rows left empty or taken. A row whose sequence
-        has left (finished, aborted) may be left empty (slot -1): it becomes a padding row
-        in its place, so the others keep theirs and their hand-off (a padding row's position
-        is not moved on, so it writes the other half of its token pair: the half holding the
-        left sequence's last token stays until read).
-        A row empty in `last`, or past its rows, may take a joining sequence, fed from the
-        host (`tokens`: its token there, -1 in every other row) or on the device (`fed`: in
-        that row the index j of its piece in the last prefill chunk, which ended its
-        prompt: pre["next"][j], copied after that chunk; -1 in every other row); its
-        position, slot and sampling fields are copied, its cache length synced. Returns the
-        step's longest context (`max_len`). ValueError (`step.check_follow`) if the slots,
-        tokens or their sequences on the host are not ones that may continue that step."""
-        t = self.kv.tables
-        src = np.full(len(slots), -1, np.int64) if fed is None else np.asarray(fed, np.int64)
-        if len(src) != len(slots) or src.max(initial=-1) >= self.max_chunk_seqs:
-            raise ValueError(f"fed {src.tolist()}: one per row, a chunk's piece index in "
-                             f"[0, {self.max_chunk_seqs}) or -1")
-        joins = step.check_follow(last, slots, t, self.limits, tokens, src >= 0)
-        assert last is not None
-        got = np.asarray(list(slots), np.int64)
-        sl = got[got >= 0]
-        t.append_one(sl)  # all or nothing
-        was = np.full(len(got), -1, np.int64)
-        was[:len(last.slots)] = last.slots
-        moved = ((got < 0) & (was >= 0)) | joins  # rows left empty or taken now
-        if not self._sampling_pushed or moved.any():  # continued ids and positions: kept
-            h = self.dec_meta.begin()
-            for name, arr in self.sampling.items():
-                h[name][:len(got)] = arr[np.maximum(got, 0)]
-            h["slots"][:len(got)] = got
-            self.dec_meta.push(stream, self.dec_meta.offset("ids"))  # sampling, then slots
-            self.dec_meta.push(stream, start=self.dec_meta.offset("slots"))
-            for i in np.flatnonzero(joins):  # a joining row's id and position, alone
-                h["pos"][i] = t.lens[got[i]] - 1
-                names = ("pos",) if src[i] >= 0 else ("ids", "pos")
-                if src[i] < 0:
-                    assert tokens is not None
-                    h["ids"][i] = tokens[i]
-                for name in names:
-                    at = self.dec_meta.offset(name) + 4 * int(i)
-                    self.dec_meta.push(stream, at + 4, start=at)
-            ids = self.dec_meta.dev["ids"]
-            for i in np.flatnonzero(src >= 0):  # its first token, where the chunk left it
-                j = int(src[i])
-                ids[i:i + 1].data.copy_from_device_async(self.pre["next"][j:j + 1].data, 4,
-                                                         cupy_stream(stream))
-            self._sampling_pushed = True
-        if (joins.any() or t.changed or t.pending_copies or t.lens_moved
-                or self.kv.syncs != last.syncs):
-            self.kv.sync(stream)  # host lengths now equal what the device moved on to
-        return int(t.lens[sl].max())
-
-    def prepare_prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
-                        sync: bool = True) -> tuple[int, int, int, int]:
-        """Host side of one prefill chunk: grow each sequence by its piece, copy metadata
-        (and with `sync`, the cache tables). Returns (n, num_seqs, max_q_len, max_len) for
-        `launch_prefill`: tokens, sequences, the longest piece, the longest context after
-        it. Without `sync`, call `kv.sync` before launching: a prefill and a decode step
-        prepared together share one copy of the tables."""
-        chunk = step.chunk(pieces, self.kv.tables, self.limits)
-        installs = [(i, p) for i, p in enumerate(pieces)
-                    if p.first and p.sampling.rules(bool(p.bans))]
-        for _, p in installs:  # before anything changes
-            step.check_rules(p, self.limits)
-        self.grow(chunk.need)
-        h = self.pre_meta.begin()
-        row = 0
-        h["cu"][:] = 0
-        for name in ("last", "last_pos", "final"):  # rows past the pieces: valid, unused
-            h[name][:] = 0
-        for i, p in enumerate(pieces):
-            m = len(p.tokens)
-            h["ids"][row:row + m] = p.tokens
-            h["pos"][row:row + m] = np.arange(p.start, p.start + m)
-            h["slots"][row:row + m] = p.slot
-            h["seqs"][i], h["last"][i], h["last_pos"][i] = p.slot, row + m - 1, p.start + m - 1
-            h["final"][i] = p.final
-            row += m
-            h["cu"][i + 1] = row
-        for i, p in enumerate(pieces):  # stored per slot: later decode steps use them too
-            self.set_sampling(p.slot, p.sampling, bool(p.bans))
-            for name, arr in self.sampling.items():
-                h[name][i] = arr[p.slot]
-        for name in self.sampling:  # the head's rows past the pieces: nothing to do
-            h[name][len(pieces):] = _NEUTRAL.get(name, 0)
-        h["install"][:] = 0
-        for i, p in installs:
-            h["install"][i] = 1 | (p.sampling.repetition_penalty != 1) << 1
-        if installs:
-            self._stage_rules(installs, stream)
-        self.pre_meta.push(stream)
-        if sync:
-            self.kv.sync(stream)
-        max_len = int(self.kv.tables.lens[[p.slot for p in pieces]].max())
-        return chunk.tokens, chunk.seqs, chunk.max_q_len, max_len
-
-    def _stage_rules(self, installs: list[tuple[int, PrefillPiece]], stream: Any) -> None:
-        """Stage the bias entries of the pieces that start their sequences' rules: each
-        logit_bias entry, and each stop id min_tokens bans (-inf below ban_until; a banned id
-        with a bias keeps it after)."""
-        cap, h = ops.logits.BIAS_CAP, self.rule_meta.begin()
-        for i, p in installs:
-            bias = dict(p.sampling.logit_bias)
-            until = dict.fromkeys(p.bans, p.ban_until) if p.sampling.min_tokens else {}
-            ids = sorted(set(bias) | set(until))  # step.check_rules: at most cap, in vocab
-            row = slice(i * cap, i * cap + len(ids))
-            h["nb"][i] = len(ids)
-            h["ids"][row] = ids
-            h["vals"][row] = [bias.get(t, 0.0) for t in ids]
-            h["until"][row] = [until.get(t, 0) for t in ids]
-        self.rule_meta.push(stream)
-
     def mixed_buffers(self) -> dict[str, cupy.ndarray]:
-        """The activations of a mixed iteration (`launch_mixed`): max_batch decode rows, then
-        max_chunk chunk tokens; made on the first call (call it outside a capture)."""
+        """The activations of a mixed iteration: max_batch decode rows, then max_chunk chunk
+        tokens, and their metadata staging; made on the first call (call it outside a
+        capture)."""
         if self.mix is None:
-            rows = self.max_batch + self.max_chunk
-            self.mix = self._buffers(rows, 1)  # its heads use dec's and pre's buffers
-            self.mix_meta = Staging({"ids": (np.int32, rows), "pos": (np.int32, rows),
-                                     "slots": (np.int32, rows)})
+            self.mix = self._buffers(self.max_batch + self.max_chunk, 1)  # heads: dec's, pre's
+            self.inputs.mix_staging()
         return self.mix
-
-    def prepare_mixed(self, batch: int, chunk: int, n: int, stream: Any) -> None:
-        """Host side of a mixed iteration, after `prepare_prefill` and `prepare_decode` (or
-        `prepare_follow`) of its parts: the rows' ids, positions and cache slots in one
-        array, the decode bucket's `batch` rows (padding included; `launch_mixed` copies
-        them from the step's metadata on the device over these) then the chunk's `n` tokens
-        (the rest of the `chunk` rows: padding, no cache slot)."""
-        self.mixed_buffers()
-        assert self.mix_meta is not None
-        h, d, p = self.mix_meta.begin(), self.dec_meta.host, self.pre_meta.host
-        for name in ("ids", "pos", "slots"):
-            h[name][:batch] = d[name][:batch]
-            h[name][batch:batch + n] = p[name][:n]
-            h[name][batch + n:] = -1 if name == "slots" else 0
-        self.mix_meta.push(stream)
 
     # -- device side: the kernel sequences ----------------------------------------------------
 
@@ -579,183 +328,172 @@ class Model:
     def _start_rules(self, n: Any, num_seqs: Any) -> None:
         """A chunk's rules (the current stream and symbols): the state of each sequence its
         pieces start with rules, then their prompt and bias bits."""
-        m, st, staged = self.pre_meta.dev, self.rule_state, self.rule_meta.dev
+        m, st, staged = self.inputs.pre_meta.dev, self.rule_state, self.inputs.rule_meta.dev
         with programmatic(False):
             ops.rules_start(st, num_seqs, m["install"], m["seqs"], staged)
             ops.rules_mark(st, n, m["ids"], m["slots"], num_seqs, m["install"], m["seqs"],
                            staged)
 
-    def launch_decode(self, batch: int, max_len: Any, stream: Any,
-                      symbols: Symbols | None = None, *, pdl: bool = False, advance: Any = 0,
-                      host_next: Any = None, host_lp: tuple[Any, Any] | None = None) -> None:
-        """The kernels of one decode step over `batch` rows (a bucket: rows past the step's
-        sequences are padding); sampled tokens land in dec["next"]. `max_len` bounds every
-        row's context (int, or a symbol when captured). `pdl`: programmatic dependent
-        launches (each GEMV fetches its first weights while the previous kernel ends), for
-        every kernel but attention's; the results are the same bits either way.
-        `advance` (0/1 or a symbol): the sampler hands each token on to a step that
-        continues this one (ops.Handoff; then a replay is not idempotent: each moves the
-        rows on a token). `host_next`: (batch, 2) int32 mapped host memory the tokens are
-        also written to (row r's at [r, its position % 2], ops.Handoff); `host_lp`: (lp, ids)
-        of (batch, 2, LP_STRIDE) mapped host memory its log-probabilities go to likewise."""
-        if not 1 <= batch <= self.max_batch:
-            raise ValueError(f"batch {batch} outside [1, {self.max_batch}]")
-        with programmatic(pdl), _on(stream, symbols):
-            self._decode(batch, max_len, advance, host_next, host_lp)
+    def launch(self, shape: Shape, sizes: Mapping[str, Any], stream: Any,
+               symbols: Symbols | None = None, *, pdl: bool = False, host_next: Any = None,
+               host_lp: tuple[Any, Any] | None = None) -> None:
+        """The kernels of one iteration of `shape` (`step.Shape`): a decode step over its
+        bucket of `batch` rows (rows past the step's sequences are padding), a prefill chunk
+        with the kernels of `chunk` tokens, or both as one mixed iteration. `sizes`: the
+        iteration's sizes (`step.SIZES`; what `inputs.prepare` returns, with `advance`),
+        ints eagerly or the symbols of `step.symbols(shape)` when captured, so eager
+        launches and a graph's replay issue the same kernels (the same bits).
+
+        The decode step's tokens land in dec["next"], `host_next` ((batch, 2) int32 mapped
+        host memory: row r's at [r, its position % 2], ops.Handoff) and its
+        log-probabilities in `host_lp` ((lp, ids) of (batch, 2, LP_STRIDE) mapped host
+        memory) likewise; with `advance` 1 the sampler hands each token on to a step that
+        continues this one (then a replay is not idempotent). A chunk's next tokens (of its
+        final pieces) land in pre["next"]; a chunk without a final piece skips the head
+        (captured: an IF node whose condition a kernel sets from the chunk's metadata).
+        In a mixed iteration every layer's projections run over the decode rows and the
+        chunk's tokens together (the weights read once), attention by kind; its results
+        round as such a batch does, not as the separate step and chunk do. `pdl`:
+        programmatic dependent launches for every kernel but attention's and the heads'
+        (each GEMV fetches its first weights while the previous kernel ends); the same bits
+        either way."""
+        step.check_shape(shape, dict(sizes), self.limits)
+        sz = {"advance": 0, **sizes}
+        if shape.batch and shape.chunk:
+            self._mixed(shape, sz, stream, symbols, pdl, host_next, host_lp)
+        elif shape.batch:
+            with programmatic(pdl), _on(stream, symbols):
+                self._decode(shape.batch, sz["max_len"], sz["advance"], host_next, host_lp)
+        else:
+            self._prefill(shape.chunk, sz, stream, symbols, pdl)
+
+    def _decode_attention(self, a: dict, slots: Any, batch: int, max_len: Any) -> Any:
+        """`attend` of a layer for the first `batch` rows of buffers `a`: decode attention
+        over each row's context. The programmatic chain ends once a layer: unbroken, it ran
+        the small-batch step up to 26% slower (benchmarks/NOTES.md, "The programmatic
+        chain"); breaking it at any one kernel from attention to gate_up recovered that. It
+        ends at attention, or with CHAINED_ATTENTION at its combine (ops.decode_attention
+        launches that plainly), attention then requesting its K/V during the wait."""
+        q3 = a["q"][:batch]
+        out3 = a["attn"].reshape(a["q"].shape)[:batch]
+
+        def attend(kc: Any, vc: Any) -> None:
+            with _attention_launch():
+                ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, slots,
+                                     out3, self.workspace, max_len,
+                                     scale=self.cfg.attention_scale,
+                                     splits=self.splits[batch - 1])
+        return attend
+
+    def _chunk_attention(self, a: dict, at: int, sz: Mapping[str, Any], chunk: int) -> Any:
+        """`attend` of a layer for a chunk's tokens, rows [at, at + chunk) of buffers `a`
+        (row at + r the chunk's token r; the metadata in pre_meta): GQA-grouped tiles in key
+        runs that follow each sequence's length up to `runs_up_to` tokens, a block per
+        (query tile, head) above. It launches plainly: the chain ends once a layer, as
+        decode's does."""
+        m, rows = self.inputs.pre_meta.dev, self.runs(chunk)
+        q = a["q"][at:at + chunk]
+        out = a["attn"].reshape(a["q"].shape)[at:at + chunk]
+        kw = ({"rows": rows, "context": sz["pre_len"], "chunk": chunk, "n": sz["n"],
+               "workspace": self.prefill_workspace} if rows else
+              {"rows": ops.attention.prefill_rows(chunk, self.cfg.head_dim)})
+
+        def attend(kc: Any, vc: Any) -> None:
+            with programmatic(False):
+                ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
+                                      m["cu"], m["seqs"], out, sz["max_q_len"], sz["seqs"],
+                                      scale=self.cfg.attention_scale, **kw)
+        return attend
 
     def _decode(self, batch: int, max_len: Any, advance: Any, host_next: Any,
                 host_lp: tuple[Any, Any] | None) -> None:
-        cfg, a, meta = self.cfg, {k: v[:batch] for k, v in self.dec.items()}, self.dec_meta.dev
-        m = {k: v[:batch] for k, v in meta.items()}
-        q3 = a["q"]
-
-        def attend(kc: Any, vc: Any) -> None:
-            # The programmatic chain ends once a layer: unbroken, it ran the small-batch step
-            # up to 26% slower (benchmarks/NOTES.md, "The programmatic chain"); breaking it
-            # at any one kernel from attention to gate_up recovered that. It ends at
-            # attention, or with CHAINED_ATTENTION at its combine (ops.decode_attention
-            # launches that plainly), attention then requesting its K/V during the wait.
-            with _attention_launch():
-                ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens,
-                                     m["slots"], a["attn"].reshape(q3.shape), self.workspace,
-                                     max_len, scale=cfg.attention_scale,
-                                     splits=self.splits[batch - 1])
-
+        a = {k: v[:batch] for k, v in self.dec.items()}
+        m = {k: v[:batch] for k, v in self.inputs.dec_meta.dev.items()}
+        attend = self._decode_attention(self.dec, m["slots"], batch, max_len)
         # the step's first kernel launches plainly: eagerly it follows the last step's
         # sampler, which writes the ids, positions and lengths the QKV GEMV reads before its
         # PDL wait (its round trips overlap the wait), so nothing of this step may start
         # until that sampler ends (a graph's first node never overlaps the last launch)
         with programmatic(False), labelled("embedding"):
             ops.embedding(m["ids"], self.w["embed"], a["r"])
-        for i in range(cfg.layers):
+        for i in range(self.cfg.layers):
             self._layer(i, a, m, batch, batch, attend)
+        self._decode_head(a["r"], batch, advance, host_next, host_lp)
+
+    def _decode_head(self, x: Any, batch: int, advance: Any, host_next: Any,
+                     host_lp: tuple[Any, Any] | None) -> None:
+        """The head of a decode step's `batch` rows (x's), the hand-off to the next step."""
+        dec = {k: v[:batch] for k, v in self.dec.items()}
+        m = {k: v[:batch] for k, v in self.inputs.dec_meta.dev.items()}
         handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
-        self._head(a["r"], a, m, m["pos"], batch, m["slots"], handoff, fed=m["ids"],
+        self._head(x, dec, m, m["pos"], batch, m["slots"], handoff, fed=m["ids"],
                    host_lp=host_lp)
 
-    def launch_prefill(self, n: Any, num_seqs: Any, max_q_len: Any, max_len: Any, stream: Any,
-                       symbols: Symbols | None = None, *, chunk: int | None = None,
-                       pdl: bool = False) -> None:
-        """The kernels of one prefill chunk: `n` tokens of `num_seqs` sequences, the longest
-        piece `max_q_len`, the longest context `max_len` (ints, or symbols when captured;
-        `prepare_prefill` returns them). Kernels are chosen for a chunk of
-        `chunk` tokens (default max_chunk), so an eager run launches what that chunk's graph
-        does. The next token of each sequence whose piece is final (from its last position)
-        lands in pre["next"]; a chunk without a final piece skips the head (captured: an IF
-        node whose condition a kernel sets from the chunk's metadata). `pdl`: programmatic
-        dependent launches for the layers' kernels but attention's (as in `launch_decode`;
-        the head and its IF node launch plainly); the same bits either way."""
-        cfg, a, m = self.cfg, self.pre, self.pre_meta.dev
-        chunk = chunk or self.max_chunk
-        if not 1 <= chunk <= self.max_chunk:
-            raise ValueError(f"chunk {chunk} outside [1, {self.max_chunk}]")
-        q3, out3 = a["q"], a["attn"].reshape(a["q"].shape)
+    def _prefill(self, chunk: int, sz: Mapping[str, Any], stream: Any,
+                 symbols: Symbols | None, pdl: bool) -> None:
+        a, m = self.pre, self.inputs.pre_meta.dev
+        attend = self._chunk_attention(a, 0, sz, chunk)
+        with programmatic(pdl), _on(stream, symbols):
+            self._start_rules(sz["n"], sz["seqs"])
+            with labelled("embedding"):
+                ops.embedding(m["ids"], self.w["embed"], a["r"], sz["n"])
+            for i in range(self.cfg.layers):
+                self._layer(i, a, m, sz["n"], chunk, attend)
+        self._chunk_head(sz["seqs"], stream, symbols, a["r"])
+
+    def _mixed(self, shape: Shape, sz: Mapping[str, Any], stream: Any,
+               symbols: Symbols | None, pdl: bool, host_next: Any,
+               host_lp: tuple[Any, Any] | None) -> None:
+        b, c = shape.batch, shape.chunk
+        a, dm = self.mixed_buffers(), self.inputs.dec_meta.dev
+        mm = self.inputs.mix_staging().dev
+        decode = self._decode_attention(a, dm["slots"][:b], b, sz["max_len"])
+        chunk = self._chunk_attention(a, b, sz, c)
 
         def attend(kc: Any, vc: Any) -> None:
-            with programmatic(False):  # ends the chain once a layer, as decode's does
-                self._chunk_attention(q3[:chunk], out3[:chunk], kc, vc, n, num_seqs,
-                                      max_q_len, max_len, chunk)
+            decode(kc, vc)
+            chunk(kc, vc)
 
+        with _on(stream, symbols):
+            self._start_rules(sz["n"], sz["seqs"])
+            # the decode rows' inputs as the device has them (a step continuing the last one
+            # finds them there, moved on by its sampler), over the host's copy
+            for name in ("ids", "pos", "slots"):
+                dst, src = mm[name][:b], dm[name][:b]
+                dst.data.copy_from_device_async(src.data, src.nbytes,
+                                                cupy.cuda.get_current_stream())
+            with labelled("embedding"):  # plain: after the copies
+                ops.embedding(mm["ids"], self.w["embed"], a["r"], b + sz["n"])
         with programmatic(pdl), _on(stream, symbols):
-            self._start_rules(n, num_seqs)
-            with labelled("embedding"):
-                ops.embedding(m["ids"], self.w["embed"], a["r"], n)
-            for i in range(cfg.layers):
-                self._layer(i, a, m, n, chunk, attend)
-        self._chunk_head(num_seqs, stream, symbols, a["r"])
-
-    def _chunk_attention(self, q: Any, out: Any, kc: Any, vc: Any, n: Any, num_seqs: Any,
-                         max_q_len: Any, max_len: Any, chunk: int) -> None:
-        """Prefill attention of a chunk's tokens (q, out: (chunk, heads, head_dim), row r
-        the chunk's token r; the metadata in pre_meta): GQA-grouped tiles in key runs that
-        follow each sequence's length up to `runs_up_to` tokens, a block per (query tile,
-        head) above."""
-        m, rows = self.pre_meta.dev, self.runs(chunk)
-        kw = ({"rows": rows, "context": max_len, "chunk": chunk, "n": n,
-               "workspace": self.prefill_workspace} if rows else
-              {"rows": ops.attention.prefill_rows(chunk, self.cfg.head_dim)})
-        ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens, m["cu"],
-                              m["seqs"], out, max_q_len, num_seqs,
-                              scale=self.cfg.attention_scale, **kw)
+            for i in range(self.cfg.layers):
+                self._layer(i, a, mm, b + sz["n"], b + c, attend)
+            self._decode_head(a["r"][:b], b, sz["advance"], host_next, host_lp)
+        self._chunk_head(sz["seqs"], stream, symbols, a["r"][b:])
 
     def _chunk_head(self, num_seqs: Any, stream: Any, symbols: Symbols | None,
                     x: Any) -> None:
         """The LM head of a chunk whose token rows are x's, if a piece is final: captured, an
         IF node whose condition a kernel sets from the chunk's metadata; eagerly, the host
         decides."""
+        final = self.inputs.pre_meta
         with programmatic(False), _on(stream, symbols):
             if capture_status(stream) == "active":
                 handle = condition_handle(stream)
-                set_condition_any(self.pre_meta.dev["final"], num_seqs, handle, stream)
+                set_condition_any(final.dev["final"], num_seqs, handle, stream)
                 if self._body_stream is None:
                     self._body_stream = new_stream()
                 with if_node(stream, handle, self._body_stream, name="LM head"):
                     self._prefill_head(self._body_stream, x)
-            elif self.pre_meta.host["final"][:num_seqs].any():
+            elif final.host["final"][:num_seqs].any():
                 self._prefill_head(stream, x)
 
     def _prefill_head(self, stream: Any, x: Any) -> None:
         """The head of a prefill chunk over all max_chunk_seqs rows, each the last row of its
         sequence in the chunk (x's rows), gathered by the norm (fixed arguments: in a graph
         it is an IF node's body, which cannot be patched; unused rows read row 0)."""
-        a, m, s = self.pre, self.pre_meta.dev, self.max_chunk_seqs
+        a, m, s = self.pre, self.inputs.pre_meta.dev, self.max_chunk_seqs
         with _on(stream, None):
             self._head(x, a, m, m["last_pos"], s, m["seqs"], gather=m["last"])
-
-    def launch_mixed(self, batch: int, max_len: Any, n: Any, num_seqs: Any, max_q_len: Any,
-                     pre_len: Any, stream: Any, symbols: Symbols | None = None, *, chunk: int,
-                     pdl: bool = False, advance: Any = 0, host_next: Any = None,
-                     host_lp: tuple[Any, Any] | None = None) -> None:
-        """A decode step of `batch` rows (a bucket; its longest context `max_len`) and a
-        prefill chunk of `n` tokens (`num_seqs`, `max_q_len` and its longest context
-        `pre_len`, as `prepare_prefill` returns them) as one iteration. Every layer's
-        projections run over the decode rows and the chunk's tokens together (the weights
-        read once); attention by kind (decode attention over the first `batch` rows, the
-        chunk's attention over the rest). The decode rows' tokens land as `launch_decode`'s
-        do (dec["next"], `host_next` and `host_lp`, the hand-off with `advance`), the chunk's as
-        `launch_prefill`'s (pre["next"], its head an IF node when captured). Metadata:
-        `prepare_prefill`, `prepare_decode` (in that order: the decode's copy of the tables
-        carries the chunk's), then `prepare_mixed`. Kernels are chosen for batch + chunk
-        rows; results round as such a batch does, not as the separate step and chunk do."""
-        if not 1 <= batch <= self.max_batch or not 1 <= chunk <= self.max_chunk:
-            raise ValueError(f"batch {batch}, chunk {chunk}: need 1 <= batch <= "
-                             f"{self.max_batch} and 1 <= chunk <= {self.max_chunk}")
-        cfg, a = self.cfg, self.mixed_buffers()
-        assert self.mix_meta is not None
-        mm, dm = self.mix_meta.dev, self.dec_meta.dev
-        q3 = a["q"]
-        out3 = a["attn"].reshape(q3.shape)
-        rows = batch + n
-
-        def attend(kc: Any, vc: Any) -> None:
-            with _attention_launch():  # as decode's: the chain ends once a layer
-                ops.decode_attention(q3[:batch], kc, vc, self.kv.block_tables,
-                                     self.kv.seq_lens, dm["slots"][:batch], out3[:batch],
-                                     self.workspace, max_len, scale=cfg.attention_scale,
-                                     splits=self.splits[batch - 1])
-            with programmatic(False):
-                self._chunk_attention(q3[batch:batch + chunk], out3[batch:batch + chunk], kc,
-                                      vc, n, num_seqs, max_q_len, pre_len, chunk)
-
-        with _on(stream, symbols):
-            self._start_rules(n, num_seqs)
-            # the decode rows' inputs as the device has them (a step continuing the last one
-            # finds them there, moved on by its sampler), over the host's copy
-            for name in ("ids", "pos", "slots"):
-                dst, src = mm[name][:batch], dm[name][:batch]
-                dst.data.copy_from_device_async(src.data, src.nbytes,
-                                                cupy.cuda.get_current_stream())
-            with labelled("embedding"):  # plain: after the copies
-                ops.embedding(mm["ids"], self.w["embed"], a["r"], rows)
-        with programmatic(pdl), _on(stream, symbols):
-            for i in range(cfg.layers):
-                self._layer(i, a, mm, rows, batch + chunk, attend)
-            dec = {k: v[:batch] for k, v in self.dec.items()}
-            m = {k: v[:batch] for k, v in dm.items()}
-            handoff = ops.Handoff(m["ids"], m["slots"], self.kv.seq_lens, advance, host_next)
-            self._head(a["r"][:batch], dec, m, m["pos"], batch, m["slots"], handoff,
-                       fed=m["ids"], host_lp=host_lp)
-        self._chunk_head(num_seqs, stream, symbols, a["r"][batch:])
 
     def score(self, pieces: Sequence[PrefillPiece], x: Any, stream: Any) -> Scores | None:
         """Queue the prompt log-probabilities of a chunk's pieces that ask
@@ -806,8 +544,9 @@ class Model:
     def decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any = None,
                sampling: Sequence[SamplingParams] | None = None) -> list[int]:
         """One eager decode step: feed `tokens` to sequences `slots`; their next tokens."""
-        max_len = self.prepare_decode(slots, tokens, stream, sampling)
-        self.launch_decode(len(slots), max_len, stream)
+        shape = Shape(batch=len(slots))
+        sizes = self.inputs.prepare([], slots, tokens, sampling, decode_stream=stream)
+        self.launch(shape, sizes, stream)
         cupy_stream(stream).synchronize()
         return self.dec["next"][:len(slots)].get().tolist()
 
@@ -824,53 +563,16 @@ class Model:
         elif not min(n, self.max_chunk) <= chunk <= self.max_chunk:
             raise ValueError(f"chunk {chunk}: at least the {n} tokens of the pieces and at "
                              f"most max_chunk = {self.max_chunk}")
-        shape = self.prepare_prefill(pieces, stream)
-        self.launch_prefill(*shape, stream, chunk=chunk)
+        shape = Shape(chunk=chunk)
+        sizes = self.inputs.prepare(pieces, [], None, decode_stream=stream,
+                                    prefill_stream=stream)
+        self.launch(shape, sizes, stream)
         cupy_stream(stream).synchronize()
-        return final_tokens(self.pre["next"][:shape[1]].get().tolist(), pieces)
+        return final_tokens(self.pre["next"][:len(pieces)].get().tolist(), pieces)
 
     def free(self, slot: int) -> None:
         """Drop a finished sequence's cache blocks."""
         self.kv.tables.free(slot)
-
-    def check_inputs(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-                     tokens: Sequence[int] | None = None,
-                     fed: Sequence[int] | None = None) -> None:
-        """Debug: the device holds what the host says an iteration about to launch reads
-        (after its prepare calls, with every stream that copies synchronized): each touched
-        sequence's length and table row, and the decode rows' slots, positions and ids (a
-        row fed from the host: `tokens[i]`; on the device: `fed[i]`, the last chunk's
-        pre["next"] entry). A step continuing the last one finds most of it where that
-        step's sampler left it, the rest copied only when something changed: this is the
-        check that such a copy was not skipped. DeviceStateError naming the first
-        difference; nothing changes."""
-        t = self.kv.tables
-        lens, tab = self.kv.seq_lens.get(), self.kv.block_tables.get()
-        rows = np.asarray(list(slots), np.int64)
-        for s in sorted({p.slot for p in pieces} | {int(s) for s in rows if s >= 0}):
-            n = -(-int(t.lens[s]) // t.block_size)
-            if lens[s] != t.lens[s] or not np.array_equal(tab[s, :n], t.table[s, :n]):
-                raise DeviceStateError(
-                    f"slot {s}: the device has length {lens[s]}, blocks {tab[s, :n].tolist()};"
-                    f" the host {t.lens[s]}, {t.table[s, :n].tolist()}")
-        if not len(rows):
-            return
-        d = {k: self.dec_meta.dev[k][:len(rows)].get() for k in ("slots", "pos", "ids")}
-        live = rows >= 0
-        want = {"slots": rows, "pos": np.where(live, t.lens[np.maximum(rows, 0)] - 1, d["pos"])}
-        src = np.full(len(rows), -1) if fed is None else np.asarray(list(fed))
-        nxt = self.pre["next"].get()
-        ids = np.where(src >= 0, nxt[np.maximum(src, 0)], d["ids"])
-        if tokens is not None:
-            tok = np.asarray(list(tokens))
-            ids = np.where(tok >= 0, tok, ids)
-        want["ids"] = ids
-        for k, v in want.items():
-            bad = np.flatnonzero(d[k] != v)
-            if len(bad):
-                i = int(bad[0])
-                raise DeviceStateError(f"decode row {i} (slot {rows[i]}): the device's {k} is "
-                                       f"{d[k][i]}, the host's {v[i]}")
 
     def close(self) -> None:
         """Release the weights arena (freed once no view remains)."""

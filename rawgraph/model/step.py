@@ -7,6 +7,10 @@ step's rows (`decode_rows`), a prefill chunk's pieces (`chunk`), the KV blocks a
 whether a decode step may continue the last one on the device (`LastStep`, `check_follow`).
 Each raises ValueError naming the problem and changes nothing, so `Model` and the runner call
 them before touching the tables or the device; none needs a GPU.
+
+An iteration's launches depend on its `Shape` (a decode bucket, a chunk size, or both) and on
+a few sizes (`SIZES`): ints when it runs eagerly, the symbols of `symbols(shape, limits)`
+when it is captured, the same names patched in a graph.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 from rawgraph.memory.blocks import BlockTables
 from rawgraph.ops.logits import BIAS_CAP
 from rawgraph.ops.sampling import SamplingParams
+from rawgraph.symbols import Range, Symbols
 
 GREEDY = SamplingParams()
 
@@ -80,6 +85,67 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Shape:
+    """What an iteration launches, and what a graph is captured for: a decode step over a
+    bucket of `batch` rows (0: none; rows past its sequences are padding) and/or a prefill
+    chunk whose kernels are chosen for `chunk` tokens (0: none). Both: a mixed iteration
+    (the decode rows and the chunk's tokens through each projection together)."""
+
+    batch: int = 0
+    chunk: int = 0
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The names of the sizes its launches take (`SIZES`)."""
+        return (("max_len", "advance") if self.batch else ()) + (
+            ("n", "seqs", "max_q_len", "pre_len") if self.chunk else ())
+
+    @property
+    def kind(self) -> str:
+        """"decode", "prefill" or "mixed"."""
+        return "mixed" if self.batch and self.chunk else "decode" if self.batch else "prefill"
+
+    def __str__(self) -> str:
+        return " ".join([self.kind] + ([f"B={self.batch}"] if self.batch else [])
+                        + ([f"C={self.chunk}"] if self.chunk else []))
+
+
+# the sizes an iteration's launches take: ints eagerly, symbols when captured (patched)
+SIZES = {
+    "max_len": "the decode rows' longest context, their own token included",
+    "advance": "1: the sampler hands each token on to a step that continues this one",
+    "n": "the chunk's tokens",
+    "seqs": "the chunk's pieces (one sequence each)",
+    "max_q_len": "the chunk's longest piece",
+    "pre_len": "the longest context of the chunk's sequences, the chunk included",
+}
+
+
+def symbols(shape: Shape, limits: Limits) -> Symbols:
+    """The symbols a graph of `shape` is captured with: each size's range, set to the value
+    it is captured at (the largest: every split and run block a later value needs)."""
+    ctx, c = Range(1, limits.max_context), shape.chunk
+    ranges = {"max_len": ctx, "advance": Range(0, 1), "n": Range(1, max(c, 1)),
+              "seqs": Range(1, limits.max_chunk_seqs), "max_q_len": Range(1, max(c, 1)),
+              "pre_len": ctx}
+    at = {"max_len": limits.max_context, "advance": 1, "n": c, "seqs": 1, "max_q_len": c,
+          "pre_len": limits.max_context}
+    sym = Symbols(**{k: ranges[k] for k in shape.sizes})
+    sym.set(**{k: at[k] for k in shape.sizes})
+    return sym
+
+
+def check_shape(shape: Shape, sizes: dict, limits: Limits) -> None:
+    """ValueError unless `shape` fits the decoder and `sizes` name exactly its sizes."""
+    if not (shape.batch or shape.chunk) or not 0 <= shape.batch <= limits.max_batch \
+            or not 0 <= shape.chunk <= limits.max_chunk:
+        raise ValueError(f"shape {shape!r}: a batch in [1, {limits.max_batch}] and/or a "
+                         f"chunk in [1, {limits.max_chunk}]")
+    if set(sizes) - set(shape.sizes) or set(shape.sizes) - set(sizes) - {"advance"}:
+        raise ValueError(f"sizes {sorted(sizes)}: shape {shape} takes {list(shape.sizes)}")
+
+
+@dataclass(frozen=True)
 class DecodeRows:
     """A decode step's rows, checked: their slots and input tokens as arrays."""
 
@@ -101,7 +167,7 @@ class Chunk:
 class LastStep:
     """A decode step launched with `advance=1`: its sampler made its tokens the rows' next
     inputs and moved their positions and cache lengths on, on the device. A step continuing
-    it (`Model.prepare_follow`) takes the same rows in the same places, of the same
+    it (`Inputs.follow`) takes the same rows in the same places, of the same
     sequences, at the lengths that step left, or leaves a row's place empty (slot -1: a
     padding row) (`check_follow`)."""
 

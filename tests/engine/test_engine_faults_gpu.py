@@ -63,9 +63,9 @@ class _Injected(RuntimeError):
 POINTS = [  # (what, attribute path from the engine, after its work)
     ("runner.launch", ("runner", "launch"), False),
     ("runner.launch done", ("runner", "launch"), True),
-    ("prepare_prefill", ("model", "prepare_prefill"), True),
-    ("prepare_decode", ("model", "prepare_decode"), True),
-    ("prepare_follow", ("model", "prepare_follow"), True),
+    ("inputs.prefill", ("model", "inputs", "prefill"), True),
+    ("inputs.decode", ("model", "inputs", "decode"), True),
+    ("inputs.follow", ("model", "inputs", "follow"), True),
     ("kv.sync", ("model", "kv", "sync"), False),
     ("runner._settle (waiting)", ("runner", "_settle"), False),
     ("runner.collect done", ("runner", "collect"), True),
@@ -74,7 +74,7 @@ POINTS = [  # (what, attribute path from the engine, after its work)
 ]
 
 
-@pytest.mark.parametrize("at", [1, 2, 4])  # prepare_decode: 4 calls a run
+@pytest.mark.parametrize("at", [1, 2, 4])  # inputs.decode: 4 calls a run
 @pytest.mark.parametrize(("what", "path", "after"), POINTS, ids=[p[0] for p in POINTS])
 def test_a_step_that_raises_is_rolled_back(engine, want, monkeypatch, what, path, after, at):
     error = KeyboardInterrupt() if at == 2 else _Injected(what)

@@ -353,7 +353,7 @@ def test_follow_chains_match_host_fed_steps(graphs, streams):
         out, pending = [], runner.launch([], [0, 1], [5, 6])
         for i in range(40):
             if i == 20:
-                model.set_sampling(1, SamplingParams(0.9, 50, 0.95, seed=3))
+                model.inputs.set_sampling(1, SamplingParams(0.9, 50, 0.95, seed=3))
             if i == 30:
                 runner.run([PrefillPiece(2, [7, 8, 9], 0)], [], [])
             if follow:

@@ -10,7 +10,7 @@ from rawgraph.dtypes import to_float32
 from rawgraph.engine import Engine
 from rawgraph.engine.runner import Runner
 from rawgraph.memory.blocks import BlockTables
-from rawgraph.model import decoder
+from rawgraph.model import DeviceStateError, decoder
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import PrefillPiece
 from tests.engine.test_engine_gpu import CFG, NEAR_TIE, TENSORS, _model, _reference, _stream
@@ -245,7 +245,7 @@ def test_the_check_names_the_lengths_a_skipped_copy_left(mixed, monkeypatch):
     first, _, _ = runner.run([PrefillPiece(0, [1, 2, 3], 0), PrefillPiece(1, [4, 5], 0)], [],
                              [])
     runner.launch([PrefillPiece(2, long[:24], 0, final=False)], [0, 1], first)
-    with pytest.raises(decoder.DeviceStateError, match="slot 2: the device has length 24"):
+    with pytest.raises(DeviceStateError, match="slot 2: the device has length 24"):
         runner.launch([PrefillPiece(2, long[24:43], 24, final=False)], [0, 1], None,
                       follow=True)
     runner.close()

@@ -62,7 +62,7 @@ class FakeRunner(Launched):
         t, m = self.model.kv.tables, self.model
         while len(self._unread) > (1 if follow else 0):  # as the real one: read, then reuse
             self.collect(self._unread[0])
-        if follow:  # as Model.prepare_follow: continued rows, empty (-1) and joining ones
+        if follow:  # as Inputs.follow: continued rows, empty (-1) and joining ones
             src = self._check_fed(slots, fed) or [-1] * len(slots)
             joins = check_follow(self._last_step, slots, t, m.limits, tokens,
                                  [j >= 0 for j in src])

@@ -153,7 +153,7 @@ def test_changed_rows_and_moved_lengths_are_all_a_device_copy_needs(ops):
     # a device mirror that copies only the rows in `changed` after each operation (as the
     # paged cache's sync does) always equals the table; and its lengths, which it copies only
     # when rows changed or `lens_moved` says so, moving each decode row's on by itself in
-    # between (a step continuing the last one, as `Model.prepare_follow` relies on), always
+    # between (a step continuing the last one, as `Inputs.follow` relies on), always
     # equal the host's
     t = _tables(num_blocks=12, bs=4, seqs=6, per_seq=5)
     mirror, lens = np.zeros_like(t.table), t.lens.copy()

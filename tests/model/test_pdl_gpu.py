@@ -14,7 +14,7 @@ from rawgraph.engine.runner import Runner
 from rawgraph.model import decoder
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
-from rawgraph.model.step import PrefillPiece
+from rawgraph.model.step import PrefillPiece, Shape
 
 pytestmark = pytest.mark.gpu
 STEPS, CTX = 12, 1024
@@ -74,8 +74,8 @@ def test_chained_attention_is_bit_identical(model, monkeypatch):
     seen = []  # (kernel, programmatic) of one eager step's launches
     observers().append(lambda _, launch: seen.append((launch.kernel.name, launch.pdl)))
     try:
-        model.launch_decode(1, model.prepare_decode(_context(model), [1], None), None,
-                            pdl=True)
+        sizes = model.inputs.prepare([], _context(model), [1])
+        model.launch(Shape(batch=1), sizes, None, pdl=True)
     finally:
         observers().pop()
     modes = {"combine" in name: pdl for name, pdl in seen if name.startswith("decode_attention")}

@@ -6,7 +6,7 @@ import pytest
 
 from rawgraph.memory.blocks import BlockAllocator, BlockTables
 from rawgraph.model import step
-from rawgraph.model.step import Limits, PrefillPiece
+from rawgraph.model.step import Limits, PrefillPiece, Shape
 from rawgraph.ops.sampling import SamplingParams
 
 LIMITS = Limits(max_batch=4, max_chunk=32, max_chunk_seqs=2, max_context=64, vocab=100)
@@ -161,15 +161,15 @@ def test_a_continuing_step_keeps_rows_in_place_leaves_them_empty_or_fills_empty_
         step.check_follow(last, [2, -1, 0], t, LIMITS)
 
 
-def test_the_model_checks_its_steps_through_them():
-    # Model's host side without a GPU: a bare Model with block tables and limits only
+def test_the_inputs_check_steps_through_them():
+    # the host side of an iteration without a GPU: bare Inputs with tables and limits only
     from types import SimpleNamespace
 
-    from rawgraph.model.decoder import Model, _sampling_fields
+    from rawgraph.model.inputs import Inputs, sampling_fields
 
-    m = object.__new__(Model)
+    m = object.__new__(Inputs)
     m.kv, m.limits = SimpleNamespace(tables=_tables(), block_size=16), LIMITS
-    m.sampling = {name: np.zeros(4, dt) for name, (dt, _) in _sampling_fields(4).items()}
+    m.sampling = {name: np.zeros(4, dt) for name, (dt, _) in sampling_fields(4).items()}
     sl, tok = m.check_decode([0, 1], [3, 4])
     assert sl.tolist() == [0, 1] and tok.tolist() == [3, 4]
     with pytest.raises(ValueError, match="distinct"):
@@ -189,3 +189,41 @@ def test_the_model_checks_its_steps_through_them():
     assert m.sampling["rules"][1] == 0
     with pytest.raises(ValueError, match=r"in \[0, 4\)"):
         m.set_sampling(4, step.GREEDY)
+
+
+def test_a_shape_names_the_sizes_its_launches_take():
+    assert Shape(batch=8).sizes == ("max_len", "advance")
+    assert Shape(chunk=64).sizes == ("n", "seqs", "max_q_len", "pre_len")
+    both = Shape(8, 64)
+    assert both.sizes == ("max_len", "advance", "n", "seqs", "max_q_len", "pre_len")
+    assert [s.kind for s in (Shape(batch=1), Shape(chunk=1), both)] == [
+        "decode", "prefill", "mixed"]
+    assert str(both) == "mixed B=8 C=64" and set(step.SIZES) == set(both.sizes)
+    assert len({Shape(batch=8), Shape(8, 0), Shape(chunk=8)}) == 2  # graph pool keys
+
+
+def test_a_graph_is_captured_at_the_largest_sizes_it_may_be_patched_to():
+    sym = step.symbols(Shape(4, 32), LIMITS)
+    assert sym.env == {"max_len": 64, "advance": 1, "n": 32, "seqs": 1, "max_q_len": 32,
+                       "pre_len": 64}
+    sym.set(max_len=1, advance=0, n=1, seqs=2, max_q_len=1, pre_len=1)  # the other ends
+    for bad in ({"max_len": 65}, {"n": 33}, {"seqs": 3}, {"advance": 2}, {"pre_len": 0}):
+        with pytest.raises(ValueError):
+            sym.set(**bad)
+    assert set(step.symbols(Shape(chunk=16), LIMITS).env) == {"n", "seqs", "max_q_len",
+                                                               "pre_len"}
+
+
+@pytest.mark.parametrize(("shape", "sizes", "match"), [
+    ((0, 0), {}, "a batch in"),
+    ((5, 0), {"max_len": 3}, r"a batch in \[1, 4\]"),
+    ((0, 33), {"n": 1, "seqs": 1, "max_q_len": 1, "pre_len": 1}, r"chunk in \[1, 32\]"),
+    ((2, 0), {"max_len": 3, "n": 4}, "takes"),
+    ((0, 8), {"n": 1, "seqs": 1, "max_q_len": 1}, "takes"),
+    ((2, 8), {"max_len": 3, "n": 1, "seqs": 1, "max_q_len": 1, "pre_len": 3, "x": 0}, "takes"),
+])
+def test_a_launch_of_the_wrong_shape_or_sizes_is_refused(shape, sizes, match):
+    with pytest.raises(ValueError, match=match):
+        step.check_shape(Shape(*shape), sizes, LIMITS)
+    step.check_shape(Shape(2, 8), {"max_len": 3, "n": 1, "seqs": 1, "max_q_len": 1,
+                                   "pre_len": 3}, LIMITS)  # advance defaults to 0
