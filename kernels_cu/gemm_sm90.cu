@@ -40,7 +40,7 @@
 //   the narrower tiles (128 x 192, 128 x 128, and 128 x 96, split only), fewer sums, split
 //   too.
 //   grid (cdiv(m, BM) * cdiv(n, BN) * CS) split; unsplit any number of blocks up to the
-//   tiles' (ops.linear: at most one wave), block b taking tiles b, b + gridDim.x, ... with
+//   tiles' (ops.matmul: at most one wave), block b taking tiles b, b + gridDim.x, ... with
 //   its ring running on from tile to tile (the producer loads the next tile's k tiles while
 //   the consumers store this one's outputs); block (128 WG + 32), dynamic shared memory
 //   S * (BM + BN) * 128 (+ 16 KiB a warpgroup unsplit: its staging) + 16 S B. Tiles are
@@ -61,7 +61,7 @@
 namespace {
 
 // k per tile: a TMA box row of 64 elements = 128 bytes, the 128-byte swizzle's width (the
-// ring's slots, S, are each tile's: rawgraph.ops.linear.GEMM90_STAGES)
+// ring's slots, S, are each tile's: rawgraph.ops.matmul.GEMM90_STAGES)
 constexpr int kBK = 64;
 
 constexpr int kGroup = 8;  // row tiles a group of blocks shares (the grid's order)
@@ -143,11 +143,11 @@ __device__ __forceinline__ void store_tile(const float (&acc)[BN / 2], const T* 
 }
 
 // An unsplit warpgroup's staging for its stores by TMA: two 64 x 64 boxes, filled in turn
-// (ops.linear: GEMM_STAGING)
+// (ops.matmul: GEMM_STAGING)
 constexpr int kBox = 64 * 64 * 2, kStaging = 2 * kBox;
 
 // Whether y's rows (`cols` of them a row) go out by TMA: whole 16-byte units, as a descriptor
-// needs (ops.linear.tma_stores, which passes a zeroed ymap where not)
+// needs (ops.matmul.tma_stores, which passes a zeroed ymap where not)
 template <typename T>
 __device__ __forceinline__ bool tma_stores(const T* y, int cols) {
   return cols % 8 == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0;

@@ -4,7 +4,7 @@
 // about half the copy rate (benchmarks/NOTES.md, "Skinny GEMM").
 //
 //   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4](   (the wrappers at the end are
-//                                                 generated from ops.linear's SKINNY90)
+//                                                 generated from ops.matmul's SKINNY90)
 //       const __grid_constant__ TensorMap xmap,  // x (rows >= m, k) row-major, box (MX, 64)
 //       const __grid_constant__ TensorMap wmap,  // w (n, k), the checkpoint's [out, in]
 //                                                // layout, box (64, 64); both 128-byte swizzle
@@ -29,7 +29,7 @@
 //   outputs [r, r + 1) * 64 MX / C, adding the blocks' sums (distributed shared memory) in
 //   block order. Deterministic: no atomics anywhere.
 //   grid (cdiv(n, 64) * C), block (160), dynamic shared memory S * ((64 + MX) * 128 + 16) +
-//   MX * 65 * 4 B: the ring, its barriers, the block's sums (ops.linear: skinny90_smem).
+//   MX * 65 * 4 B: the ring, its barriers, the block's sums (ops.matmul: skinny90_smem).
 //   Patchable: m (<= MX) and the residual and y pointers; the descriptors fix x's and w's
 //   addresses, n and k.
 //   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4]_silu(the same arguments; residual
@@ -44,7 +44,7 @@ namespace {
 
 constexpr int kRows = 64, kBK = 64;  // W rows a block; k per tile (one 128-byte box row)
 constexpr int kThreads = 160;        // a consumer warpgroup and a producer warp
-// S, the ring's slots (the wrappers pass ops.linear's SKINNY90_STAGES): as many as two blocks
+// S, the ring's slots (the wrappers pass ops.matmul's SKINNY90_STAGES): as many as two blocks
 // an SM hold, or as one block holds (the deep ring) for grids of at most one block an SM
 template <typename T, int MX, int CS, int S, bool SILU = false>
 __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, const T* residual,

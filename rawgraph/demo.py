@@ -22,7 +22,7 @@ from rawgraph.model.config import PRESETS, ModelConfig, preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
-from rawgraph.ops.linear import DECODE_ROWS
+from rawgraph.ops.matmul import DECODE_ROWS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
 from rawgraph.options import at_least, check_model, positive
 

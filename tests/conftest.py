@@ -3,6 +3,7 @@ once (every such skip is raised here, so `pytest -ra` folds them into one line).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -49,6 +50,16 @@ def stream():
     with s:
         yield s
     s.synchronize()
+
+
+@pytest.fixture
+def variants():
+    """`variants(**changes)`: the kernel forms the rest of the test takes
+    (`ops.variant.choose`), back to the defaults after it."""
+    from rawgraph.ops.variant import choose
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(choose(**changes))
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import cupy
@@ -24,10 +23,11 @@ from rawgraph.bench.shapes import SHAPES
 from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.timing import device_us
 from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
+from rawgraph.ops import matmul
+from rawgraph.ops.variant import choose
 
 Row = Callable[..., None]
 F16 = np.float16
-linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
 
 
 def _rand(shape: tuple, scale: float = 1.0) -> cupy.ndarray:
@@ -56,31 +56,17 @@ def _us(fn: Callable[[], None], s: Any, reps: int = 10) -> float:
         return device_us(lambda: [fn() for _ in range(reps)], s, reps=7, before=busy) / reps
 
 
-@contextlib.contextmanager
-def switched(module: Any, **values: Any) -> Iterator[None]:
-    """A module's switches (its A/B attributes) set to `values` while the block runs, then
-    restored: the benchmarks' one way to time a form the defaults do not take."""
-    was = {name: getattr(module, name) for name in values}
-    for name, v in values.items():
-        setattr(module, name, v)
-    try:
-        yield
-    finally:
-        for name, v in was.items():
-            setattr(module, name, v)
-
-
 def unsplit() -> contextlib.AbstractContextManager:
-    """Every wgmma GEMM unsplit (no split k) for the block: the A/B of `linear.SPLIT_K`."""
-    return switched(linear, SPLIT_K=False)
+    """Every wgmma GEMM unsplit (no split k) for the block: the A/B of `Variants.split_k`."""
+    return choose(split_k=False)
 
 
 def gemm_tile(m: int, n: int, k: int) -> str:
     """The tiled GEMM's plan that `ops.linear` runs for an (m, k) x (k, n) product on this
     GPU: "BMxBN", or "BMxBN/c" where c blocks split each tile's k; "" on another path."""
-    if linear.path(m, n) != "gemm":
+    if matmul.path(m, n) != "gemm":
         return ""
-    (bm, bn), c = linear.device_plan(m, n, k)
+    (bm, bn), c = matmul.device_plan(m, n, k)
     return f"{bm}x{bn}" + (f"/{c}" if c > 1 else "")
 
 
@@ -130,7 +116,7 @@ def _one_sequence(d: int, n: int, s: Any) -> PagedKVCache:
 def _prefill_family(wgmma: bool, tma: bool) -> contextlib.AbstractContextManager:
     """Prefill attention on one family for the block: wgmma or mma.sync, K/V tiles by TMA or
     gathered (Hopper takes wgmma and TMA)."""
-    return switched(ops.attention, WGMMA_PREFILL=wgmma, TMA_PREFILL=tma)
+    return choose(prefill_wgmma=wgmma, prefill_tma=tma)
 
 
 def prefill_attention(row: Row, s: Any) -> None:

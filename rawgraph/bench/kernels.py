@@ -15,7 +15,6 @@ against a copy that moves as many bytes as they do, since a copy of 33 MB does n
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -35,11 +34,9 @@ from rawgraph.graph.capture import capture
 from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.linear import SKINNY90_ROWS, SKINNY_MAX, hopper
-from rawgraph.ops.linear import path as linear_path
-
-# the module (the package's attribute `linear` is the function), for WGMMA_SKINNY_FROM
-linear_module = importlib.import_module("rawgraph.ops.linear")
+from rawgraph.ops.matmul import SKINNY90_ROWS, SKINNY_MAX, hopper
+from rawgraph.ops.matmul import path as linear_path
+from rawgraph.ops.variant import choose
 
 GEMV_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # the rows of x `gemv` measures (decode steps')
 ROTATE_BYTES = 512 << 20  # weights cycled per measurement: ~8x the L2
@@ -130,9 +127,9 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
 def _skinny(wgmma: bool) -> contextlib.AbstractContextManager:
     """Every skinny GEMM on wgmma and TMA (skinny_sm90.cu, to 128 rows) or on mma.sync
     (skinny.cu, to 64) while the block runs."""
-    top = linear_module.SKINNY_MAX
+    top = SKINNY_MAX
     frm, to = (1, SKINNY90_ROWS[-1]) if wgmma else (top + 1, top)
-    return compute.switched(linear_module, WGMMA_SKINNY_FROM=frm, WGMMA_SKINNY_TO=to)
+    return choose(wgmma_skinny_from=frm, wgmma_skinny_to=to)
 
 
 def _attention(rows: list, row: Callable, s: Any) -> None:

@@ -37,8 +37,9 @@ from rawgraph.model.config import ModelConfig
 from rawgraph.model.inputs import Inputs
 from rawgraph.model.step import Limits, PrefillPiece, Shape, final_tokens
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.linear import DECODE_ROWS, keeps_row_max, plain_after
+from rawgraph.ops.matmul import DECODE_ROWS, keeps_row_max, plain_after
 from rawgraph.ops.sampling import SamplingParams
+from rawgraph.ops.variant import Variants, choose, chosen
 from rawgraph.symbols import Symbols
 from rawgraph.symbols import scope as symbols_scope
 
@@ -47,13 +48,6 @@ from rawgraph.symbols import scope as symbols_scope
 # alone leave most of the GPU idle; above it one run loses to a block per head
 # (benchmarks/NOTES.md, "Prefill").
 RUNS_UP_TO = 256
-
-# Decode attention in the programmatic chain (its combine then ends it; ops.decode_attention
-# launches that plainly), so its blocks request the older tokens' K/V while the QKV
-# projection ends, or launched plainly (False: the chain ends at attention). Fixed at
-# capture, so a graph keeps what it was captured with. On: 1-4% off every step measured, 1B
-# and 8B, B=1 to 32, 1k to 64k tokens (benchmarks/NOTES.md, "Decode attention").
-CHAINED_ATTENTION = True
 
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
 # a chunk of n tokens runs the kernels of the smallest that holds it, planned for that size
@@ -72,9 +66,13 @@ def _on(stream: Any, symbols: Symbols | None) -> Iterator[None]:
 
 
 def _attention_launch() -> contextlib.AbstractContextManager:
-    """How decode attention launches: in the caller's chain with CHAINED_ATTENTION (if the
-    caller's launches are programmatic), else plainly."""
-    return contextlib.nullcontext() if CHAINED_ATTENTION else programmatic(False)
+    """How decode attention launches: in the caller's chain (if the caller's launches are
+    programmatic), its combine then ending it (ops.decode_attention launches that plainly),
+    so its blocks request the older tokens' K/V while the QKV projection ends; or plainly,
+    the chain ending at attention, with `Variants.chained_attention` off. Fixed at capture.
+    On: 1-4% off every step measured, 1B and 8B, B=1 to 32, 1k to 64k tokens
+    (benchmarks/NOTES.md, "Decode attention")."""
+    return contextlib.nullcontext() if chosen().chained_attention else programmatic(False)
 
 
 def chunk_sizes(max_chunk: int) -> tuple[int, ...]:
@@ -110,13 +108,15 @@ class Model:
                  max_chunk_seqs: int = 8, block_size: int = BLOCK_SIZE,
                  num_blocks: int | None = None, seed: int = 0,
                  files: dict[str, Any] | None = None,
-                 runs_up_to: int = RUNS_UP_TO):
+                 runs_up_to: int = RUNS_UP_TO, variants: Variants | None = None):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets).
         Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
         and its file from `files`, tensor name -> file, when given). `runs_up_to`: chunks
         of up to this many tokens run prefill attention grouped in key runs (`runs`; 0:
-        never)."""
+        never). `variants`: the kernel forms its launches take (`ops.variant.Variants`; None:
+        those in force where it launches, the defaults unless a `choose` block says
+        otherwise)."""
         if not 1 <= max_batch <= DECODE_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
                              f"rows")
@@ -140,7 +140,7 @@ class Model:
                              f"a max_context of at most {cfg.sliding_window} runs exactly")
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
-        self.runs_up_to = runs_up_to
+        self.runs_up_to, self.variants = runs_up_to, variants
         self.limits = Limits(max_batch, max_chunk, max_chunk_seqs, max_context, cfg.vocab)
         self.arena: Arena | None = None
         try:
@@ -359,21 +359,27 @@ class Model:
         either way."""
         step.check_shape(shape, dict(sizes), self.limits)
         sz = {"advance": 0, **sizes}
-        if shape.batch and shape.chunk:
-            self._mixed(shape, sz, stream, symbols, pdl, host_next, host_lp)
-        elif shape.batch:
-            with programmatic(pdl), _on(stream, symbols):
-                self._decode(shape.batch, sz["max_len"], sz["advance"], host_next, host_lp)
-        else:
-            self._prefill(shape.chunk, sz, stream, symbols, pdl)
+        with self._variants():
+            if shape.batch and shape.chunk:
+                self._mixed(shape, sz, stream, symbols, pdl, host_next, host_lp)
+            elif shape.batch:
+                with programmatic(pdl), _on(stream, symbols):
+                    self._decode(shape.batch, sz["max_len"], sz["advance"], host_next,
+                                 host_lp)
+            else:
+                self._prefill(shape.chunk, sz, stream, symbols, pdl)
+
+    def _variants(self) -> contextlib.AbstractContextManager:
+        """The kernel forms launches take: this model's `variants`, if it has its own."""
+        return choose(self.variants) if self.variants is not None else contextlib.nullcontext()
 
     def _decode_attention(self, a: dict, slots: Any, batch: int, max_len: Any) -> Any:
         """`attend` of a layer for the first `batch` rows of buffers `a`: decode attention
         over each row's context. The programmatic chain ends once a layer: unbroken, it ran
         the small-batch step up to 26% slower (benchmarks/NOTES.md, "The programmatic
         chain"); breaking it at any one kernel from attention to gate_up recovered that. It
-        ends at attention, or with CHAINED_ATTENTION at its combine (ops.decode_attention
-        launches that plainly), attention then requesting its K/V during the wait."""
+        ends at attention, or (`Variants.chained_attention`) at its combine, attention then
+        requesting its K/V during the wait."""
         q3 = a["q"][:batch]
         out3 = a["attn"].reshape(a["q"].shape)[:batch]
 
@@ -528,7 +534,7 @@ class Model:
                                          np.int32))
             lp = cupy.empty((n, ops.LP_STRIDE), np.float32)
             ids = cupy.empty((n, ops.LP_STRIDE), np.int32)
-        with _on(stream, None), programmatic(False):
+        with _on(stream, None), programmatic(False), self._variants():
             for r0 in range(0, n, SCORE_ROWS):
                 r1 = r0 + SCORE_ROWS
                 ops.rmsnorm(x, self.w["norm"], b["last"], eps=cfg.rms_eps, gather=meta[0, r0:r1])

@@ -10,8 +10,8 @@ import math
 from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import ModelConfig
 from rawgraph.model.weights import layout
-from rawgraph.ops.linear import DECODE_ROWS
 from rawgraph.ops.logits import BIAS_CAP, LP_STRIDE
+from rawgraph.ops.matmul import DECODE_ROWS
 
 UTILIZATION = 0.9          # of the device's memory (vLLM's gpu_memory_utilization default)
 RESERVE = 2 << 30          # the CUDA context, graphs (the pool's 1 GiB budget), the allocator

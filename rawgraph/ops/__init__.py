@@ -6,7 +6,6 @@ from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
 from rawgraph.ops.embedding import embedding
 from rawgraph.ops.fused import gate_up_silu, qkv_rope
 from rawgraph.ops.kv import kv_append, kv_gather, qkv_views, rope_append
-from rawgraph.ops.linear import linear
 from rawgraph.ops.logits import (
                                  LP_STRIDE,
                                  Logprobs,
@@ -16,18 +15,20 @@ from rawgraph.ops.logits import (
                                  rules_mark,
                                  rules_start,
 )
+from rawgraph.ops.matmul import linear
 from rawgraph.ops.norm import fold_norm, rmsnorm
 from rawgraph.ops.rope import (
-                               DynamicScaling,
-                               LinearScaling,
-                               Llama3Scaling,
-                               RopeScaling,
-                               YarnScaling,
-                               attention_factor,
-                               inv_freq,
-                               rope,
+                                 DynamicScaling,
+                                 LinearScaling,
+                                 Llama3Scaling,
+                                 RopeScaling,
+                                 YarnScaling,
+                                 attention_factor,
+                                 inv_freq,
+                                 rope,
 )
 from rawgraph.ops.sampling import Handoff, SamplingParams, argmax, sample
+from rawgraph.ops.variant import Variants, choose
 
 __all__ = [
                                  "LP_STRIDE",
@@ -40,10 +41,12 @@ __all__ = [
                                  "RowRules",
                                  "RuleState",
                                  "SamplingParams",
+                                 "Variants",
                                  "YarnScaling",
                                  "add",
                                  "argmax",
                                  "attention_factor",
+                                 "choose",
                                  "decode_attention",
                                  "embedding",
                                  "fold_norm",

@@ -16,7 +16,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES, kind_of
 from rawgraph.ops import shapes
-from rawgraph.ops.variant import by_count
+from rawgraph.ops.variant import by_count, chosen
 from rawgraph.symbols import Symbols, cdiv, smax, smin
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
@@ -73,24 +73,20 @@ PREFILL90T_SPLIT = {(dt, d, r): Kernel("prefill_attention_sm90",
                     for dt, (s, t) in KERNEL_TYPES.items() for d in HEAD_DIMS
                     for r in PREFILL_ROWS}
 PREFILL_KEYS = 64  # keys per tile
-# Prefill attention on wgmma where the device has it (compute capability 9.0); False: mma.sync
-# everywhere (tests run both)
-WGMMA_PREFILL = True
-# On wgmma, K/V tiles by TMA where the cache's paged blocks are whole 8-row swizzle atoms and
-# a power of two (prefill_tma); False: gathered with cp.async (tests run both)
-TMA_PREFILL = True
 
 
 def prefill_wgmma() -> bool:
-    """Whether prefill attention runs on wgmma here (WGMMA_PREFILL on compute capability 9.0)."""
-    return WGMMA_PREFILL and compute_capability() == (9, 0)
+    """Whether prefill attention runs on wgmma here (compute capability 9.0, unless
+    `Variants.prefill_wgmma` is off: mma.sync everywhere; tests run both)."""
+    return chosen().prefill_wgmma and compute_capability() == (9, 0)
 
 
 def prefill_tma(block_size: int) -> bool:
     """Whether prefill attention over a cache of `block_size`-token blocks brings its K/V
-    tiles by TMA (TMA_PREFILL, on wgmma, with block_size a power of two from 8: the kernel
-    maps keys to blocks by shifts; other sizes gather)."""
-    return (TMA_PREFILL and prefill_wgmma() and block_size >= 8
+    tiles by TMA (`Variants.prefill_tma`, on wgmma, with block_size a power of two from 8:
+    the kernel maps keys to blocks by shifts; other sizes, or the switch off, gather with
+    cp.async)."""
+    return (chosen().prefill_tma and prefill_wgmma() and block_size >= 8
             and block_size & (block_size - 1) == 0)
 
 

@@ -12,7 +12,7 @@ from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
 from rawgraph.ops.gemv import GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
 from rawgraph.ops.kv import extras, qkv_views, rope_append, rope_append_args
-from rawgraph.ops.linear import (
+from rawgraph.ops.matmul import (
     device_plan,
     gemm90_launch,
     hopper,
@@ -24,13 +24,12 @@ from rawgraph.ops.linear import (
     skinny_wgmma,
 )
 from rawgraph.ops.norm import rmsnorm
-from rawgraph.ops.variant import by_count
+from rawgraph.ops.variant import by_count, chosen
 from rawgraph.symbols import Symbols
 
 # gate_up_silu on the wgmma GEMMs (the tiled GEMM's unsplit tiles, the skinny GEMM) finishes
-# SiLU(gate) * up in their epilogue; False: the projection, then silu_mul (an A/B switch for
-# benchmarks and tests: the same bits)
-FUSED_SILU = True
+# SiLU(gate) * up in their epilogue; `Variants.fused_silu` False: the projection, then
+# silu_mul (the same bits)
 
 
 def _check_normed(x: Any, dt: str, norm_eps: float | None, normed: Any, gemv: bool) -> None:
@@ -127,11 +126,11 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
 
     Decode-sized m (the GEMV) finishes each output in the GEMV's epilogue, and so do the
-    wgmma skinny GEMM and the wgmma GEMM's unsplit tiles (FUSED_SILU): one kernel, and `gu`
-    is not touched. Otherwise the projection goes to `gu` (rows, 2 * inter) and silu_mul
-    follows. Either way the same bits (both round the projection to the storage type
-    first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for `qkv_rope` (the
-    post-attention norm's weight folded into w).
+    wgmma skinny GEMM and the wgmma GEMM's unsplit tiles (`Variants.fused_silu`): one
+    kernel, and `gu` is not touched. Otherwise the projection goes to `gu` (rows, 2 *
+    inter) and silu_mul follows. Either way the same bits (both round the projection to the
+    storage type first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for
+    `qkv_rope` (the post-attention norm's weight folded into w).
     """
     dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
     shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")
@@ -144,10 +143,11 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     def run(rows: int) -> None:
         kind = path(rows, n)
         xn, eps = _normed(x, norm_eps, normed, m, kind == "gemv", stream, symbols)
-        if kind == "skinny" and skinny_wgmma(rows) and FUSED_SILU:  # one kernel, gu untouched
+        fused = chosen().fused_silu
+        if kind == "skinny" and skinny_wgmma(rows) and fused:
             skinny_gemm(dt, rows, xn, w, None, out, m, cap, stream, symbols, silu=True)
             return
-        if kind == "gemm" and hopper() and FUSED_SILU:
+        if kind == "gemm" and hopper() and fused:
             tile, c = device_plan(rows, n, k)
             if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
                 gemm90_launch(dt, tile, 1, xn, w, None, out, m, cap, stream, symbols, silu=True)

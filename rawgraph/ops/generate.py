@@ -13,7 +13,7 @@ from rawgraph.cuda.generated import forward, splice, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR, Kernel
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import attention, gemv, norm
-from rawgraph.ops.linear import (
+from rawgraph.ops.matmul import (
     GEMM,
     GEMM90,
     GEMM90_SILU,

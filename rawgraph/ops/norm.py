@@ -9,6 +9,7 @@ import numpy as np
 
 from rawgraph.cuda.kernel import Kernel
 from rawgraph.ops import shapes
+from rawgraph.ops.variant import chosen
 from rawgraph.symbols import Symbols, cdiv
 
 _SIG = "const {t}* x, const {t}* residual, const {t}* w, {t}* out, {t}* residual_out, " \
@@ -31,8 +32,8 @@ WARP_ROWS = 4  # rmsnorm_rows_*: a warp per row, WARP_ROWS rows a block
 # a warp per row where the rows can reach this many (a prefill chunk), a block per row below:
 # a block spreads one row over 256 threads, which few rows need (decode's final norm: one row
 # of 4,096 1.9 us a block, 5.3 a warp) and many rows starve of loads in flight (8,192 x 2,048:
-# 29.1 us a block, 18.3 a warp; benchmarks/NOTES.md, "Norms, RoPE")
-WARP_ROWS_FROM = 1024
+# 29.1 us a block, 18.3 a warp; benchmarks/NOTES.md, "Norms, RoPE"): from
+# `Variants.norm_warp_rows_from` rows (1,024). Both forms give the same bits.
 FOLD_GRID = 1024  # blocks of fold_norm's grid-stride loop
 
 
@@ -83,8 +84,8 @@ def rmsnorm(x: Any, w: Any, out: Any, *, residual: Any = None, residual_out: Any
 
 def rmsnorm_launch(rows: Any, symbols: Symbols | None = None) -> tuple[bool, Any, int]:
     """(a warp per row, grid, block) of rmsnorm over `rows` rows (an int or an expression
-    with ranged symbols): a warp per row where rows can reach WARP_ROWS_FROM."""
-    if shapes.top(rows, "rows", symbols) >= WARP_ROWS_FROM:
+    with ranged symbols): a warp per row where rows can reach `Variants.norm_warp_rows_from`."""
+    if shapes.top(rows, "rows", symbols) >= chosen().norm_warp_rows_from:
         return True, cdiv(rows, WARP_ROWS), 32 * WARP_ROWS
     return False, rows, BLOCK
 

@@ -7,16 +7,70 @@ one an eager call with that count gives. `by_count` makes it so for a symbolic c
 it runs the variant of the count's current value; captured, every variant the count's range
 reaches is recorded inside `when(Case(count, spans))`, and the executable graph runs each
 only while the count lies in its spans (a patch switches them, `rawgraph.graph.patch`).
+
+Which kernel forms the ops may take at all is a table, `Variants`: the defaults are what
+rawgraph runs; a benchmark or a test that times or checks another form says so with
+`with choose(split_k=False): ...` (or `Model(variants=...)`, which launches under its own),
+never by rewriting a module's constants. A graph keeps the forms it was captured with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from rawgraph.cuda.launch import observers, when
 from rawgraph.graph.capture import capture_status
 from rawgraph.symbols import Case, Expr, Range, Symbols, current
+
+
+@dataclass(frozen=True)
+class Variants:
+    """The kernel forms the ops may choose from (benchmarks/NOTES.md says why each default
+    is what it is). Each switch changes speed only, never a result's bits, except where its
+    comment says otherwise."""
+
+    split_k: bool = True  # the wgmma GEMM splits k in clusters where its tiles are few
+    persistent: bool = True  # its unsplit tiles in one wave, each block looping over tiles
+    gemm_tiles: tuple[tuple[int, int], ...] | None = None  # its unsplit tiles (None: all)
+    # rows from which the skinny path takes the wgmma form on Hopper (above 64: never), and
+    # the most rows it takes (128: 65-128 rows through its 128-row x tile, not the GEMM;
+    # other bits than the GEMM's)
+    wgmma_skinny_from: int = 1
+    wgmma_skinny_to: int = 64
+    fused_silu: bool = True  # SiLU(gate) * up in gate_up's epilogue where the kernel has one
+    prefill_wgmma: bool = True  # prefill attention on wgmma on Hopper (else mma.sync)
+    prefill_tma: bool = True  # its K/V tiles by TMA (else gathered by cp.async)
+    norm_warp_rows_from: int = 1024  # rmsnorm a warp a row where rows can reach this
+    chained_attention: bool = True  # decode attention in the programmatic chain
+
+
+DEFAULT = Variants()
+_local = threading.local()
+
+
+def chosen() -> Variants:
+    """The variants in force on this thread: the innermost `choose` block's, else DEFAULT."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else DEFAULT
+
+
+@contextlib.contextmanager
+def choose(variants: Variants | None = None, **changes: Any) -> Iterator[Variants]:
+    """Launches inside take `variants` (default: those in force) with `changes` applied
+    (TypeError naming an unknown one); the table before is back after the block."""
+    v = dataclasses.replace(variants or chosen(), **changes)
+    stack = _local.__dict__.setdefault("stack", [])
+    stack.append(v)
+    try:
+        yield v
+    finally:
+        stack.pop()
+
 
 # the most values of a count whose variants are listed one by one (a larger range names
 # `bound`, as the engine's graphs do with m_max)

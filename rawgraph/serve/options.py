@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rawgraph.model.config import PRESETS
-from rawgraph.ops.linear import DECODE_ROWS
+from rawgraph.ops.matmul import DECODE_ROWS
 from rawgraph.options import at_least, check_model, positive
 
 

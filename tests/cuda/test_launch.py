@@ -46,7 +46,7 @@ def test_symbolic_launch_needs_symbols_and_resolves():
 
 
 def test_a_descriptor_argument_cannot_follow_a_symbol():
-    from rawgraph.ops.linear import GEMM90
+    from rawgraph.ops.matmul import GEMM90
 
     k = GEMM90["float16", (128, 256), 1]
     S = Symbols(m=Range(1, 512))

@@ -10,9 +10,10 @@ from rawgraph.dtypes import to_float32
 from rawgraph.engine import Engine
 from rawgraph.engine.runner import Runner
 from rawgraph.memory.blocks import BlockTables
-from rawgraph.model import DeviceStateError, decoder
+from rawgraph.model import DeviceStateError
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import PrefillPiece
+from rawgraph.ops.variant import choose
 from tests.engine.test_engine_gpu import CFG, NEAR_TIE, TENSORS, _model, _reference, _stream
 
 pytestmark = pytest.mark.gpu
@@ -54,10 +55,10 @@ def _iterations(graphs):
 
 
 @pytest.mark.parametrize("chained", [False, True])
-def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit(chained, monkeypatch):
-    monkeypatch.setattr(decoder, "CHAINED_ATTENTION", chained)  # decode attention in the chain
-    got, seqs, prompts = _iterations(graphs=True)
-    eager, eager_seqs, _ = _iterations(graphs=False)
+def test_mixed_iterations_follow_the_reference_and_replay_bit_for_bit(chained):
+    with choose(chained_attention=chained):  # decode attention in the chain, or plain
+        got, seqs, prompts = _iterations(graphs=True)
+        eager, eager_seqs, _ = _iterations(graphs=False)
     assert seqs == eager_seqs
     for (d, p), (de, pe) in zip(got, eager):
         assert np.array_equal(d.view(np.uint16), de.view(np.uint16))

@@ -1,7 +1,6 @@
 """The GPU decoder against the NumPy reference: logits and greedy tokens after prefill chunks
 and decode steps, alone and batched; a few-layer 1B-shaped model; bad steps."""
 
-import importlib
 
 import numpy as np
 import pytest
@@ -12,6 +11,8 @@ from rawgraph.model.decoder import Model
 from rawgraph.model.reference import KVState, float_weights, forward, greedy
 from rawgraph.model.step import PrefillPiece
 from rawgraph.model.weights import random_weights
+from rawgraph.ops import matmul
+from rawgraph.ops.variant import Variants, choose
 
 pytestmark = pytest.mark.gpu
 # logits error relative to their scale: fp32 accumulation, activations rounded to the
@@ -101,19 +102,16 @@ def test_batched_chunks_and_steps_each_match_the_reference(stream):
 
 @pytest.mark.parametrize(("kernel", "rows", "bucket"), [("gemm", 100, 128), ("gemm", 200, 256),
                                                       ("skinny", 100, 128)])
-def test_decode_steps_past_64_rows_follow_the_reference(stream, monkeypatch, kernel, rows,
-                                                        bucket):
+def test_decode_steps_past_64_rows_follow_the_reference(stream, kernel, rows, bucket):
     # 100 rows: the projections take the tiled GEMM (past the skinny GEMM's 64; on Hopper k
     # split in clusters where its tiles are few), or on Hopper the wgmma skinny GEMM's 128-row
     # x tile where switched on; 200 rows in the largest bucket, 256; one graph bucket (and
     # eagerly, the same launches); every row's logits against its own float reference
     from rawgraph.engine.runner import Runner
 
-    linear = importlib.import_module("rawgraph.ops.linear")
-    if kernel == "skinny":
-        if not linear.hopper():
-            pytest.skip("the 128-row skinny GEMM is skinny_sm90.cu's (compute capability 9.0)")
-        monkeypatch.setattr(linear, "WGMMA_SKINNY_TO", 128)
+    if kernel == "skinny" and not matmul.hopper():
+        pytest.skip("the 128-row skinny GEMM is skinny_sm90.cu's (compute capability 9.0)")
+    variants = Variants(wgmma_skinny_to=128 if kernel == "skinny" else 64)
     cfg = preset("tiny")
     tensors = random_weights(cfg, 15)
     w = float_weights(cfg, tensors)
@@ -121,9 +119,10 @@ def test_decode_steps_past_64_rows_follow_the_reference(stream, monkeypatch, ker
     prompts = [[int(t) for t in rng.integers(0, cfg.vocab, 2 + s % 4)] for s in range(rows)]
     nxt = [int(t) for t in rng.integers(0, cfg.vocab, rows)]
     want = [forward(cfg, w, np.array([*p, t]), KVState())[-1] for p, t in zip(prompts, nxt)]
-    assert linear.path(rows, cfg.hidden) == kernel
+    with choose(variants):
+        assert matmul.path(rows, cfg.hidden) == kernel
     model = Model(cfg, tensors, max_batch=bucket, max_context=32, max_chunk=1024,
-                  max_chunk_seqs=bucket)
+                  max_chunk_seqs=bucket, variants=variants)
     model.prefill([PrefillPiece(s, p, 0) for s, p in enumerate(prompts)], stream)
     runner = Runner(model, buckets=[bucket], chunks=[1024])
     runner.run([], list(range(rows)), nxt)

@@ -11,10 +11,10 @@ import pytest
 from rawgraph.cuda.launch import observers
 from rawgraph.engine.loop import DecodeLoop
 from rawgraph.engine.runner import Runner
-from rawgraph.model import decoder
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece, Shape
+from rawgraph.ops.variant import DEFAULT
 
 pytestmark = pytest.mark.gpu
 STEPS, CTX = 12, 1024
@@ -66,11 +66,12 @@ def test_pdl_decode_is_bit_identical_at_llama_1b_shapes(model):
         assert _loop(model, pdl=True) == want[0]
 
 
-def test_chained_attention_is_bit_identical(model, monkeypatch):
+def test_chained_attention_is_bit_identical(model):
     """Decode attention in the chain (its older tokens' K/V requested before its PDL wait,
-    the newest token's chunk after it) gives the plain launches' logits and tokens."""
+    the newest token's chunk after it; `Variants.chained_attention`, the default) gives the
+    plain launches' logits and tokens."""
+    assert DEFAULT.chained_attention
     want = _host(model, pdl=False)
-    monkeypatch.setattr(decoder, "CHAINED_ATTENTION", True)
     seen = []  # (kernel, programmatic) of one eager step's launches
     observers().append(lambda _, launch: seen.append((launch.kernel.name, launch.pdl)))
     try:

@@ -8,7 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rawgraph import Range, Symbols, capture, ops
+from rawgraph.ops import matmul
 from rawgraph.ops import reference as ref
+from rawgraph.ops.variant import choose
 from tests.helpers import DTYPES, ULP, bits, check_linear, host, randn
 
 pytestmark = pytest.mark.gpu
@@ -17,16 +19,12 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(params=["wgmma", "mma.sync"])
 def gemm_path(request, monkeypatch):
     """Both GEMMs: Hopper's wgmma kernel, and the mma.sync one other GPUs take."""
-    import importlib
-
     from rawgraph.cuda.device import compute_capability
-
-    linear = importlib.import_module("rawgraph.ops.linear")  # the module, not ops.linear
 
     wgmma = request.param == "wgmma"
     if wgmma and compute_capability() != (9, 0):
         pytest.skip("wgmma needs compute capability 9.0")
-    monkeypatch.setattr(linear, "hopper", lambda: wgmma)
+    monkeypatch.setattr(matmul, "hopper", lambda: wgmma)  # mma.sync where Hopper has wgmma
     return request.param
 
 
@@ -54,18 +52,14 @@ def test_gemm_ragged_shapes(m, n, k, dtype, fused):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (64, 128)])
 @pytest.mark.parametrize("fused", [False, True])
-def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, dtype, tile,
+def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, variants, dtype, tile,
                                                       fused):
     # 2-9 waves of tiles (ragged m, n and k: the ring's phases wrap inside and across
     # tiles) through one wave of blocks: the float64 reference within 2 ulp, rows past m
-    # untouched, and the bits of a block a tile (PERSISTENT off)
-    import importlib
-
-    linear = importlib.import_module("rawgraph.ops.linear")
-    if not linear.hopper():
+    # untouched, and the bits of a block a tile (`Variants.persistent` off)
+    if not matmul.hopper():
         pytest.skip("the wgmma GEMM needs compute capability 9.0")
-    monkeypatch.setattr(linear, "GEMM90_TILES", (tile,))
-    monkeypatch.setattr(linear, "SPLIT_K", False)
+    variants(gemm_tiles=(tile,), split_k=False)
     m, n, k = 2100, 4100, 328
     check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
     x, _ = randn(rng, (m, k), dtype)
@@ -73,37 +67,34 @@ def test_gemm_blocks_loop_over_several_waves_of_tiles(stream, rng, monkeypatch, 
     r = randn(rng, (m, n), dtype)[0] if fused else None
     out = []
     for persistent in (True, False):
-        monkeypatch.setattr(linear, "PERSISTENT", persistent)
-        y = cupy.zeros((m, n), x.dtype)
-        cupy.cuda.Device().synchronize()
-        ops.linear(x, w, y, residual=r, stream=stream)
-        stream.synchronize()
+        with choose(persistent=persistent):
+            y = cupy.zeros((m, n), x.dtype)
+            cupy.cuda.Device().synchronize()
+            ops.linear(x, w, y, residual=r, stream=stream)
+            stream.synchronize()
         out.append(bits(y))
     np.testing.assert_array_equal(out[0], out[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gemm_unsplit_tiles_agree_to_the_bit(stream, rng, monkeypatch, dtype):
+def test_gemm_unsplit_tiles_agree_to_the_bit(stream, rng, variants, dtype):
     """Every unsplit wgmma tile gives the same bits (the same k order for each output), with
     and without a residual: which tile a plan takes never changes a result."""
-    import importlib
-
-    linear = importlib.import_module("rawgraph.ops.linear")
-    if not linear.hopper():
+    if not matmul.hopper():
         pytest.skip("the wgmma GEMM needs compute capability 9.0")
-    monkeypatch.setattr(linear, "SPLIT_K", False)
+    variants(split_k=False)
     m, n, k = 300, 1000, 520
     x, _ = randn(rng, (m, k), dtype)
     w, _ = randn(rng, (n, k), dtype, k**-0.5)
     r, _ = randn(rng, (m, n), dtype)
     cupy.cuda.Device().synchronize()
     got = {}
-    for tile in linear.GEMM90_TILES:
-        monkeypatch.setattr(linear, "GEMM90_TILES", (tile,))
+    for tile in matmul.GEMM90_TILES:
         for residual in (None, r):
-            y = cupy.empty((m, n), x.dtype)
-            ops.linear(x, w, y, residual=residual, stream=stream)
-            stream.synchronize()
+            with choose(gemm_tiles=(tile,)):
+                y = cupy.empty((m, n), x.dtype)
+                ops.linear(x, w, y, residual=residual, stream=stream)
+                stream.synchronize()
             got.setdefault(residual is None, []).append(bits(y))
     for outs in got.values():
         for out in outs[1:]:
@@ -140,15 +131,13 @@ def test_gemm_rows_patched_in_a_graph(stream, rng, rows, n, ms):
 def split(monkeypatch):
     """Force the wgmma GEMM's split of k: `split(c, tile)` makes every GEMM plan `tile` (one
     of SPLIT_TILES, the first by default) in clusters of c blocks."""
-    import importlib
-
     from rawgraph.cuda.device import compute_capability
 
-    linear = importlib.import_module("rawgraph.ops.linear")
     if compute_capability() != (9, 0):
         pytest.skip("split k is the wgmma GEMM's (compute capability 9.0)")
-    def force(c: int, tile: tuple[int, int] = linear.SPLIT_TILES[0]) -> None:
-        monkeypatch.setattr(linear, "gemm_plan", lambda *a, **kw: (tile, c))
+
+    def force(c: int, tile: tuple[int, int] = matmul.SPLIT_TILES[0]) -> None:
+        monkeypatch.setattr(matmul, "gemm_plan", lambda *a, **kw: (tile, c))
     return force
 
 
@@ -196,7 +185,7 @@ def test_gemm_split_k_rows_patched_in_a_graph(stream, rng):
     """Rows patched in a graph of a split GEMM (up to 128 decode rows through a 4096 x 4096
     weight: 32 tiles of 128 x 128, 3 blocks each on the H200): the grid follows m and replays
     give the eager launch's bits."""
-    from rawgraph.ops.linear import gemm_plan, hopper, split_slots
+    from rawgraph.ops.matmul import gemm_plan, hopper, split_slots
 
     if not hopper():
         pytest.skip("split k is the wgmma GEMM's (compute capability 9.0)")

@@ -10,7 +10,7 @@ from rawgraph.cuda.generated import forward, wrapper
 from rawgraph.cuda.kernel import KERNELS_DIR
 from rawgraph.cuda.signature import Signature
 from rawgraph.ops import attention, gemv, generate, norm
-from rawgraph.ops.linear import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKINNY90_SILU
+from rawgraph.ops.matmul import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKINNY90_SILU
 
 _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
 TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (SKINNY,),

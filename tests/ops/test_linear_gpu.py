@@ -1,15 +1,14 @@
 """The decode projections: linear on the GEMV and skinny-GEMM paths, gate_up_silu (also of
 rmsnorm(x)), the residual in place and symbolic rows in a graph, refused input."""
 
-import importlib
-
 import cupy
 import numpy as np
 import pytest
 
 from rawgraph import Range, Symbols, capture, ops
+from rawgraph.ops import matmul
 from rawgraph.ops import reference as ref
-from rawgraph.ops.linear import path as linear_path
+from rawgraph.ops.matmul import path as linear_path
 from tests.helpers import DTYPES, POISON, ULP, bits, check_linear, host, poisoned, randn
 
 pytestmark = pytest.mark.gpu
@@ -78,19 +77,16 @@ def _gate_up(stream, rng, dtype, m, inter, k):
     (12, 8200, 264, "_x32"), (20, 1096, 1000, "_x32_c2"), (40, 1000, 520, "_x64_c4"),
     (64, 72, 64, "_x64_d"), (64, 8200, 264, "_x64"), (30, 3072, 4096, "_x32_d"),
     (100, 520, 256, "_x128_c4")])
-def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, monkeypatch, dtype, m, inter, k,
-                                             form):
+def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, variants, dtype, m, inter, k, form):
     # the wgmma skinny GEMM's _silu forms: x tiles of 32, 64 and 128 rows (m below the tile),
     # clusters of 1, 2 and 4 splitting k (each block finishing whole x rows of the pairs),
     # the deep ring of grids of at most one block an SM (_d; 64 k tiles through 18 slots),
     # n past the last 64-row block; linear + silu_mul's bits, no row past m, gu untouched
-    lin = importlib.import_module("rawgraph.ops.linear")
-    if not lin.hopper():
+    if not matmul.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
-    monkeypatch.setattr(lin, "WGMMA_SKINNY_TO", 128)
-    monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
+    variants(wgmma_skinny_to=128, fused_silu=True)
     assert linear_path(m, 2 * inter) == "skinny"
-    kernel = lin.skinny_launch(dtype, m, 2 * inter, k, True, True)[0]
+    kernel = matmul.skinny_launch(dtype, m, 2 * inter, k, True, True)[0]
     assert kernel.name.endswith(form + "_silu")
     out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
     out = bits(out)
@@ -102,15 +98,12 @@ def test_gate_up_silu_in_the_skinny_epilogue(stream, rng, monkeypatch, dtype, m,
 @pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (64, 128)])
 @pytest.mark.parametrize(("m", "inter", "k"), [(300, 1000, 520), (129, 4104, 2048),
                                                (64 + 65, 72, 64)])
-def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, monkeypatch, dtype, tile, m, inter, k):
+def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, variants, dtype, tile, m, inter, k):
     # every wgmma tile's _silu form (ragged m and n, a single k tile) gives linear + silu_mul's
     # bits, writes no row past m and leaves gu untouched
-    lin = importlib.import_module("rawgraph.ops.linear")
-    if not lin.hopper():
+    if not matmul.hopper():
         pytest.skip("the wgmma GEMM needs compute capability 9.0")
-    monkeypatch.setattr(lin, "GEMM90_TILES", (tile,))
-    monkeypatch.setattr(lin, "SPLIT_K", False)
-    monkeypatch.setattr(importlib.import_module("rawgraph.ops.fused"), "FUSED_SILU", True)
+    variants(gemm_tiles=(tile,), split_k=False, fused_silu=True)
     out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
     out = bits(out)
     np.testing.assert_array_equal(out[:m], want[:m])
@@ -120,9 +113,8 @@ def test_gate_up_silu_in_the_gemm_epilogue(stream, rng, monkeypatch, dtype, tile
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gate_up_silu_split_k_writes_the_projection_first(stream, rng, dtype):
     # a plan that splits k (few tiles, long k) takes the projection and silu_mul: the same bits
-    lin = importlib.import_module("rawgraph.ops.linear")
     m, inter, k = 128, 2048, 14336
-    if not lin.hopper() or lin.device_plan(m, 2 * inter, k)[1] == 1:
+    if not matmul.hopper() or matmul.device_plan(m, 2 * inter, k)[1] == 1:
         pytest.skip("needs the wgmma GEMM's split k")
     out, gu, want, _ = _gate_up(stream, rng, dtype, m, inter, k)
     np.testing.assert_array_equal(bits(out)[:m], want[:m])
@@ -159,16 +151,13 @@ def test_gate_up_silu_of_normalized_x(stream, rng, dtype, m, inter, k):
 
 
 @pytest.fixture(params=["wgmma", "mma.sync"])
-def skinny_kernel(request, monkeypatch):
+def skinny_kernel(request, variants):
     """Both skinny GEMMs: Hopper's on wgmma and TMA (skinny_sm90.cu), and skinny.cu
     (mma.sync), which other GPUs take."""
-    # `rawgraph.ops.linear` the attribute is the function; the module is in sys.modules
-    linear_module = importlib.import_module("rawgraph.ops.linear")
     wgmma = request.param == "wgmma"
-    if wgmma and not linear_module.hopper():
+    if wgmma and not matmul.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
-    monkeypatch.setattr(linear_module, "WGMMA_SKINNY_FROM",
-                        1 if wgmma else linear_module.SKINNY_MAX + 1)
+    variants(wgmma_skinny_from=1 if wgmma else matmul.SKINNY_MAX + 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -189,12 +178,11 @@ def test_linear_skinny(stream, rng, skinny_kernel, dtype, m, n, k, fused):
 
 
 @pytest.fixture
-def skinny_128(monkeypatch):
-    """65 to 128 rows through the wgmma skinny GEMM's 128-row x tile (WGMMA_SKINNY_TO)."""
-    linear_module = importlib.import_module("rawgraph.ops.linear")
-    if not linear_module.hopper():
+def skinny_128(variants):
+    """65 to 128 rows through the wgmma skinny GEMM's 128-row x tile (wgmma_skinny_to)."""
+    if not matmul.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
-    monkeypatch.setattr(linear_module, "WGMMA_SKINNY_TO", 128)
+    variants(wgmma_skinny_to=128)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,18 +7,18 @@ import pytest
 
 from rawgraph import ops
 from rawgraph.dtypes import to_float32, to_storage
-from rawgraph.ops import norm
 from rawgraph.ops import reference as ref
+from rawgraph.ops.variant import choose
 from tests.helpers import DTYPES, ULP, host, poisoned, randn, unwritten
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(params=["block", "warp"])
-def form(request, monkeypatch):
+def form(request):
     """Each rmsnorm test on both kernels: a block per row and a warp per row."""
-    monkeypatch.setattr(norm, "WARP_ROWS_FROM", 10**9 if request.param == "block" else 1)
-    return request.param
+    with choose(norm_warp_rows_from=10**9 if request.param == "block" else 1):
+        yield request.param
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from rawgraph.ops import matmul
 from rawgraph.ops.attention import (
     LONG_SPLIT,
     MAX_PREFILL_SPLITS,
@@ -22,7 +23,7 @@ from rawgraph.ops.attention import (
     row_splits,
 )
 from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
-from rawgraph.ops.linear import (
+from rawgraph.ops.matmul import (
     GEMM90_TILES,
     GEMM_SPLITS,
     GEMM_TILES,
@@ -37,10 +38,11 @@ from rawgraph.ops.linear import (
     skinny_launch,
     takes_skinny,
 )
-from rawgraph.ops.norm import WARP_ROWS, WARP_ROWS_FROM, rmsnorm_launch
+from rawgraph.ops.norm import WARP_ROWS, rmsnorm_launch
+from rawgraph.ops.variant import DEFAULT, choose
 from rawgraph.symbols import Range, Symbols
 
-linear = importlib.import_module("rawgraph.ops.linear")  # the module; ops.linear is the function
+WARP_ROWS_FROM = DEFAULT.norm_warp_rows_from
 
 
 def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
@@ -123,37 +125,38 @@ def test_the_kernel_behind_a_multi_wave_wgmma_skinny_gemm_launches_plainly(monke
     # (16384 rows: 256 blocks) and the clustered grids (one block an SM at most), the GEMV
     # (8 rows, or 9-16 through a narrow weight), the GEMM (past 64 rows) and skinny.cu (off
     # Hopper) the chain goes on
-    monkeypatch.setattr(linear, "hopper", lambda: True)
-    assert linear.plain_after(16, 28672, 4096) and linear.plain_after(9, 128256, 2048)
-    assert linear.plain_after(32, 28672, 4096) and linear.plain_after(64, 28672, 4096)
-    assert not linear.plain_after(32, 16384, 2048) and not linear.plain_after(64, 16384, 2048)
-    assert not linear.plain_after(64, 4096, 14336)  # 64 blocks in clusters of 2
-    assert -(-16896 // 64) == 2 * linear.SMS and not linear.plain_after(32, 16896, 4096)
-    assert linear.plain_after(32, 16960, 4096)  # one block past the wave
-    assert not linear.plain_after(8, 28672, 4096)  # GEMV
-    assert not linear.plain_after(16, 4096, 4096)  # GEMV
-    assert not linear.plain_after(128, 28672, 4096)  # GEMM
-    monkeypatch.setattr(linear, "WGMMA_SKINNY_FROM", linear.SKINNY_MAX + 1)
-    assert not linear.plain_after(16, 28672, 4096)  # skinny.cu
-    monkeypatch.setattr(linear, "WGMMA_SKINNY_FROM", 1)
-    monkeypatch.setattr(linear, "hopper", lambda: False)
-    assert not linear.plain_after(16, 28672, 4096)
+    monkeypatch.setattr(matmul, "hopper", lambda: True)
+    assert matmul.plain_after(16, 28672, 4096) and matmul.plain_after(9, 128256, 2048)
+    assert matmul.plain_after(32, 28672, 4096) and matmul.plain_after(64, 28672, 4096)
+    assert not matmul.plain_after(32, 16384, 2048) and not matmul.plain_after(64, 16384, 2048)
+    assert not matmul.plain_after(64, 4096, 14336)  # 64 blocks in clusters of 2
+    assert -(-16896 // 64) == 2 * matmul.SMS and not matmul.plain_after(32, 16896, 4096)
+    assert matmul.plain_after(32, 16960, 4096)  # one block past the wave
+    assert not matmul.plain_after(8, 28672, 4096)  # GEMV
+    assert not matmul.plain_after(16, 4096, 4096)  # GEMV
+    assert not matmul.plain_after(128, 28672, 4096)  # GEMM
+    with choose(wgmma_skinny_from=matmul.SKINNY_MAX + 1):
+        assert not matmul.plain_after(16, 28672, 4096)  # skinny.cu
+    monkeypatch.setattr(matmul, "hopper", lambda: False)
+    assert not matmul.plain_after(16, 28672, 4096)
 
 
 def test_65_to_128_rows_take_the_wgmma_skinny_gemm_only_where_switched_on(monkeypatch):
-    # WGMMA_SKINNY_TO = 64 (the default): past 64 rows the tiled GEMM, without asking the
+    # wgmma_skinny_to = 64 (the default): past 64 rows the tiled GEMM, without asking the
     # device (hopper() needs one); 128 on Hopper: the skinny GEMM's 128-row x tile
     def no_device():
         raise AssertionError("path() asked for the device")
 
-    monkeypatch.setattr(linear, "hopper", no_device)
-    assert linear.path(100, 4096) == "gemm" and linear.path(64, 4096) == "skinny"
-    monkeypatch.setattr(linear, "WGMMA_SKINNY_TO", 128)
-    monkeypatch.setattr(linear, "hopper", lambda: True)
-    assert linear.path(100, 4096) == linear.path(128, 4096) == "skinny"
-    assert linear.path(129, 4096) == "gemm"
-    monkeypatch.setattr(linear, "hopper", lambda: False)
-    assert linear.path(100, 4096) == "gemm"
+    monkeypatch.setattr(matmul, "hopper", no_device)
+    assert matmul.path(100, 4096) == "gemm" and matmul.path(64, 4096) == "skinny"
+    with choose(wgmma_skinny_to=128):
+        monkeypatch.setattr(matmul, "hopper", lambda: True)
+        assert matmul.path(100, 4096) == matmul.path(128, 4096) == "skinny"
+        assert matmul.path(129, 4096) == "gemm"
+        monkeypatch.setattr(matmul, "hopper", lambda: False)
+        assert matmul.path(100, 4096) == "gemm"
+    monkeypatch.setattr(matmul, "hopper", lambda: True)
+    assert matmul.path(100, 4096) == "gemm"  # the block's table is gone
 
 
 def test_gemm_plan_weighs_tile_speed_against_the_last_wave():
@@ -234,13 +237,13 @@ def test_gemm_plan_splits_k_where_the_tiles_are_short_of_a_wave():
 
 def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(monkeypatch):
     # gemm90_launch's kernel, grid and shared memory, the driver calls stubbed: unsplit grids
-    # at most one wave (PERSISTENT; a block a tile without), split ones c blocks a tile, the
-    # SiLU epilogue only unsplit
+    # at most one wave (`Variants.persistent`; a block a tile without), split ones c blocks a
+    # tile, the SiLU epilogue only unsplit
     from types import SimpleNamespace
 
     from rawgraph.cuda.kernel import Kernel
 
-    lin = importlib.import_module("rawgraph.ops.linear")
+    lin = matmul
     calls = []
     monkeypatch.setattr(Kernel, "launch", lambda k, grid, threads, args, stream, smem, symbols:
                         calls.append((k.name, grid, threads, smem, args[2:])))
@@ -264,8 +267,8 @@ def test_the_wgmma_gemm_launches_one_wave_looping_over_tiles_or_its_clusters(mon
     y.data.ptr = 8  # not 16-byte aligned
     assert go((128, 256), 1, 4096)[4][0] == bytes(128)
     w.shape = (4100, 256)
-    monkeypatch.setattr(lin, "PERSISTENT", False)
-    assert go((128, 128), 1, 4096)[1] == (32 * 33,)
+    with choose(persistent=False):
+        assert go((128, 128), 1, 4096)[1] == (32 * 33,)
     with pytest.raises(ValueError, match="unsplit"):
         go((128, 256), 2, 4096, silu=True)
     with pytest.raises(ValueError, match="wgmma GEMM's alone"):
@@ -385,9 +388,10 @@ def test_prefill_attention_brings_k_v_by_tma_on_hopper_for_power_of_two_paged_bl
     assert [attention.prefill_tma(bs) for bs in (8, 16, 32, 64, 256)] == [True] * 5
     assert not attention.prefill_tma(4) and not attention.prefill_tma(12)  # part of an atom
     assert not attention.prefill_tma(24) and not attention.prefill_tma(48)  # not by shifts
-    monkeypatch.setattr(attention, "TMA_PREFILL", False)
-    assert not attention.prefill_tma(16)
-    monkeypatch.setattr(attention, "TMA_PREFILL", True)
+    with choose(prefill_tma=False):
+        assert not attention.prefill_tma(16)
+    with choose(prefill_wgmma=False):  # mma.sync: it gathers
+        assert not attention.prefill_tma(16)
     monkeypatch.setattr(attention, "compute_capability", lambda: (8, 9))  # mma.sync there
     assert not attention.prefill_tma(16)
     # the two mbarriers past the tiles: a Q tile and two K/V pairs of 64 keys

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rawgraph import Range, Symbols, capture, ops
-from rawgraph.ops.linear import linear_key
+from rawgraph.ops.matmul import linear_key
 from rawgraph.ops.variant import spans
 from tests.helpers import DTYPES, paged_cache, poisoned, randn
 

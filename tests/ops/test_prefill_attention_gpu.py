@@ -18,15 +18,15 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(autouse=True, params=["wgmma+tma", "wgmma", "mma.sync"])
-def prefill_kernel(request, monkeypatch):
+def prefill_kernel(request):
     """Every test on each kernel family: Hopper's wgmma (prefill_attention_sm90.cu) with K/V
     tiles by TMA and gathered with cp.async, and mma.sync (prefill_attention.cu), which other
     GPUs take."""
     wgmma = request.param != "mma.sync"
-    monkeypatch.setattr(ops.attention, "WGMMA_PREFILL", wgmma)
-    monkeypatch.setattr(ops.attention, "TMA_PREFILL", request.param == "wgmma+tma")
-    if wgmma and not ops.attention.prefill_wgmma():
-        pytest.skip("prefill_attention_sm90.cu needs compute capability 9.0")
+    with ops.choose(prefill_wgmma=wgmma, prefill_tma=request.param == "wgmma+tma"):
+        if wgmma and not ops.attention.prefill_wgmma():
+            pytest.skip("prefill_attention_sm90.cu needs compute capability 9.0")
+        yield
 
 
 # attention: fp32 softmax, P rounded to the storage type before P V (as FlashAttention does)

@@ -9,7 +9,7 @@ from cupy.lib.stride_tricks import as_strided
 from rawgraph import ops
 from rawgraph.dtypes import to_storage
 from rawgraph.ops import reference as ref
-from rawgraph.ops.linear import path as linear_path
+from rawgraph.ops.matmul import path as linear_path
 from tests.helpers import (
     DTYPES,
     POISON,

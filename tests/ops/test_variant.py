@@ -40,3 +40,34 @@ def test_a_symbolic_count_needs_its_table():
     S = Symbols(n=Range(1, 4))
     with pytest.raises(ValueError, match="pass symbols"):
         by_count(S.n, print, lambda v: 0)
+
+
+def test_kernel_forms_are_chosen_in_a_block_and_put_back_after_it():
+    import threading
+
+    from rawgraph.ops import matmul
+    from rawgraph.ops.variant import DEFAULT, Variants, choose, chosen
+
+    assert chosen() == DEFAULT == Variants() and DEFAULT.split_k and DEFAULT.chained_attention
+    with choose(split_k=False) as outer:
+        assert chosen() is outer and not outer.split_k
+        with choose(persistent=False):  # nested: the outer block's choices carry on
+            assert not chosen().split_k and not chosen().persistent
+        with choose(Variants(fused_silu=False)):  # a whole table replaces them
+            assert chosen().split_k and not chosen().fused_silu
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(chosen()))  # per thread
+        t.start()
+        t.join()
+        assert seen == [DEFAULT]
+        assert chosen() is outer
+    assert chosen() == DEFAULT
+    with pytest.raises(TypeError, match="split_kk"):
+        with choose(split_kk=False):
+            pass
+    with pytest.raises(RuntimeError), choose(split_k=False):
+        raise RuntimeError  # put back on the way out of an exception too
+    assert chosen() == DEFAULT
+    # the ops read the table (test_op_plans: each switch's effect): past 64 rows the tiled
+    # GEMM without asking the device, unless the table sends them to the skinny GEMM
+    assert matmul.path(100, 4096) == "gemm"

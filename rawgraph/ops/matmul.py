@@ -24,14 +24,14 @@ from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.ops.gemv import GEMV, M_TILES, SMS, gemv_launch
-from rawgraph.ops.variant import by_count
+from rawgraph.ops.variant import by_count, chosen
 from rawgraph.symbols import Symbols, cdiv, smin
 
 _SIG = "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k"
 SKINNY = {(dt, c): Kernel("skinny", f"skinny_{s}" + (f"_c{c}" if c > 1 else ""), _SIG.format(t=t))
           for dt, (s, t) in KERNEL_TYPES.items() for c in (1, 2, 4)}
 SKINNY_ROWS, SKINNY_BK, SKINNY_SMEM = 64, 64, 5 * 16384  # skinny.cu: W rows per block, ring
-SKINNY_MAX = 64  # rows of x the skinny GEMM takes (skinny.cu; on Hopper WGMMA_SKINNY_TO)
+SKINNY_MAX = 64  # rows of x the skinny GEMM takes (skinny.cu; on Hopper wgmma_skinny_to)
 # the most rows a decode step takes: the GEMV to 16, the skinny GEMM to 64, the tiled GEMM
 # (the prefill path, k split where its tiles are few) beyond; the buckets of a server's
 # batches 65 to 256 (LLaMA-1B at 1,024 tokens holds 256 sequences' cache in 9 GB)
@@ -62,11 +62,10 @@ _SIG90 = ("const __grid_constant__ TensorMap xmap, const __grid_constant__ Tenso
 SPLIT_COST = {(128, 256): 6.0, (128, 192): 7.0, (128, 128): 5.0, (128, 96): 5.0}
 SPLIT_TILES, GEMM_SPLITS = tuple(SPLIT_COST), (1, 2, 3, 4, 5, 6, 7, 8)
 SPLIT_MIN_KTILES = 4  # k tiles (of 64) each block of a split takes at least: a ring's worth
-SPLIT_K = True  # False: every GEMM unsplit (an A/B switch for benchmarks and tests)
-# The wgmma GEMM's unsplit tiles in a grid of at most one wave, each block looping over tiles
-# with its ring running on, so a tile's loads overlap the previous tile's stores; False: a
-# block a tile (an A/B switch for benchmarks and tests: the same bits)
-PERSISTENT = True
+# (Whether GEMMs split at all, `Variants.split_k`, and whether the wgmma GEMM's unsplit
+# tiles run in a grid of at most one wave, each block looping over tiles with its ring
+# running on so a tile's loads overlap the previous tile's stores, `Variants.persistent`:
+# switches of ops.variant, for A/Bs.)
 # The GEMM's kernels also take y's descriptor: unsplit tiles store through it (tma_stores)
 _SIG90Y = _SIG90.replace("wmap, ", "wmap, const __grid_constant__ TensorMap ymap, ")
 GEMM_STAGING = 16384  # bytes of staging for those stores a warpgroup (gemm_sm90.cu kStaging)
@@ -102,20 +101,16 @@ TILE_SPEED = {(128, 256): 1.0, (128, 192): 0.94, (128, 128): 0.88, (128, 96): 0.
               (64, 128): 0.86}
 WIDE = 16384  # rows of W from which 9 to 16 rows of x take the skinny GEMM
 # The skinny GEMM on Hopper's wgmma with W and x brought by TMA (skinny_sm90.cu, issue #28):
-# x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES slots, for
-# WGMMA_SKINNY_FROM rows and more; fewer take skinny.cu. Alone it is ahead of skinny.cu on
-# every LLaMA weight at 16 to 64 rows (H200, us at 32 rows: 8B qkv 17.5 vs 26.9, down 33.1 vs
-# 47.0, gate_up 65.1 vs 73.1, LM head 256 vs 300), and the 8B decode step at 32 rows takes
-# 6.11 ms instead of 8.01. At 9 to 16 rows (gate_up and the LM head; the GEMV takes the rest)
-# it wins too once the down projection's GEMV behind it launches plainly (`plain_after`;
-# benchmarks/NOTES.md, "Skinny GEMM"). Set to SKINNY_MAX + 1 for skinny.cu on every row
-# count (other GPUs take it always).
-WGMMA_SKINNY_FROM = 1
-# The most rows the wgmma skinny GEMM takes: 128 sends 65 to 128 rows to its x tile of 128
-# rows (W read once, 3 ring slots) instead of the tiled GEMM split k ways. Its GPU tests pass
-# (the 100-row decode step in tests/model/test_model_gpu.py); 64 until `bench kernels --only
-# gemv` shows it ahead of the split GEMM there (its "wgmma us" at 128 rows).
-WGMMA_SKINNY_TO = 64
+# x-row tiles of 32, 64 or 128 rows, rings of SKINNY90_STAGES slots, from
+# `Variants.wgmma_skinny_from` rows (above SKINNY_MAX: skinny.cu on every row count, as other
+# GPUs take it always). Alone it is ahead of skinny.cu on every LLaMA weight at 16 to 64 rows
+# (H200, us at 32 rows: 8B qkv 17.5 vs 26.9, down 33.1 vs 47.0, gate_up 65.1 vs 73.1, LM head
+# 256 vs 300), and the 8B decode step at 32 rows takes 6.11 ms instead of 8.01. At 9 to 16
+# rows (gate_up and the LM head; the GEMV takes the rest) it wins too once the down
+# projection's GEMV behind it launches plainly (`plain_after`; benchmarks/NOTES.md, "Skinny
+# GEMM"). `Variants.wgmma_skinny_to` = 128 sends 65 to 128 rows to its x tile of 128 rows (W
+# read once, 3 ring slots) instead of the tiled GEMM split k ways: off (64) until `bench
+# kernels --only gemv` shows it ahead there.
 SKINNY90_ROWS, SKINNY90_THREADS = (32, 64, 128), 160
 # ring slots per (x tile, deep): as many as two blocks an SM hold, or (deep) as one block holds
 # with the SM's whole shared memory, for grids of at most one block an SM (`skinny90_deep`)
@@ -174,7 +169,7 @@ def skinny90_deep(n: int, c: int) -> bool:
 
 def skinny_wgmma(rows: int) -> bool:
     """Whether up to `rows` rows on the skinny path take the wgmma form (skinny_sm90.cu)."""
-    return hopper() and (rows >= WGMMA_SKINNY_FROM or rows > SKINNY_MAX)
+    return hopper() and (rows >= chosen().wgmma_skinny_from or rows > SKINNY_MAX)
 
 
 def skinny_gemm(dt: str, top: int, x: Any, w: Any, residual: Any, y: Any, m: Any, cap: int,
@@ -239,11 +234,13 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None,
 
 
 def device_plan(m: int, n: int, k: int) -> tuple[tuple[int, int], int]:
-    """gemm_plan on this device: the wgmma GEMM's tiles and split k (SPLIT_K) on Hopper, else
-    mma.sync's tiles."""
+    """gemm_plan on this device: the wgmma GEMM's tiles and split k (as `Variants` allow) on
+    Hopper, else mma.sync's tiles."""
     if not hopper():
         return gemm_plan(m, n, k)
-    return gemm_plan(m, n, k, split_slots() if SPLIT_K else None, GEMM90_TILES)
+    v = chosen()
+    return gemm_plan(m, n, k, split_slots() if v.split_k else None,
+                     v.gemm_tiles or GEMM90_TILES)
 
 
 @functools.cache
@@ -287,7 +284,7 @@ def gemm90_launch(dt: str, tile: tuple[int, int], c: int, x: Any, w: Any, residu
     tiles = cdiv(m, bm) * -(-n // bn)
     if c > 1:  # a cluster of c blocks a tile
         grid = (tiles * c,)
-    elif PERSISTENT:  # at most one wave, each block looping over the tiles
+    elif chosen().persistent:  # at most one wave, each block looping over the tiles
         grid = (smin(tiles, _wave(kernel, threads, smem)),)
     else:
         grid = (tiles,)
@@ -362,7 +359,7 @@ def plain_after(rows: int, n: int, k: int) -> bool:
 def path(rows: int, n: int) -> str:
     """The kernel family for up to `rows` rows of x through an n-row weight: 'gemv',
     'skinny' or 'gemm'."""
-    if rows > SKINNY_MAX and not (rows <= WGMMA_SKINNY_TO and hopper()):
+    if rows > SKINNY_MAX and not (rows <= chosen().wgmma_skinny_to and hopper()):
         return "gemm"
     return "skinny" if takes_skinny(rows, n) else "gemv"
 
