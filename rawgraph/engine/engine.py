@@ -72,11 +72,6 @@ class EngineStats:
                 **self.capture}
 
 
-def _row(arrays: tuple[Any, Any] | None, i: int) -> tuple[Any, Any] | None:
-    """Row i of read (lp, ids) arrays, or None."""
-    return None if arrays is None else (arrays[0][i], arrays[1][i])
-
-
 def _logprob(lp: Any, ids: Any, k: int) -> Logprob:
     """A token's entries as ops.Logprobs lays them out (entry 0 the token, then the top k;
     an id -1: fewer numbers than k) as a Logprob."""
@@ -348,9 +343,10 @@ class Engine:
         computing it again (samples of a prompt, a shared system prompt arriving in a
         burst), and those past the first few, not looked up yet."""
         held: set[int] = set()
-        if self.prefix is None:
-            return held
         t, bs, left = self.model.kv.tables, self.model.kv.block_size, self.model.max_chunk_seqs
+        if self.prefix is None or all(r.slot in t.active or r.finish
+                                      for r in self.scheduler.running):
+            return held  # nobody starts: the steady state of a full batch
         busy: set[int] = set()  # keys of blocks being prefilled
         fresh, started = [], []
         for r in self.scheduler.running:
@@ -441,27 +437,33 @@ class Engine:
                     r.prompt_logprobs.append(None)
                 k = r.sampling.prompt_logprobs or 0
                 r.prompt_logprobs += [_logprob(lp, ids, k) for lp, ids in zip(*sc)]
-        n = sum(self._emit(r, tok, done, _row(pending.first_lp, i))
-                for i, ((r, piece), tok) in enumerate(zip(pieces, first))
-                if piece.final and not r.finish)
-        return n + sum(self._emit(r, tok, done, _row(pending.lp, i))
-                       for i, (r, tok) in enumerate(zip(rows, nxt))
-                       if r is not None and not r.finish)
+        n = self._emit([r if piece.final else None for r, piece in pieces], first,
+                       pending.first_lp, done)
+        return n + self._emit(rows, nxt, pending.lp, done)
 
-    def _emit(self, r: Request, tok: int, done: list[Request],
-              lp: tuple[Any, Any] | None = None) -> int:
-        r.output.append(tok)
-        if r.sampling.logprobs is not None and lp is not None:
-            r.logprobs.append(_logprob(*lp, r.sampling.logprobs))
-        if r.first_step < 0:
-            r.first_step = self.steps
-        r.last_step = self.steps
-        why = "stop" if tok in r.stop else "length" if len(r.output) >= r.max_new_tokens \
-            else ""
-        if why:
-            r.finish = why  # its slot and blocks go back once the iteration is committed
-            done.append(r)
-        return 1
+    def _emit(self, rows: Sequence[Request | None], tokens: Sequence[int],
+              lp: tuple[Any, Any] | None, done: list[Request]) -> int:
+        """Each row's token into its request (None or finished: nothing), with its
+        log-probabilities (`lp`: the rows' arrays) where it asks; a request that stops or
+        reaches its length is finished and listed in `done`. Returns the tokens emitted.
+        One loop, no call per row: it runs over every row of every iteration."""
+        n, step = 0, self.steps
+        for i, (r, tok) in enumerate(zip(rows, tokens)):
+            if r is None or r.finish:
+                continue
+            out = r.output
+            out.append(tok)
+            n += 1
+            if lp is not None and r.sampling.logprobs is not None:
+                r.logprobs.append(_logprob(lp[0][i], lp[1][i], r.sampling.logprobs))
+            if r.first_step < 0:
+                r.first_step = step
+            r.last_step = step
+            if tok in r.stop or len(out) >= r.max_new_tokens:
+                # its slot and blocks go back once the iteration is committed
+                r.finish = "stop" if tok in r.stop else "length"
+                done.append(r)
+        return n
 
     # -- all or nothing ------------------------------------------------------------------------
 

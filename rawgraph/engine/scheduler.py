@@ -107,12 +107,18 @@ class Scheduler:
     def plan(self, held: Collection[int] = ()) -> Plan:
         """This iteration's prefill pieces (in arrival order; none for the requests whose
         ids are `held`) and decode rows."""
-        decode = [r for r in self.running if r.decoding]
-        pieces, budget = [], self.decode_chunk if decode else self.chunk_tokens
+        decode, starting = [], []  # one pass: this runs every iteration over every request
         for r in self.running:
-            if (r.decoding or r.finish or budget == 0 or len(pieces) == self.chunk_seqs
-                    or id(r) in held):
+            if r.finish:
                 continue
+            if r.prefilled == len(r.prompt):  # r.decoding
+                decode.append(r)
+            elif id(r) not in held:
+                starting.append(r)
+        pieces, budget = [], self.decode_chunk if decode else self.chunk_tokens
+        for r in starting:
+            if budget == 0 or len(pieces) == self.chunk_seqs:
+                break
             take = min(len(r.prompt) - r.prefilled, budget)
             end = r.prefilled + take
             bans = tuple(sorted(r.stop)) if r.sampling.min_tokens else ()

@@ -213,7 +213,7 @@ def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTable
     live = got[got >= 0]
     if len(set(live.tolist())) < len(live) or live.max() >= limits.max_batch:
         raise ValueError(f"slots {got.tolist()} must be distinct, in [0, {limits.max_batch})")
-    if np.isin(got[joins], sl[sl >= 0]).any():  # its token on the way is on the device
+    if joins.any() and np.isin(got[joins], sl[sl >= 0]).any():  # its token is on its way
         raise ValueError(f"slots {got.tolist()}: a sequence of the continued step may not "
                          f"move to another row")
     dev = np.zeros(len(got), bool) if fed is None else np.asarray(list(fed), bool)
@@ -234,7 +234,7 @@ def check_follow(last: LastStep | None, slots: Sequence[int], tables: BlockTable
             raise ValueError(f"token ids {tok[host].tolist()} outside [0, {limits.vocab})")
     kept = (got >= 0) & ~joins
     cont = got[kept]
-    if (not all(int(s) in tables.active for s in live)
+    if (not tables.active.issuperset(live.tolist())
             or (tables.lens[cont] != last.lens[kept[:len(sl)]]).any()
             or (tables.started[cont] != last.started[kept[:len(sl)]]).any()):
         raise ValueError(f"slots {got.tolist()}: their sequences changed since the step this "
