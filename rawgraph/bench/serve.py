@@ -119,7 +119,7 @@ BURST_TOKENS = 64  # tokens each request of the burst asks for
 
 
 @dataclass
-class Plan:
+class ClientRequest:
     """One client request: when, what, and whether the client leaves after `leave_after`
     tokens (0: stays) or sends a malformed body (`bad`)."""
 
@@ -131,7 +131,7 @@ class Plan:
     bad: str = ""
 
 
-def plans(load: Load, vocab: int) -> list[Plan]:
+def client_requests(load: Load, vocab: int) -> list[ClientRequest]:
     """The load's requests (seeded): the streams and the malformed ones."""
     rng = np.random.default_rng(load.seed)
     at = np.zeros(load.requests) if load.closed else \
@@ -141,25 +141,25 @@ def plans(load: Load, vocab: int) -> list[Plan]:
         n = int(rng.integers(load.prompt[0], load.prompt[1] + 1))
         m = int(rng.integers(load.output[0], load.output[1] + 1))
         leave = int(rng.integers(1, max(2, m // 2))) if rng.random() < load.leave else 0
-        out.append(Plan(i, float(at[i]), rng.integers(0, vocab, n).tolist(), m, leave))
+        out.append(ClientRequest(i, float(at[i]), rng.integers(0, vocab, n).tolist(), m, leave))
     kinds = ("json", "field", "max_tokens", "context")
     for j in range(load.malformed):
-        out.append(Plan(load.requests + j, float(rng.uniform(0, at[-1])), [1, 2, 3], 4,
+        out.append(ClientRequest(load.requests + j, float(rng.uniform(0, at[-1])), [1, 2, 3], 4,
                         bad=kinds[j % len(kinds)]))
     return sorted(out, key=lambda p: p.at)
 
 
-def burst(load: Load) -> list[Plan]:
+def burst(load: Load) -> list[ClientRequest]:
     """Short requests (BURST_TOKENS each) all at once, past the queue's room. Whether some
     get 429 depends on how fast the engine drains the queue against how fast the server takes
     requests in: on the H200 the engine in its own process took all 576 as they came (llama-1b
     and 8B, with 4 tokens each and with 64), on a thread it refused 32 to 52."""
     first = load.requests + load.malformed
-    return [Plan(first + j, 0.0, [5, 6, 7], BURST_TOKENS, bad="burst")
+    return [ClientRequest(first + j, 0.0, [5, 6, 7], BURST_TOKENS, bad="burst")
             for j in range(load.max_queue + load.burst_extra)]
 
 
-def _body(p: Plan, load: Load) -> bytes:
+def _body(p: ClientRequest, load: Load) -> bytes:
     stream = load.stream or p.bad == "burst" or p.leave_after > 0  # leaving needs a stream
     body: dict[str, Any] = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": 0,
                             "stream": stream}
@@ -176,7 +176,7 @@ def _body(p: Plan, load: Load) -> bytes:
     return json.dumps(body).encode()
 
 
-async def _one(client: Any, url: str, p: Plan, load: Load, t0: float) -> dict[str, Any]:
+async def _one(client: Any, url: str, p: ClientRequest, load: Load, t0: float) -> dict[str, Any]:
     """Send one request at its time; what came back."""
     await asyncio.sleep(max(0.0, t0 + p.at - time.monotonic()))
     sent = time.monotonic()
@@ -217,7 +217,7 @@ async def _one(client: Any, url: str, p: Plan, load: Load, t0: float) -> dict[st
     return res
 
 
-def _clients(args: tuple[str, list[Plan], Load, float, int]) -> list[dict[str, Any]]:
+def _clients(args: tuple[str, list[ClientRequest], Load, float, int]) -> list[dict[str, Any]]:
     """One client process: its share of the requests, each on its own stream at its time;
     or (closed loop) in `loops` clients, each sending its next request when its last
     ends."""
@@ -225,7 +225,7 @@ def _clients(args: tuple[str, list[Plan], Load, float, int]) -> list[dict[str, A
 
     url, mine, load, t0, loops = args
 
-    async def closed(client: Any, share: list[Plan]) -> list[dict[str, Any]]:
+    async def closed(client: Any, share: list[ClientRequest]) -> list[dict[str, Any]]:
         return [await _one(client, url, p, load, t0) for p in share]
 
     async def go() -> list[dict[str, Any]]:
@@ -291,7 +291,7 @@ def _metric(text: str, name: str) -> float:
     raise KeyError(name)
 
 
-def _send(pool: Any, url: str, work: list[Plan], load: Load
+def _send(pool: Any, url: str, work: list[ClientRequest], load: Load
           ) -> tuple[list[dict[str, Any]], float]:
     """`work` from the client processes; (results, seconds from the first request sent to
     the last answer's end: the clients' own clock, CLOCK_MONOTONIC, one for every process
@@ -316,7 +316,7 @@ def served(load: Load, vocab: int) -> tuple[list[dict[str, Any]], dict[str, Any]
     try:  # its graphs captured at start-up: any more during the load made an iteration wait
         captured = _metric(httpx.get(f"{url}/metrics").text, "graph_captures_total")
         with multiprocessing.get_context("spawn").Pool(load.clients) as pool:
-            results, wall = _send(pool, url, plans(load, vocab), load)
+            results, wall = _send(pool, url, client_requests(load, vocab), load)
             _progress(f"{load.preset}: {len(results)} requests served in {wall:.1f} s")
             # (a closed loop measures throughput alone: no burst after it)
             more = [] if load.closed else _send(pool, url, burst(load), load)[0]
@@ -347,7 +347,8 @@ def _progress(line: str) -> None:
     print(f"bench serve: {line}", file=sys.stderr, flush=True)
 
 
-def offline(load: Load, work: list[Plan]) -> tuple[dict[int, list[int]], float, float, float]:
+def offline(load: Load, work: list[ClientRequest]
+            ) -> tuple[dict[int, list[int]], float, float, float]:
     """The same requests (all at once) through `Engine.run`: (tokens per request, output
     tokens/s, median ms of its decode-only iterations, and the decode step at the load's
     batch: `load.max_batch` rows at the work's mean context (prompt and half the output),
@@ -404,7 +405,7 @@ def measure(load: Load) -> dict[str, Any]:
     done = [r for r in taken if not r["left"]]
     # the same work offline: every request the server took, one whose client left cut to
     # the tokens it had received (its prompt was prefilled and those tokens decoded)
-    work = {p.i: p for p in plans(load, cfg.vocab)}
+    work = {p.i: p for p in client_requests(load, cfg.vocab)}
     replay = [dataclasses.replace(work[r["i"]], max_tokens=len(r["tokens"])) if r["left"]
               else work[r["i"]] for r in taken]
     t0 = time.monotonic()

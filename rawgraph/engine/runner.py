@@ -301,7 +301,7 @@ class Runner(Launched):
 
     # -- one iteration -----------------------------------------------------------------------
 
-    def chunk(self, tokens: int) -> int:
+    def chunk_size(self, tokens: int) -> int:
         """The smallest chunk size holding `tokens` (planners never exceed the largest)."""
         c = next((c for c in self.chunks if c >= tokens), None)
         if c is None:
@@ -394,7 +394,7 @@ class Runner(Launched):
         eagerly) for the decode step's bucket (above the largest: its rows, eagerly) and the
         chunk's size, or (`mixed`) one for both."""
         b = self.bucket(len(slots)) if slots else None
-        c = self.chunk(st.prefill_tokens) if pieces else None
+        c = self.chunk_size(st.prefill_tokens) if pieces else None
         if slots and b is None:
             self._eager(st, f"{len(slots)} rows exceed the largest bucket {self.buckets[-1]}")
         if self.mixed and b is not None and c is not None:

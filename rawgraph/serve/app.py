@@ -413,7 +413,8 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
 
         try:
             if g.chat:
-                yield _sse(protocol.chunk(g, rid, info.model_id, created, None, [], None, True))
+                yield _sse(protocol.stream_chunk(g, rid, info.model_id, created, None, [], None,
+                                                 True))
             line = protocol.chunk_line(g, rid, info.model_id, created)
             try:
                 if g.echo:
@@ -421,7 +422,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                 while (piece := await relay.next()) is not None:
                     text, ids, lps = piece
                     if g.logprobs is not None:
-                        yield _sse(protocol.chunk(g, rid, info.model_id, created, text, ids,
+                        yield _sse(protocol.stream_chunk(g, rid, info.model_id, created, text, ids,
                                                  None, logprobs=relay.piece_logprobs(text, ids,
                                                                                      lps)))
                     elif text or (ids and not g.chat):
@@ -431,7 +432,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                 yield "data: [DONE]\n\n"
                 return
             rest = relay.rest()
-            yield _sse(protocol.chunk(g, rid, info.model_id, created, rest or None, [],
+            yield _sse(protocol.stream_chunk(g, rid, info.model_id, created, rest or None, [],
                                      relay.finish))
             if g.include_usage:
                 yield _sse(protocol.usage_chunk(g, rid, info.model_id, created,
@@ -462,7 +463,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
         try:
             if g.chat:
                 for i in range(len(relays)):
-                    yield _sse(protocol.chunk(g, rid, info.model_id, created, None, [], None,
+                    yield _sse(protocol.stream_chunk(g, rid, info.model_id, created, None, [], None,
                                              True, i))
             for _ in relays:
                 while True:
@@ -475,7 +476,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                         raise piece
                     if piece is None:
                         r = relays[i]
-                        yield _sse(protocol.chunk(g, rid, info.model_id, created,
+                        yield _sse(protocol.stream_chunk(g, rid, info.model_id, created,
                                                  r.rest() or None, [], r.finish, index=i))
                         break
                     if isinstance(piece, str):  # an echoed prompt's chunk
@@ -485,7 +486,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
                     if text or ids:
                         lp = relays[i].piece_logprobs(text, ids, lps)
                         if text or lp is not None or not g.chat:
-                            yield _sse(protocol.chunk(g, rid, info.model_id, created, text,
+                            yield _sse(protocol.stream_chunk(g, rid, info.model_id, created, text,
                                                      ids, None, index=i, logprobs=lp))
             if g.include_usage:
                 yield _sse(protocol.usage_chunk(g, rid, info.model_id, created,
@@ -508,7 +509,7 @@ def create_app(worker: Worker, info: ModelInfo, *, timeout_s: float | None = Non
             if relay._held[0] == "prompt":
                 relay.prompt_lp, relay._held = list(relay._held[1]), None
         text, lp = relay.echo(g.prompts[i // g.n])
-        return _sse(protocol.chunk(g, rid, info.model_id, created, text,
+        return _sse(protocol.stream_chunk(g, rid, info.model_id, created, text,
                                    relay.job.request.prompt, None, index=i, logprobs=lp))
 
     async def completions(http: HTTPRequest) -> Response | _EventStream:

@@ -343,7 +343,7 @@ def response(g: Generation, rid: str, model: str, choices: list[dict[str, Any]],
             "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
 
-def chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
+def stream_chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
           ids: list[int], finish: str | None, role: bool = False,
           index: int = 0, logprobs: dict | None = None) -> dict[str, Any]:
     """One streamed chunk of choice `index`: new text (and token ids, and their `logprobs`
@@ -365,11 +365,11 @@ def chunk(g: Generation, rid: str, model: str, created: int, text: str | None,
 def chunk_line(g: Generation, rid: str, model: str, created: int
                ) -> Callable[[str, list[int]], str]:
     """line(text, ids): the server-sent event of a streamed chunk of choice 0 with new text
-    and token ids (`chunk(...)` as JSON, `data: ` before it, a blank line after), the parts
+    and token ids (`stream_chunk(...)` as JSON, `data: ` before it, a blank line after), the parts
     that stay the same over the stream rendered once: a token then costs the encoding of
     its own text."""
     mark, mark_id = "\ue000", 2**62 + 17  # values no chunk holds, found and cut out below
-    line = f"data: {json.dumps(chunk(g, rid, model, created, mark, [mark_id], None), ensure_ascii=False)}\n\n"  # noqa: E501
+    line = f"data: {json.dumps(stream_chunk(g, rid, model, created, mark, [mark_id], None), ensure_ascii=False)}\n\n"  # noqa: E501
     # (the last occurrences: a model name could hold the marks, the choice comes after it)
     head, tail = line.rsplit(json.dumps(mark, ensure_ascii=False), 1)
     if g.chat:  # a chat chunk carries no token ids

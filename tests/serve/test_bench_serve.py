@@ -8,12 +8,12 @@ import pytest
 pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from rawgraph.bench.serve import Load, burst, measure, plans
+from rawgraph.bench.serve import Load, burst, client_requests, measure
 
 
 def test_the_plan_is_seeded_and_mixes_streams_faults_and_a_burst():
     load = Load(preset="tiny", requests=40, malformed=8, burst_extra=10)
-    a, b = plans(load, 512), plans(load, 512)
+    a, b = client_requests(load, 512), client_requests(load, 512)
     assert [(p.at, p.prompt, p.max_tokens, p.leave_after, p.bad) for p in a] == \
         [(p.at, p.prompt, p.max_tokens, p.leave_after, p.bad) for p in b]
     assert len(a) == 48 and len(burst(load)) == 50
@@ -64,7 +64,7 @@ def test_a_closed_loop_keeps_its_clients_busy_and_loses_nothing(stream):
     load = Load(preset="tiny", reference=True, requests=18, prompt=(16, 16), output=(8, 8),
                 leave=0.0, malformed=0, max_batch=4, max_context=96, clients=3, closed=6,
                 stream=stream)
-    assert all(p.at == 0.0 for p in plans(load, 512))
+    assert all(p.at == 0.0 for p in client_requests(load, 512))
     row = measure(load)
     assert row["closed-loop clients"] == 6 and row["sent"] == 18 == row["completed"]
     assert row["streamed"] == stream

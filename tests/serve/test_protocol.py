@@ -151,12 +151,13 @@ def test_response_and_chunk_shapes():
     assert r["object"] == "text_completion" and r["choices"][0]["text"] == "hi"
     assert r["choices"][0]["token_ids"] == [5, 6] and r["usage"]["total_tokens"] == 4
     assert [c["index"] for c in r["choices"]] == [0, 1]
-    assert protocol.chunk(g, "id", "m", 0, "a", [3], None, index=5)["choices"][0]["index"] == 5
+    got = protocol.stream_chunk(g, "id", "m", 0, "a", [3], None, index=5)
+    assert got["choices"][0]["index"] == 5
     c = parse({"messages": [{"role": "user", "content": "x"}], "stream": True}, True, "m")
-    first = protocol.chunk(c, "id", "m", 0, None, [], None, role=True)
+    first = protocol.stream_chunk(c, "id", "m", 0, None, [], None, role=True)
     assert first["object"] == "chat.completion.chunk"
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    last = protocol.chunk(c, "id", "m", 0, None, [], "length")
+    last = protocol.stream_chunk(c, "id", "m", 0, None, [], "length")
     assert last["choices"][0]["delta"] == {} and last["choices"][0]["finish_reason"] == "length"
     assert protocol.usage_chunk(c, "id", "m", 0, 4, 5)["choices"] == []
     assert protocol.new_id(True).startswith("chatcmpl-")
@@ -172,7 +173,7 @@ def test_a_streamed_chunk_line_is_the_chunk_as_json(chat):
     line = protocol.chunk_line(g, "cmpl-7", model, 1700000000)
     for text, ids in [("", [5]), ("h\u00e9llo \"q\" \\ \n\U0001f680", [1, 2, 3]), ("\ue000", []),
                       ("[2]", [2])]:
-        want = protocol.chunk(g, "cmpl-7", model, 1700000000, text, ids, None)
+        want = protocol.stream_chunk(g, "cmpl-7", model, 1700000000, text, ids, None)
         assert line(text, ids) == f"data: {json.dumps(want, ensure_ascii=False)}\n\n"
 
 
