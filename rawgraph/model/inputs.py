@@ -11,7 +11,7 @@ and a graph is patched to. `decode`, `follow`, `prefill` and `mixed` are its par
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,21 +48,25 @@ class Inputs:
     prefill chunks (`pre_meta`, `rule_meta`) and mixed iterations (`mix_meta`, made on
     first use), and each slot's sampling parameters (`sampling`). `kv`: the decoder's
     cache, whose tables each iteration grows; `pre_next`: the device array a chunk's head
-    writes its pieces' next tokens to (a joining decode row may be fed from it)."""
+    writes its pieces' next tokens to (a joining decode row may be fed from it).
+    `staging`: what makes a staging buffer of fields (`memory.Staging`; the CPU tests pass
+    one on host memory)."""
 
-    def __init__(self, limits: Limits, kv: PagedKVCache, pre_next: Any):
+    def __init__(self, limits: Limits, kv: PagedKVCache, pre_next: Any,
+                 staging: Callable[[dict], Staging] = Staging):
         self.limits, self.kv, self.pre_next = limits, kv, pre_next
+        self._staging = staging
         b, c, s = limits.max_batch, limits.max_chunk, limits.max_chunk_seqs
-        self.dec_meta = Staging({**sampling_fields(b), "ids": (np.int32, b),
+        self.dec_meta = staging({**sampling_fields(b), "ids": (np.int32, b),
                                  "pos": (np.int32, b), "slots": (np.int32, b)})
-        self.pre_meta = Staging({**sampling_fields(s), "ids": (np.int32, c),
+        self.pre_meta = staging({**sampling_fields(s), "ids": (np.int32, c),
                                  "pos": (np.int32, c), "slots": (np.int32, c),
                                  "cu": (np.int32, s + 1), "seqs": (np.int32, s),
                                  "last": (np.int32, s), "last_pos": (np.int32, s),
                                  "final": (np.int32, s), "install": (np.int32, s)})
         # rules: what a sequence's first chunk installs (pushed only for chunks that install)
         cap = ops.logits.BIAS_CAP
-        self.rule_meta = Staging({"nb": (np.int32, s), "ids": (np.int32, s * cap),
+        self.rule_meta = staging({"nb": (np.int32, s), "ids": (np.int32, s * cap),
                                   "vals": (np.float32, s * cap), "until": (np.int32, s * cap)})
         self.mix_meta: Staging | None = None  # a mixed iteration's rows: `mix_staging`
         # per-slot sampling parameters, gathered into each step's metadata
@@ -76,7 +80,7 @@ class Inputs:
         (made on the first call: call it outside a capture)."""
         if self.mix_meta is None:
             rows = self.limits.max_batch + self.limits.max_chunk
-            self.mix_meta = Staging({"ids": (np.int32, rows), "pos": (np.int32, rows),
+            self.mix_meta = self._staging({"ids": (np.int32, rows), "pos": (np.int32, rows),
                                      "slots": (np.int32, rows)})
         return self.mix_meta
 
@@ -204,9 +208,9 @@ class Inputs:
         tokens or their sequences on the host are not ones that may continue that step."""
         t = self.kv.tables
         src = np.full(len(slots), -1, np.int64) if fed is None else np.asarray(fed, np.int64)
-        if len(src) != len(slots) or src.max(initial=-1) >= self.max_chunk_seqs:
+        if len(src) != len(slots) or src.max(initial=-1) >= self.limits.max_chunk_seqs:
             raise ValueError(f"fed {src.tolist()}: one per row, a chunk's piece index in "
-                             f"[0, {self.max_chunk_seqs}) or -1")
+                             f"[0, {self.limits.max_chunk_seqs}) or -1")
         joins = step.check_follow(last, slots, t, self.limits, tokens, src >= 0)
         assert last is not None
         got = np.asarray(list(slots), np.int64)
