@@ -80,8 +80,9 @@ class Inputs:
         (made on the first call: call it outside a capture)."""
         if self.mix_meta is None:
             rows = self.limits.max_batch + self.limits.max_chunk
-            self.mix_meta = self._staging({"ids": (np.int32, rows), "pos": (np.int32, rows),
-                                     "slots": (np.int32, rows)})
+            self.mix_meta = self._staging({"ids": (np.int32, rows),
+                                           "pos": (np.int32, rows),
+                                           "slots": (np.int32, rows)})
         return self.mix_meta
 
     def prepare(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
@@ -97,13 +98,15 @@ class Inputs:
         is the caller's). ValueError or OutOfBlocks before anything changes for the part
         that fails (a caller with both parts checks the decode rows first:
         `Runner._check_both`)."""
+        if slots and tokens is None and not follow:  # before anything changes
+            raise ValueError("tokens are needed unless the step follows the last one")
         ds = decode_stream
         ps = ds if mixed is not None else prefill_stream
         sizes = self.prefill(pieces, ps, sync=False) if pieces else {}
         if follow:  # its copy of the tables carries the chunk's
             sizes["max_len"] = self.follow(slots, last, ds, tokens, fed)
         elif slots:
-            assert tokens is not None
+            assert tokens is not None  # checked above
             sizes["max_len"] = self.decode(slots, tokens, ds, sampling)
         else:
             self.kv.sync(ds)

@@ -116,7 +116,7 @@ def test_refused_iterations_change_nothing():
     x.prepare([PrefillPiece(0, [1, 2], 0)], [], None)
     before = t.lens.copy(), set(t.active), t.alloc.num_free
     for bad in (([], [0, 0], [1, 2]), ([], [0], [100]), ([PrefillPiece(1, [1] * 33, 0)], [], None),
-                ([PrefillPiece(0, [1], 5)], [], None)):
+                ([PrefillPiece(0, [1], 5)], [], None), ([PrefillPiece(1, [1], 0)], [0], None)):
         with pytest.raises(ValueError):
             x.prepare(*bad)
     assert (t.lens == before[0]).all() and set(t.active) == before[1]
