@@ -40,10 +40,10 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, self.prog)
 
 
-def model_facts(cfg: ModelConfig, fp8: Any = None) -> dict[str, Any]:
+def model_facts(cfg: ModelConfig, stored: Any = None) -> dict[str, Any]:
     """What `rawgraph info --model` says of a model: its family and what the family adds to
-    LLaMA's layers, its shape, its window, and how its weights are stored (`fp8`: the
-    checkpoint's FP8 format, `model.quant.Fp8`)."""
+    LLaMA's layers, its shape, its window, and how its weights are stored (`stored`: the
+    checkpoint's quantized format, `model.quant.Fp8` or `Int4`)."""
     fam = cfg.fam
     adds = [what for what, on in (("q, k, v biases", fam.qkv_bias),
                                   ("q and k head norms", fam.qk_norm)) if on]
@@ -54,19 +54,28 @@ def model_facts(cfg: ModelConfig, fp8: Any = None) -> dict[str, Any]:
                      f"vocab {cfg.vocab}",
             "dtype": cfg.dtype, "tied embeddings": cfg.tie_embeddings,
             "sliding window": cfg.sliding_window or "none",
-            "weights": f"{cfg.weight_bytes() / 2**30:.2f} GiB"
-                       + ("" if fp8 is None else f" once dequantized at load from FP8 e4m3 "
-                          f"({fp8.method}, per {fp8.strategy})")}
+            "weights": f"{cfg.weight_bytes() / 2**30:.2f} GiB" + _stored(stored)}
+
+
+def _stored(fmt: Any) -> str:
+    """How `model_facts` says a quantized checkpoint's weights are stored."""
+    if fmt is None:
+        return ""
+    if fmt.method in ("awq", "gptq"):
+        group = "per row" if fmt.group == -1 else f"groups of {fmt.group}"
+        return f" once dequantized at load from 4 bits ({fmt.method}, {group})"
+    return f" once dequantized at load from FP8 e4m3 ({fmt.method}, per {fmt.strategy})"
 
 
 def _info(args: argparse.Namespace) -> int:
     facts = info()
     if args.model:
-        from rawgraph.model.checkpoint import config, stored_fp8
+        from rawgraph.model.checkpoint import config, stored_format
 
         preset_name = args.model in PRESETS
         cfg = PRESETS[args.model] if preset_name else config(args.model)
-        facts = {**facts, **model_facts(cfg, None if preset_name else stored_fp8(args.model))}
+        stored = None if preset_name else stored_format(args.model)
+        facts = {**facts, **model_facts(cfg, stored)}
     if args.json:
         print(json.dumps(facts, indent=2))
         return 0

@@ -5,7 +5,8 @@ or shards with model.safetensors.index.json), optionally tokenizer.json.
 expected tensor present with its shape, nothing unexpected, dtypes among F16/BF16/F32, and
 values representable in the dtype the model runs in. Errors name the file and the key. FP8
 checkpoints (`quantization_config`, `model.quant`) have their projections stored as F8_E4M3
-with scales beside them: each is checked against the format and dequantized at load.
+with scales beside them, 4-bit ones (AWQ, GPTQ) as packed words with zero points and scales
+in their place: each is checked against the format and dequantized at load.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rawgraph.model.weights import shapes
 
 INDEX = "model.safetensors.index.json"
 _IGNORED = ("rotary_emb.inv_freq",)  # buffers some exporters save; recomputed from the config
+_QUANTIZED = {"float8_e4m3": "F8_E4M3", "int32": "I32"}  # dtypes only quantized modules hold
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Checkpoint:
     tensors: dict[str, np.ndarray]
     tokenizer: Path | None = None
     files: dict[str, Path] = field(default_factory=dict)
-    fp8: quant.Fp8 | None = None
+    quant: quant.Format | None = None
 
 
 def _json(path: Path) -> Any:
@@ -102,39 +104,28 @@ def _convert(x: np.ndarray, src: str, dst: str, where: str) -> np.ndarray:
     return f32.astype(np.float16)
 
 
-def _float32(x: np.ndarray, src: str) -> np.ndarray:
-    return from_bf16_bits(x) if src == "bfloat16" else np.asarray(x, np.float32)
-
-
-def _fp8_weight(fp8: quant.Fp8, module: str, infos: dict[str, tuple[Path, TensorInfo]],
-                dtype: str) -> np.ndarray:
-    """A quantized module's weight, dequantized into `dtype` storage."""
-    f, info = infos[f"{module}.weight"]
-    where = f"{f.name}: tensor {module + '.weight'!r}"
-    if info.dtype != "float8_e4m3":
-        raise CheckpointError(f"{where} is {info.dtype}; quantization_config quantizes "
-                              f"{module} (F8_E4M3 expected, or list it in its ignore)")
-    sf, sinfo = infos[f"{module}.{fp8.scale}"]
-    if sinfo.dtype == "float8_e4m3":
-        raise CheckpointError(f"{sf.name}: tensor {module}.{fp8.scale!r} must be a float scale")
-    for extra in (f"{module}.input_scale", f"{module}.input_scale_ub"):
-        if extra in infos:  # read and checked; activations run unquantized
-            xf, xi = infos[extra]
-            x = _float32(open_tensor(xf, xi), xi.dtype)
-            if xi.dtype == "float8_e4m3" or not np.isfinite(x).all() or (x <= 0).any():
-                raise CheckpointError(f"{xf.name}: tensor {extra!r} must hold positive, "
-                                      f"finite scales")
+def _quant_weight(fmt: quant.Format, module: str, shape: tuple[int, int],
+                  infos: dict[str, tuple[Path, TensorInfo]], dtype: str) -> np.ndarray:
+    """A quantized module's weight, dequantized by its format into `dtype` storage."""
+    need, may = fmt.extras(module)
+    names = ([f"{module}.weight"] if not fmt.replaces_weight else []) + need + [
+        n for n in may if n in infos]
+    parts = {}
+    for name in names:
+        f, info = infos[name]
+        parts[name[len(module) + 1:]] = quant.Stored(open_tensor(f, info), info.dtype,
+                                                     f"{f.name}: tensor {name!r}")
     try:
-        w = fp8.dequantize(open_tensor(f, info), _float32(open_tensor(sf, sinfo), sinfo.dtype),
-                           where)
+        w = fmt.weight(parts, shape)
     except ValueError as e:
         raise CheckpointError(str(e)) from None
-    return _convert(w, "float32", dtype, where)
+    return _convert(w, "float32", dtype, f"{module} (dequantized)")
 
 
-def stored_fp8(path: str | Path) -> quant.Fp8 | None:
-    """The FP8 format a checkpoint directory's weights are stored in (None: not FP8), from
-    its config.json alone; CheckpointError for a quantization_config it cannot load."""
+def stored_format(path: str | Path) -> quant.Format | None:
+    """The quantized format a checkpoint directory's weights are stored in (None: fp16,
+    bf16 or fp32), from its config.json alone; CheckpointError for a quantization_config it
+    cannot load."""
     cfg_path = Path(path) / "config.json"
     got = _json(cfg_path)
     try:
@@ -162,24 +153,27 @@ def config(path: str | Path, dtype: str | None = None) -> ModelConfig:
 
 
 def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
-    """Load and check a checkpoint directory (tensors memory-mapped when no conversion; FP8
-    weights dequantized)."""
+    """Load and check a checkpoint directory (tensors memory-mapped when no conversion;
+    FP8 and 4-bit weights dequantized)."""
     cfg = config(path, dtype)
     root = Path(path)
-    fp8 = stored_fp8(root)
+    fmt = stored_format(root)
     where = _files(root)
     headers: dict[Path, dict[str, TensorInfo]] = {f: read_header(f) for f in set(where.values())}
     want = shapes(cfg)
-    # the Linear modules an FP8 checkpoint stores quantized, and the scales beside them
+    # the Linear modules a quantized checkpoint stores quantized, and what stands beside (FP8:
+    # scales) or for (4-bit: packed words, zero points, scales) their weights
     modules = [n[:-len(".weight")] for n in want
                if n.endswith("_proj.weight") or n == "lm_head.weight"]
-    fp8_modules = [m for m in modules if fp8 is not None and fp8.quantized(m)]
+    quantized = {m for m in modules if fmt is not None and fmt.quantized(m)}
     need, may = set(want), set()
-    for m in fp8_modules:
-        assert fp8 is not None
-        n, o = fp8.extras(m)
+    for m in quantized:
+        assert fmt is not None
+        n, o = fmt.extras(m)
         need.update(n)
         may.update(o)
+        if fmt.replaces_weight:
+            need.discard(f"{m}.weight")
     have = {k for k in where if not k.endswith(_IGNORED)}
     if cfg.tie_embeddings:
         have.discard("lm_head.weight")  # tied: the embedding is the head
@@ -196,31 +190,35 @@ def load(path: str | Path, dtype: str | None = None) -> Checkpoint:
         if info is None:
             raise CheckpointError(f"{f.name}: the index puts {name!r} here but the file lacks it")
         infos[name] = (f, info)
-    tensors, quantized = {}, set(fp8_modules)
+    tensors: dict[str, np.ndarray] = {}
     for name, shape in want.items():
-        f, info = infos[name]
-        if info.shape != shape:
-            raise CheckpointError(f"{f.name}: {name!r} has shape {info.shape}, the config "
-                                  f"implies {shape}")
+        module = name[:-len(".weight")]
         try:
-            if name[:-len(".weight")] in quantized:
-                assert fp8 is not None
-                tensors[name] = _fp8_weight(fp8, name[:-len(".weight")], infos, cfg.dtype)
-            elif info.dtype == "float8_e4m3":
+            if module in quantized:
+                assert fmt is not None and len(shape) == 2
+                tensors[name] = _quant_weight(fmt, module, (shape[0], shape[1]), infos,
+                                              cfg.dtype)
+                continue
+            f, info = infos[name]
+            if info.shape != shape:
+                raise CheckpointError(f"{f.name}: {name!r} has shape {info.shape}, the "
+                                      f"config implies {shape}")
+            if info.dtype in _QUANTIZED:
                 raise CheckpointError(
-                    f"{f.name}: tensor {name!r} is F8_E4M3, but " + (
-                        "config.json has no quantization_config" if fp8 is None else
-                        f"quantization_config leaves {name[:-len('.weight')]} unquantized"))
-            else:
-                tensors[name] = _convert(open_tensor(f, info), info.dtype, cfg.dtype,
-                                         f"{f.name}: tensor {name!r}")
+                    f"{f.name}: tensor {name!r} is {_QUANTIZED[info.dtype]}, but " + (
+                        "config.json has no quantization_config" if fmt is None else
+                        f"quantization_config leaves {module} unquantized"))
+            tensors[name] = _convert(open_tensor(f, info), info.dtype, cfg.dtype,
+                                     f"{f.name}: tensor {name!r}")
         except OSError as e:
-            raise CheckpointError(f"{f.name}: cannot read {name!r} ({e})") from None
+            raise CheckpointError(f"{infos.get(name, (root,))[0]}: cannot read {name!r} "
+                                  f"({e})") from None
     tok = root / "tokenizer.json"
     if tok.exists() and not tok.is_file():
         raise CheckpointError(f"{tok}: not a file")
-    return Checkpoint(cfg, tensors, tok if tok.is_file() else None,
-                      {k: where[k] for k in tensors}, fp8)
+    files = {k: where[k] if k in where else where[f"{k[:-len('.weight')]}.qweight"]
+             for k in tensors}
+    return Checkpoint(cfg, tensors, tok if tok.is_file() else None, files, fmt)
 
 
 def save(path: str | Path, cfg: ModelConfig, tensors: dict[str, np.ndarray],

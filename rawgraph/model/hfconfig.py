@@ -107,7 +107,7 @@ def _math_fields(cfg: dict, fam: Family) -> None:
     for key in ("num_experts", "num_local_experts"):  # the MoE variants of these families
         if cfg.get(key):
             raise ValueError(f"{key} {cfg[key]!r}: mixture-of-experts models are not supported")
-    quant.read(cfg.get("quantization_config"))  # FP8 formats only, each field checked
+    quant.read(cfg.get("quantization_config"))  # FP8 and 4-bit formats, each field checked
 
 
 def window(cfg: dict, fam: Family, layers: int) -> int | None:

@@ -21,7 +21,8 @@ import numpy as np
 
 # safetensors dtype -> (numpy dtype of the stored bits, rawgraph name)
 DTYPES = {"F16": (np.float16, "float16"), "BF16": (np.uint16, "bfloat16"),
-          "F32": (np.float32, "float32"), "F8_E4M3": (np.uint8, "float8_e4m3")}
+          "F32": (np.float32, "float32"), "F8_E4M3": (np.uint8, "float8_e4m3"),
+          "I32": (np.int32, "int32")}
 _NAMES = {v[1]: k for k, v in DTYPES.items()}
 
 

@@ -104,7 +104,7 @@ def test_e4m3_decodes_as_the_format_says_and_encodes_to_the_nearest():
 def test_fp8_weights_load_dequantized(tmp_path, fmt):
     want, plain = _save(tmp_path, FORMATS[fmt])
     ck = checkpoint.load(tmp_path)
-    assert ck.fp8 is not None and ck.fp8.method == FORMATS[fmt]["quant_method"]
+    assert ck.quant is not None and ck.quant.method == FORMATS[fmt]["quant_method"]
     assert set(ck.tensors) == set(want)
     for name, w in want.items():
         assert np.array_equal(ck.tensors[name], w), name
@@ -135,7 +135,8 @@ def _as(name, dtype, value):
 
 
 @pytest.mark.parametrize(("qc_edit", "edit", "match"), [
-    (lambda qc: qc.update(quant_method="gptq"), None, "quant_method: 'gptq' is not supported"),
+    (lambda qc: qc.update(quant_method="bitsandbytes"), None,
+     "quant_method: 'bitsandbytes' is not supported"),
     (lambda qc: qc.update(foo=1), None, "quantization_config.foo: not supported"),
     (lambda qc: qc["config_groups"]["group_0"]["weights"].update(num_bits=4), None,
      "only 8-bit float"),
