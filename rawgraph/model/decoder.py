@@ -354,9 +354,9 @@ class Model:
         In a mixed iteration every layer's projections run over the decode rows and the
         chunk's tokens together (the weights read once), attention by kind; its results
         round as such a batch does, not as the separate step and chunk do. `pdl`:
-        programmatic dependent launches for every kernel but attention's and the heads'
-        (each GEMV fetches its first weights while the previous kernel ends); the same bits
-        either way."""
+        programmatic dependent launches for every kernel but attention's and a chunk's head
+        and IF node, which launch plainly (each GEMV fetches its first weights while the
+        previous kernel ends); the same bits either way."""
         step.check_shape(shape, dict(sizes), self.limits)
         sz = {"advance": 0, **sizes}
         with self._variants():
