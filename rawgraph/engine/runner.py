@@ -39,14 +39,12 @@ from rawgraph.cuda.stream import cupy_stream, new_stream
 from rawgraph.engine.pool import GraphPool
 from rawgraph.graph.capture import capture
 from rawgraph.graph.graph import Graph
-from rawgraph.memory.blocks import OutOfBlocks
 from rawgraph.memory.mapped import MappedArray
 from rawgraph.model.decoder import PREFILL_CHUNKS, Model, Scores
 from rawgraph.model.step import (
     LastStep,
     PrefillPiece,
     Shape,
-    check_follow,
     final_tokens,
     last_step,
     symbols,
@@ -346,8 +344,7 @@ class Runner(Launched):
         st = IterStats(decode_rows=sum(s >= 0 for s in slots),
                        prefill_tokens=sum(len(p.tokens) for p in pieces))
         parts = self._parts(pieces, slots, st)  # graphs first (a lazy capture runs before
-        if pieces and slots:                    # this iteration's copies)
-            self._check_both(pieces, slots, tokens, follow, fed)
+        # this iteration's copies)
         if slots:  # tokens this step's sampler could overwrite are read first: a continuing
             # step writes the other half of the last step's pairs, anything else may not
             while len(self._unread) > (1 if follow else 0):
@@ -494,26 +491,6 @@ class Runner(Launched):
             self._settle(p)
         p.st.wall_ms = (time.perf_counter() - p.t0) * 1e3
         return p.first or [], p.tokens or [], p.st
-
-    def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
-                    tokens: Sequence[int] | None, follow: bool = False,
-                    fed: Sequence[int] | None = None) -> None:
-        """What could make the decode half fail once the prefill half has changed the cache,
-        checked first: the iteration is all or nothing."""
-        m = self.model
-        if follow:
-            check_follow(self._last_step, slots, m.kv.tables, m.limits, tokens,
-                         None if fed is None else [j >= 0 for j in fed])
-        else:
-            m.inputs.check_decode(slots, tokens)
-        both = {p.slot for p in pieces} & set(slots)
-        if both:
-            raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
-        need = m.inputs.blocks_needed({**{p.slot: len(p.tokens) for p in pieces},
-                                **dict.fromkeys((s for s in slots if s >= 0), 1)})
-        free = m.kv.tables.alloc.num_free
-        if need > free:
-            raise OutOfBlocks(f"this iteration needs {need} new KV blocks, {free} free")
 
     def close(self) -> None:
         """Destroy the graphs and free the token buffers (after the decode stream's work)."""

@@ -95,11 +95,12 @@ class Inputs:
         `tokens` and `fed` as its), their tables in one copy on `decode_stream`; `mixed`:
         the shape of the one mixed launch both parts make (everything on the decode
         stream). Returns the sizes the iteration's launches take (`step.SIZES`; `advance`
-        is the caller's). ValueError or OutOfBlocks before anything changes for the part
-        that fails (a caller with both parts checks the decode rows first:
-        `Runner._check_both`)."""
-        if slots and tokens is None and not follow:  # before anything changes
+        is the caller's). All or nothing: ValueError or OutOfBlocks before anything
+        changes."""
+        if slots and tokens is None and not follow:
             raise ValueError("tokens are needed unless the step follows the last one")
+        if pieces and slots:
+            self._check_both(pieces, slots, tokens, follow, last, fed)
         ds = decode_stream
         ps = ds if mixed is not None else prefill_stream
         sizes = self.prefill(pieces, ps, sync=False) if pieces else {}
@@ -113,6 +114,26 @@ class Inputs:
         if mixed is not None:
             self.mixed(mixed.batch, mixed.chunk, sizes["n"], ds)
         return sizes
+
+    def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
+                    tokens: Sequence[int] | None, follow: bool, last: step.LastStep | None,
+                    fed: Sequence[int] | None) -> None:
+        """What could make the decode part fail once the chunk has changed the cache,
+        checked first: the decode rows, slots in both parts, and the blocks both take."""
+        if follow:
+            step.check_follow(last, slots, self.kv.tables, self.limits, tokens,
+                              None if fed is None else [j >= 0 for j in fed])
+        else:
+            assert tokens is not None
+            self.check_decode(slots, tokens)
+        both = {p.slot for p in pieces} & set(slots)
+        if both:
+            raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
+        need = self.blocks_needed({**{p.slot: len(p.tokens) for p in pieces},
+                                   **dict.fromkeys((s for s in slots if s >= 0), 1)})
+        free = self.kv.tables.alloc.num_free
+        if need > free:
+            raise OutOfBlocks(f"this iteration needs {need} new KV blocks, {free} free")
 
     def blocks_needed(self, need: dict[int, int]) -> int:
         """New KV blocks that need[slot] more tokens per sequence take (ValueError past

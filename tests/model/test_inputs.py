@@ -36,8 +36,8 @@ class HostStaging:
         self.pushes += 1
 
 
-def _inputs():
-    t = BlockTables(BlockAllocator(16), 16, 4, 4)
+def _inputs(blocks=16):
+    t = BlockTables(BlockAllocator(blocks), 16, 4, 4)
     kv = SimpleNamespace(tables=t, block_size=16, syncs=0, synced=[])
 
     def sync(stream=None, lens=None):  # as PagedKVCache.sync leaves the tables
@@ -121,3 +121,28 @@ def test_refused_iterations_change_nothing():
             x.prepare(*bad)
     assert (t.lens == before[0]).all() and set(t.active) == before[1]
     assert t.alloc.num_free == before[2]
+
+
+def test_an_iteration_with_both_parts_is_checked_whole_before_the_chunk_changes_anything():
+    from rawgraph.memory.blocks import OutOfBlocks
+
+    x, t = _inputs()
+    x.prepare([PrefillPiece(0, [1, 2], 0)], [], None)
+    before = t.lens.copy(), set(t.active), t.alloc.num_free
+    chunk = [PrefillPiece(1, [5] * 8, 0)]
+    for slots, tokens, match in (([0], [100], "token ids"), ([1], [3], "both prefill and "
+                                 "decode"), ([0, 0], [3, 3], "distinct")):
+        with pytest.raises(ValueError, match=match):  # the decode part fails: no chunk either
+            x.prepare(chunk, slots, tokens)
+        assert (t.lens == before[0]).all() and set(t.active) == before[1]
+    y, u = _inputs(blocks=3)  # slot 0's first block full: its next token takes a new one
+    y.prepare([PrefillPiece(0, [1] * 16, 0)], [], None)
+    with pytest.raises(OutOfBlocks, match="this iteration needs 3 new KV blocks, 2 free"):
+        y.prepare([PrefillPiece(1, [5] * 16, 0), PrefillPiece(2, [5] * 16, 0)], [0], [3])
+    assert u.alloc.num_free == 2 and u.active == {0} and u.lens[0] == 16
+    last = last_step([0], t, x.kv.syncs)
+    with pytest.raises(ValueError, match="not the continued step's"):
+        x.prepare(chunk, [2], None, follow=True, last=last)
+    assert set(t.active) == before[1]
+    sizes = x.prepare(chunk, [0], [3])  # and a good one goes through whole
+    assert sizes == {"n": 8, "seqs": 1, "max_q_len": 8, "pre_len": 8, "max_len": 3}
