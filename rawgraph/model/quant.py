@@ -228,7 +228,7 @@ class Int4:
     group: int                 # input columns a scale and a zero point cover (-1: a row)
     desc_act: bool             # gptq: groups follow g_idx in any order
     zero_offset: int           # added to each stored zero point (gptq's v1 format: 1)
-    ignore: tuple[str, ...]    # modules left unquantized (names, or parts of names)
+    ignore: tuple[str, ...]    # modules left unquantized (any part of their dotted names)
     lm_head: bool = False      # gptq: the LM head is quantized too
 
     replaces_weight = True  # `.qweight`, `.qzeros`, `.scales` (`.g_idx`) stand for `.weight`
@@ -238,8 +238,7 @@ class Int4:
         """Whether Linear module `module` is stored in 4 bits."""
         if module == "lm_head":
             return self.lm_head
-        return not any(module == p or module.endswith("." + p) or p in module.split(".")
-                       for p in self.ignore)
+        return not any(p in module for p in self.ignore)  # as transformers matches them
 
     def extras(self, module: str) -> tuple[list[str], list[str]]:
         """(tensor names a quantized module must have in place of its weight, names it may

@@ -229,3 +229,10 @@ def test_info_says_how_the_weights_were_stored(tmp_path, capsys):
     _save(tmp_path, FORMATS["awq"])
     assert main(["info", "--model", str(tmp_path)]) == 0
     assert "dequantized at load from 4 bits (awq, groups of 128)" in capsys.readouterr().out
+
+
+def test_modules_to_not_convert_match_as_transformers_matches_them():
+    fmt = quant.read(FORMATS["awq"] | {"modules_to_not_convert": ["layers.1.mlp", "o_proj"]})
+    assert not fmt.quantized("model.layers.1.mlp.down_proj")
+    assert not fmt.quantized("model.layers.0.self_attn.o_proj")
+    assert fmt.quantized("model.layers.0.mlp.down_proj") and not fmt.quantized("lm_head")
