@@ -117,3 +117,35 @@ def inject(monkeypatch, owner, name: str, at: int, after: bool, error: BaseExcep
 
     monkeypatch.setattr(owner, name, wrapper)
     return calls
+
+
+def check_quantized_load(ck, method: str, want: dict, plain: dict, head_quantized: bool,
+                         tokens) -> float:
+    """A quantized checkpoint loaded (`ck`): its format's method, exactly the weights its
+    format's math gives (`want`), the LM head quantized or left as it was, and the relative
+    L2 distance of its logits over `tokens` from the unquantized model's (`plain`), which
+    it returns (above 0: quantized means not equal)."""
+    from rawgraph.model.reference import KVState, float_weights, forward
+
+    assert ck.quant is not None and ck.quant.method == method
+    assert set(ck.tensors) == set(want)
+    for name, w in want.items():
+        assert np.array_equal(ck.tensors[name], w), name
+    same_head = np.array_equal(ck.tensors["lm_head.weight"], plain["lm_head.weight"])
+    assert same_head != head_quantized
+    cfg = ck.config
+    got = forward(cfg, float_weights(cfg, ck.tensors), tokens, KVState())
+    ref = forward(cfg, float_weights(cfg, plain), tokens, KVState())
+    err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    assert err > 0
+    return err
+
+
+def drop_tensor(name: str):
+    """An edit of a checkpoint's {name: (dtype, array)} that leaves `name` out."""
+    return lambda out: out.pop(name)
+
+
+def set_tensor(name: str, dtype: str, value):
+    """An edit of a checkpoint's {name: (dtype, array)} that stores `value` as `name`."""
+    return lambda out: out.__setitem__(name, (dtype, value))

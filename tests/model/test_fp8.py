@@ -11,9 +11,9 @@ import pytest
 from rawgraph.dtypes import to_float32, to_storage
 from rawgraph.model import checkpoint, quant
 from rawgraph.model.config import preset
-from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.safetensors import CheckpointError, write
 from rawgraph.model.weights import random_weights
+from tests.helpers import check_quantized_load, drop_tensor, set_tensor
 
 CFG = preset("tiny").replace(dtype="bfloat16", tie_embeddings=False)
 TOKENS = np.array([5, 17, 300, 2, 99, 41, 7, 250])
@@ -104,17 +104,9 @@ def test_e4m3_decodes_as_the_format_says_and_encodes_to_the_nearest():
 def test_fp8_weights_load_dequantized(tmp_path, fmt):
     want, plain = _save(tmp_path, FORMATS[fmt])
     ck = checkpoint.load(tmp_path)
-    assert ck.quant is not None and ck.quant.method == FORMATS[fmt]["quant_method"]
-    assert set(ck.tensors) == set(want)
-    for name, w in want.items():
-        assert np.array_equal(ck.tensors[name], w), name
-    head_q = fmt == "ct-all-linear"
-    assert np.array_equal(ck.tensors["lm_head.weight"], plain["lm_head.weight"]) != head_q
-    # against the model it was quantized from: close, not equal
-    got = forward(CFG, float_weights(CFG, ck.tensors), TOKENS, KVState())
-    ref = forward(CFG, float_weights(CFG, plain), TOKENS, KVState())
-    err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-    assert 0 < err < 0.08, err
+    err = check_quantized_load(ck, FORMATS[fmt]["quant_method"], want, plain,
+                               fmt == "ct-all-linear", TOKENS)
+    assert err < 0.08, err  # against the model it was quantized from: close
 
 
 def test_bf16_scales_are_read_as_stored(tmp_path):
@@ -125,13 +117,6 @@ def test_bf16_scales_are_read_as_stored(tmp_path):
 
 Q = "model.layers.0.self_attn.q_proj"
 
-
-def _drop(name):
-    return lambda out: out.pop(name)
-
-
-def _as(name, dtype, value):
-    return lambda out: out.__setitem__(name, (dtype, value))
 
 
 @pytest.mark.parametrize(("qc_edit", "edit", "match"), [
@@ -150,16 +135,16 @@ def _as(name, dtype, value):
     (lambda qc: qc["config_groups"].update(group_1={}), None, "one group"),
     (lambda qc: qc["config_groups"]["group_0"].update(targets=["re:.*down_proj"]), None,
      "targets"),
-    (None, _drop(f"{Q}.weight_scale"), "1 tensors missing"),
-    (None, _as(f"{Q}.weight_scale", "float32", np.ones((3, 1), np.float32)),
+    (None, drop_tensor(f"{Q}.weight_scale"), "1 tensors missing"),
+    (None, set_tensor(f"{Q}.weight_scale", "float32", np.ones((3, 1), np.float32)),
      "per-channel scales have shape"),
-    (None, _as(f"{Q}.weight_scale", "float32", -np.ones((256, 1), np.float32)),
+    (None, set_tensor(f"{Q}.weight_scale", "float32", -np.ones((256, 1), np.float32)),
      "positive and finite"),
-    (None, _as(f"{Q}.weight", "bfloat16", np.zeros((256, 256), np.uint16)),
+    (None, set_tensor(f"{Q}.weight", "bfloat16", np.zeros((256, 256), np.uint16)),
      "F8_E4M3 expected"),
-    (None, _as("lm_head.weight", "float8_e4m3", np.zeros((512, 256), np.uint8)),
+    (None, set_tensor("lm_head.weight", "float8_e4m3", np.zeros((512, 256), np.uint8)),
      "leaves lm_head unquantized"),
-    (None, _as(f"{Q}.bias", "float32", np.zeros(256, np.float32)), "1 unexpected tensors"),
+    (None, set_tensor(f"{Q}.bias", "float32", np.zeros(256, np.float32)), "1 unexpected tensors"),
 ])
 def test_what_the_loader_refuses_it_names(tmp_path, qc_edit, edit, match):
     qc = json.loads(json.dumps(FORMATS["ct-channel"]))
@@ -209,6 +194,6 @@ def test_info_says_how_the_weights_were_stored(tmp_path, capsys):
 
 
 def test_static_activations_need_their_input_scales(tmp_path):
-    _save(tmp_path, FORMATS["fp8-static"], edit=_drop(f"{Q}.input_scale"))
+    _save(tmp_path, FORMATS["fp8-static"], edit=drop_tensor(f"{Q}.input_scale"))
     with pytest.raises(CheckpointError, match="1 tensors missing"):
         checkpoint.load(tmp_path)

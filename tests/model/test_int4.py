@@ -11,9 +11,9 @@ import pytest
 from rawgraph.dtypes import to_float32, to_storage
 from rawgraph.model import checkpoint, quant
 from rawgraph.model.config import preset
-from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.safetensors import CheckpointError, write
 from rawgraph.model.weights import random_weights
+from tests.helpers import check_quantized_load, drop_tensor, set_tensor
 
 CFG = preset("tiny").replace(dtype="float16", tie_embeddings=False)
 TOKENS = np.array([5, 17, 300, 2, 99, 41, 7, 250])
@@ -144,26 +144,11 @@ def _save(root, qc, edit=None):
 def test_4_bit_weights_load_dequantized(tmp_path, fmt):
     want, plain = _save(tmp_path, FORMATS[fmt])
     ck = checkpoint.load(tmp_path)
-    assert ck.quant is not None and ck.quant.method == FORMATS[fmt]["quant_method"]
-    assert set(ck.tensors) == set(want)
-    for name, w in want.items():
-        assert np.array_equal(ck.tensors[name], w), name
-    head_q = fmt == "gptq-per-row-lm-head"
-    assert np.array_equal(ck.tensors["lm_head.weight"], plain["lm_head.weight"]) != head_q
     assert ck.files[f"{Q}.weight"].name == "model.safetensors"
-    # against the model it was quantized from: close, not equal (4 bits, round to nearest)
-    got = forward(CFG, float_weights(CFG, ck.tensors), TOKENS, KVState())
-    ref = forward(CFG, float_weights(CFG, plain), TOKENS, KVState())
-    err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-    assert 0 < err < 0.35, err
+    err = check_quantized_load(ck, FORMATS[fmt]["quant_method"], want, plain,
+                               fmt == "gptq-per-row-lm-head", TOKENS)
+    assert err < 0.35, err  # against the model it was quantized from: close
 
-
-def _drop(name):
-    return lambda out: out.pop(name)
-
-
-def _as(name, dtype, value):
-    return lambda out: out.__setitem__(name, (dtype, value))
 
 
 @pytest.mark.parametrize(("fmt", "qc_edit", "edit", "match"), [
@@ -176,22 +161,22 @@ def _as(name, dtype, value):
     ("gptq", lambda qc: qc.update(dynamic={"-:.*": {}}), None, "dynamic"),
     ("gptq", lambda qc: qc.update(desc_act="yes"), None, "desc_act"),
     ("gptq", lambda qc: qc.update(foo=1), None, "quantization_config.foo: not supported"),
-    ("gptq", None, _drop(f"{Q}.scales"), "1 tensors missing"),
-    ("awq", None, _drop(f"{Q}.qzeros"), "1 tensors missing"),
-    ("gptq", None, _as(f"{Q}.qweight", "int32", np.zeros((16, 256), np.int32)),
+    ("gptq", None, drop_tensor(f"{Q}.scales"), "1 tensors missing"),
+    ("awq", None, drop_tensor(f"{Q}.qzeros"), "1 tensors missing"),
+    ("gptq", None, set_tensor(f"{Q}.qweight", "int32", np.zeros((16, 256), np.int32)),
      r"qweight' has shape \(16, 256\), \(32, 256\) expected"),
-    ("awq", None, _as(f"{Q}.qweight", "int32", np.zeros((32, 256), np.int32)),
+    ("awq", None, set_tensor(f"{Q}.qweight", "int32", np.zeros((32, 256), np.int32)),
      r"\(256, 32\) expected"),
-    ("gptq", None, _as(f"{Q}.qweight", "float16", np.zeros((32, 256), np.float16)),
+    ("gptq", None, set_tensor(f"{Q}.qweight", "float16", np.zeros((32, 256), np.float16)),
      "qweight' is float16; I32 words"),
-    ("gptq", None, _as(f"{Q}.scales", "int32", np.zeros((2, 256), np.int32)),
+    ("gptq", None, set_tensor(f"{Q}.scales", "int32", np.zeros((2, 256), np.int32)),
      "scales' is int32; a float16"),
-    ("gptq", None, _as(f"{Q}.scales", "float32", np.full((2, 256), np.inf, np.float32)),
+    ("gptq", None, set_tensor(f"{Q}.scales", "float32", np.full((2, 256), np.inf, np.float32)),
      "not finite"),
-    ("gptq", None, _as(f"{Q}.g_idx", "int32", np.full(256, 7, np.int32)), "outside"),
-    ("gptq", None, _as(f"{Q}.weight", "float16", np.zeros((256, 256), np.float16)),
+    ("gptq", None, set_tensor(f"{Q}.g_idx", "int32", np.full(256, 7, np.int32)), "outside"),
+    ("gptq", None, set_tensor(f"{Q}.weight", "float16", np.zeros((256, 256), np.float16)),
      "1 unexpected tensors"),
-    ("gptq", None, _as("lm_head.weight", "int32", np.zeros((512, 256), np.int32)),
+    ("gptq", None, set_tensor("lm_head.weight", "int32", np.zeros((512, 256), np.int32)),
      "I32, but quantization_config leaves lm_head unquantized"),
 ])
 def test_what_the_loader_refuses_it_names(tmp_path, fmt, qc_edit, edit, match):
