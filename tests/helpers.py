@@ -60,6 +60,12 @@ def paged_cache(rng: np.random.Generator, dtype: str, kv_heads: int, d: int,
     return kv, kh, vh
 
 
+def layer0(kv):
+    """Layer 0 of a `PagedKVCache` as the ops read it (`ops.Cache`)."""
+    from rawgraph import ops
+    return ops.Cache(kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens)
+
+
 def check_linear(stream, rng: np.random.Generator, dtype: str, m: int, n: int, k: int,
                  fused: bool, rows: int) -> None:
     """ops.linear on the first m of `rows` rows (with a residual when `fused`) against the

@@ -113,6 +113,11 @@ def _one_sequence(d: int, n: int, s: Any) -> PagedKVCache:
     return kv
 
 
+def _cache(kv: PagedKVCache) -> ops.Cache:
+    """Layer 0 of `kv` as attention reads it."""
+    return ops.Cache(kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens)
+
+
 def _prefill_family(wgmma: bool, tma: bool) -> contextlib.AbstractContextManager:
     """Prefill attention on one family for the block: wgmma or mma.sync, K/V tiles by TMA or
     gathered (Hopper takes wgmma and TMA)."""
@@ -129,8 +134,8 @@ def prefill_attention(row: Row, s: Any) -> None:
                 cu, slots = cupy.array([0, n], np.int32), cupy.zeros(1, np.int32)
             for rows in (64, 128):
                 def run(kv=kv, q=q, out=out, cu=cu, slots=slots, n=n, r=rows):
-                    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
-                                          cu, slots, out, n, rows=r, stream=s)
+                    ops.prefill_attention(q, _cache(kv), ops.Chunk(cu, slots, n), out,
+                                          ops.PrefillPlan(r), stream=s)
                 us, extra = _us(run, s, reps=5), {}
                 if ops.attention.prefill_wgmma():  # beside it, the gathers and mma.sync
                     with _prefill_family(True, False):
@@ -168,8 +173,8 @@ def prefill_chunk_attention(row: Row, s: Any, gbps: float, runs: tuple[int, ...]
 
                 def timed(kw: dict, kv=kv, q=q, out=out, cu=cu, slots=slots, c=chunk) -> float:
                     return _us(lambda: ops.prefill_attention(
-                        q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots, out, c,
-                        stream=s, **kw), s, reps=5)
+                        q, _cache(kv), ops.Chunk(cu, slots, c), out, ops.PrefillPlan(**kw),
+                        stream=s), s, reps=5)
                 extra = {"per head us": timed({}), "runs": rule,
                          "KV us": n * 8 * d * 4 / gbps / 1e3}
                 for r in runs:

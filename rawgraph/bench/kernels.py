@@ -158,9 +158,10 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
             s.synchronize()
             us = per_launch_us(lambda i, kv=kv, q=q, out=out, slots=slots, ws=ws, ctx=ctx,
                                splits=splits:
-                               ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables,
-                                                    kv.seq_lens, slots, out, ws, ctx,
-                                                    splits=splits, stream=s),
+                               ops.decode_attention(q, ops.Cache(kv.k[0], kv.v[0],
+                                                                 kv.block_tables, kv.seq_lens),
+                                                    slots, out, ws, ctx, splits=splits,
+                                                    stream=s),
                                8, s)
             # K and V, and the partial results written then read by the combine
             nbytes = batch * ctx * 8 * d * 2 * 2 + 2 * ws.nbytes

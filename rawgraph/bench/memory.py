@@ -52,8 +52,8 @@ def _layers(buf: Callable[[str], Any], w: Any, kv: PagedKVCache, slots: Any, pos
                     stream=stream)
         ops.silu_mul(buf("gu"), buf("act"), stream=stream)
         ops.add(buf("h"), buf("res"), buf("y"), stream=stream)
-        k, v = kv.layer(i)
-        ops.kv_append(buf("k"), buf("v"), k, v, kv.block_tables, slots, pos, stream=stream)
+        cache = ops.Cache(*kv.layer(i), kv.block_tables)
+        ops.kv_append(buf("k"), buf("v"), cache, slots, pos, stream=stream)
 
 
 def run() -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ from rawgraph.symbols import Symbols
 from rawgraph.symbols import scope as symbols_scope
 
 # Chunks of up to this many tokens run prefill attention grouped, in key runs whose count
-# follows each sequence's length (`ops.prefill_attention(context=)`): their query tiles
+# follows each sequence's length (`ops.PrefillPlan(context=)`): their query tiles
 # alone leave most of the GPU idle; above it one run loses to a block per head
 # (benchmarks/NOTES.md, "Prefill").
 RUNS_UP_TO = 256
@@ -269,8 +269,8 @@ class Model:
     def _layer(self, i: int, a: dict, meta: dict, n: Any, m_max: int, attend: Any) -> None:
         """One decoder layer on rows [:n] of buffers `a` (residual stream in a["r"]; the
         tokens' slots and positions in meta); kernels chosen for up to m_max rows.
-        `attend(k_cache, v_cache)` runs attention over layer i's cache, which the projection
-        has appended to. Launches go to the current stream with the current symbols
+        `attend(cache)` runs attention over layer i's cache (`ops.Cache`), which the
+        projection has appended to. Launches go to the current stream with the current symbols
         (`_on`)."""
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
         lin = {"m": n, "m_max": m_max}
@@ -279,16 +279,14 @@ class Model:
         norm = {"norm_eps": cfg.rms_eps, "normed": a["h"]}
         # each part's launches labelled with the name the read chain gives its link
         # (bench.ceiling.link_parts), so a profile can set one against the other
-        kc, vc = self.kv.layer(i)  # QKV, RoPE and the cache append (one kernel for decode)
+        cache = ops.Cache(*self.kv.layer(i), self.kv.block_tables, self.kv.seq_lens)
         # the family's extras (None where it has none): q, k, v biases, q and k head norms
-        extra = {"bias": w.get(p + "qkv_bias"), "qk_norm": w.get(p + "qk_norm"),
-                 "head_eps": cfg.rms_eps}
-        with labelled("qkv"):
-            ops.qkv_rope(a["r"], w[p + "qkv"], a["qkv"], kc, vc, self.kv.block_tables,
-                         meta["slots"], meta["pos"], self.freqs, heads=cfg.heads,
-                         head_dim=cfg.head_dim, **norm, **extra, **lin)
+        extras = ops.Extras(w.get(p + "qkv_bias"), w.get(p + "qk_norm"), cfg.rms_eps)
+        with labelled("qkv"):  # QKV, RoPE and the cache append (one kernel for decode)
+            ops.qkv_rope(a["r"], w[p + "qkv"], a["qkv"], cache, meta["slots"], meta["pos"],
+                         self.freqs, head_dim=cfg.head_dim, extras=extras, **norm, **lin)
         with labelled("attention"):
-            attend(kc, vc)
+            attend(cache)
         with labelled("o_proj"):
             ops.linear(a["attn"], w[p + "o_proj"], a["r"], residual=a["r"], **lin)
         gate_up, down = w[p + "gate_up"], w[p + "down_proj"]
@@ -383,10 +381,9 @@ class Model:
         q3 = a["q"][:batch]
         out3 = a["attn"].reshape(a["q"].shape)[:batch]
 
-        def attend(kc: Any, vc: Any) -> None:
+        def attend(cache: ops.Cache) -> None:
             with _attention_launch():
-                ops.decode_attention(q3, kc, vc, self.kv.block_tables, self.kv.seq_lens, slots,
-                                     out3, self.workspace, max_len,
+                ops.decode_attention(q3, cache, slots, out3, self.workspace, max_len,
                                      scale=self.cfg.attention_scale,
                                      splits=self.splits[batch - 1])
         return attend
@@ -400,15 +397,15 @@ class Model:
         m, rows = self.inputs.pre_meta.dev, self.runs(chunk)
         q = a["q"][at:at + chunk]
         out = a["attn"].reshape(a["q"].shape)[at:at + chunk]
-        kw = ({"rows": rows, "context": sz["pre_len"], "chunk": chunk, "n": sz["n"],
-               "workspace": self.prefill_workspace} if rows else
-              {"rows": ops.attention.prefill_rows(chunk, self.cfg.head_dim)})
+        pieces = ops.Chunk(m["cu"], m["seqs"], sz["max_q_len"], sz["seqs"], sz["n"])
+        plan = (ops.PrefillPlan(rows, context=sz["pre_len"], chunk_size=chunk,
+                                workspace=self.prefill_workspace) if rows else
+                ops.PrefillPlan(ops.attention.prefill_rows(chunk, self.cfg.head_dim)))
 
-        def attend(kc: Any, vc: Any) -> None:
+        def attend(cache: ops.Cache) -> None:
             with programmatic(False):
-                ops.prefill_attention(q, kc, vc, self.kv.block_tables, self.kv.seq_lens,
-                                      m["cu"], m["seqs"], out, sz["max_q_len"], sz["seqs"],
-                                      scale=self.cfg.attention_scale, **kw)
+                ops.prefill_attention(q, cache, pieces, out, plan,
+                                      scale=self.cfg.attention_scale)
         return attend
 
     def _decode(self, batch: int, max_len: Any, advance: Any, host_next: Any,
@@ -456,9 +453,9 @@ class Model:
         decode = self._decode_attention(a, dm["slots"][:b], b, sz["max_len"])
         chunk = self._chunk_attention(a, b, sz, c)
 
-        def attend(kc: Any, vc: Any) -> None:
-            decode(kc, vc)
-            chunk(kc, vc)
+        def attend(cache: ops.Cache) -> None:
+            decode(cache)
+            chunk(cache)
 
         with _on(stream, symbols):
             self._start_rules(sz["n"], sz["seqs"])

@@ -1,11 +1,17 @@
 """Operations: input checks at the boundary, then one kernel launch each (qkv_rope and
 gate_up_silu: up to three when they cannot take the GEMV)."""
 
-from rawgraph.ops.attention import decode_attention, prefill_attention, workspace_floats
+from rawgraph.ops.attention import (
+                                 Chunk,
+                                 PrefillPlan,
+                                 decode_attention,
+                                 prefill_attention,
+                                 workspace_floats,
+)
 from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
 from rawgraph.ops.embedding import embedding
 from rawgraph.ops.fused import gate_up_silu, qkv_rope
-from rawgraph.ops.kv import kv_append, kv_gather, qkv_views, rope_append
+from rawgraph.ops.kv import Cache, Extras, kv_append, kv_gather, qkv_views, rope_append
 from rawgraph.ops.logits import (
                                  LP_STRIDE,
                                  Logprobs,
@@ -32,11 +38,15 @@ from rawgraph.ops.variant import Variants, choose
 
 __all__ = [
                                  "LP_STRIDE",
+                                 "Cache",
+                                 "Chunk",
                                  "DynamicScaling",
+                                 "Extras",
                                  "Handoff",
                                  "LinearScaling",
                                  "Llama3Scaling",
                                  "Logprobs",
+                                 "PrefillPlan",
                                  "RopeScaling",
                                  "RowRules",
                                  "RuleState",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES, kind_of
 from rawgraph.ops import shapes
+from rawgraph.ops.kv import Cache
 from rawgraph.ops.variant import by_count, chosen
 from rawgraph.symbols import Symbols, cdiv, smax, smin
 
@@ -238,39 +240,99 @@ def _int(name: str, arr: Any, shape: tuple | None = None) -> None:
         raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected {shape}")
 
 
-def _cache(k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any, dt: str,
-           q_heads: int, d: int, max_group: int) -> int:
+@dataclass(frozen=True)
+class Chunk:
+    """A chunk's pieces as prefill attention reads them (on the device): piece i owns query
+    rows [cu_seqlens[i], cu_seqlens[i + 1]), the last tokens of the context of slot
+    slots[i] (int32 each). `max_q_len` (int or symbol) bounds every piece's rows and sets
+    the grid; `seqs`, the pieces in use (default: all of slots), and `n`, the query rows in
+    use (default: all of q; the runs' combine grid), may be symbols too."""
+
+    cu_seqlens: Any
+    slots: Any
+    max_q_len: Any
+    seqs: Any = None
+    n: Any = None
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    """How prefill attention cuts a chunk's work (default: a block per query tile and head,
+    the tile by max_q_len).
+
+    `rows`: the query tile (64 or 128). The grouped kernel, for short chunks over long
+    contexts, takes `splits` and `run_keys` (each piece's key tiles cut into
+    `row_runs(len, splits, run_keys)` runs, a block each, combined after), or `context`
+    (int or symbol: the longest piece's context, this chunk included; it sets how many run
+    blocks launch, which a graph patches per chunk) and the runs `prefill_runs` gives for
+    chunks of `chunk_size` tokens (default: max_q_len's value). Runs need `workspace`,
+    float32: workspace_floats(tokens, q_heads, D, splits) for the most splits taken."""
+
+    rows: int | None = None
+    splits: int | None = None
+    run_keys: int = 1
+    context: Any = None
+    chunk_size: int | None = None
+    workspace: Any = None
+
+    def __post_init__(self) -> None:
+        if self.rows is not None:
+            _check_rows(self.rows)
+        if self.chunk_size is not None and (type(self.chunk_size) is not int
+                                            or self.chunk_size < 1):
+            raise ValueError(f"chunk_size = {self.chunk_size!r}: a positive int")
+        if self.run_keys != 1 and self.splits is None:
+            raise ValueError("run_keys goes with splits (with context, prefill_runs sets both)")
+        if self.context is not None and self.splits is not None:
+            raise ValueError("pass splits or context, not both")
+        if self.splits is not None and (type(self.splits) is not int
+                                        or not 1 <= self.splits <= MAX_PREFILL_SPLITS):
+            raise ValueError(f"splits = {self.splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
+        if type(self.run_keys) is not int or self.run_keys < 1:
+            raise ValueError(f"run_keys = {self.run_keys!r}: a positive int")
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the grouped kernel (runs) is taken."""
+        return self.splits is not None or self.context is not None
+
+
+def _cache(cache: Cache, dt: str, q_heads: int, d: int, max_group: int) -> int:
     """Check one layer's paged cache and its tables; returns kv_heads."""
+    if not isinstance(cache, Cache):
+        raise TypeError(f"cache must be an ops.Cache, got {type(cache).__name__}")
+    k_cache = cache.k
     if getattr(k_cache, "ndim", 0) != 3 or k_cache.shape[2] % d:
         raise ValueError(f"k_cache must be (num_blocks, block_size, kv_heads * {d}), got "
                          f"{getattr(k_cache, 'shape', '?')}")
     shapes.tensor(k_cache, "k_cache", dtype=dt)
-    shapes.tensor(v_cache, "v_cache", k_cache.shape, dt)
+    shapes.tensor(cache.v, "v_cache", k_cache.shape, dt)
     kv_heads = k_cache.shape[2] // d
     if q_heads % kv_heads or q_heads // kv_heads > max_group:
         raise ValueError(f"q_heads = {q_heads} must be a multiple of kv_heads = {kv_heads}, "
                          f"at most {max_group} times it")
-    if getattr(block_tables, "ndim", 0) != 2:
+    if getattr(cache.block_tables, "ndim", 0) != 2:
         raise ValueError("block_tables must be (max_seqs, max_blocks)")
-    _int("block_tables", block_tables)
-    _int("seq_lens", seq_lens, block_tables.shape[:1])
+    _int("block_tables", cache.block_tables)
+    if cache.seq_lens is None:
+        raise ValueError("attention reads each slot's length: the cache needs its seq_lens")
+    _int("seq_lens", cache.seq_lens, cache.block_tables.shape[:1])
     return kv_heads
 
 
-def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
-                     seq_slots: Any, out: Any, workspace: Any, max_len: Any, *,
-                     scale: float | None = None, splits: int | None = None, stream: Any = None,
-                     symbols: Symbols | None = None) -> None:
+def decode_attention(q: Any, cache: Cache, seq_slots: Any, out: Any, workspace: Any,
+                     max_len: Any, *, scale: float | None = None, splits: int | None = None,
+                     stream: Any = None, symbols: Symbols | None = None) -> None:
     """out[b] = softmax(q[b] K^T * scale) V over the cached tokens of sequence seq_slots[b].
 
     q, out: (batch, q_heads, D) with D in (64, 128) (q's rows may be strided: a view into a
-    fused QKV output); caches: one layer (num_blocks, block_size,
-    kv_heads * D); lengths, tables and slots are read on the device (a slot < 0 is a padding
-    row: nothing written). Each row cuts its context into `row_splits(len, splits)` splits
-    of its own (default `default_splits` for this batch), a block each per kv head, then a
-    combine. `max_len` (int or symbol) bounds every length: `grid_splits(max_len, splits)`
-    split blocks run, which is what a graph patches as contexts grow; results do not depend
-    on it. workspace: workspace_floats(batch, q_heads, D, splits) float32.
+    fused QKV output); `cache`: one layer's; lengths, tables and slots are read on the
+    device (a slot < 0 is a padding row: nothing written). Each row cuts its context into
+    `row_splits(len, splits)` splits of its own (default `default_splits` for this batch), a
+    block each per kv head, then a combine. `max_len` (int or symbol) bounds every length:
+    `grid_splits(max_len, splits)` split blocks run, which is what a graph patches as
+    contexts grow; results do not depend on it. workspace: workspace_floats(batch, q_heads,
+    D, splits) float32.
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (batch, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
@@ -279,9 +341,9 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
         raise ValueError(f"head_dim {d} is not supported (use one of {HEAD_DIMS})")
     dt, q_stride = shapes.rows(q, "q", (q_heads, d), align=2)
     shapes.tensor(out, "out", q.shape, dt)
-    kv_heads = _cache(k_cache, v_cache, block_tables, seq_lens, dt, q_heads, d, MAX_GROUP)
+    kv_heads = _cache(cache, dt, q_heads, d, MAX_GROUP)
     _int("seq_slots", seq_slots, (batch,))
-    block_size = k_cache.shape[1]
+    block_tables, block_size = cache.block_tables, cache.k.shape[1]
     capacity = block_tables.shape[1] * block_size
     top = shapes.top(max_len, "max_len", symbols)
     if not 1 <= top <= capacity:
@@ -298,7 +360,7 @@ def decode_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_
     n_splits = grid_splits(max_len, splits)
     s = scale if scale is not None else d**-0.5
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,
-                         (q, k_cache, v_cache, block_tables, seq_lens, seq_slots, workspace,
+                         (q, cache.k, cache.v, block_tables, cache.seq_lens, seq_slots, workspace,
                           batch, q_heads, kv_heads, block_size, block_tables.shape[1],
                           splits, float(s), q_stride), stream,
                          smem=decode_smem(d), symbols=symbols)
@@ -316,34 +378,21 @@ def grouped_rows(max_q_len: int, group: int) -> int:
     return 128 if max_q_len * group >= 256 else 64
 
 
-def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq_lens: Any,
-                      cu_seqlens: Any, seq_slots: Any, out: Any, max_q_len: Any,
-                      num_seqs: Any = None, *, scale: float | None = None,
-                      rows: int | None = None, splits: int | None = None,
-                      run_keys: int = 1, context: Any = None, chunk: int | None = None,
-                      n: Any = None, workspace: Any = None, stream: Any = None,
-                      symbols: Symbols | None = None) -> None:
+def prefill_attention(q: Any, cache: Cache, chunk: Chunk, out: Any,
+                      plan: PrefillPlan = PrefillPlan(), *, scale: float | None = None,
+                      stream: Any = None, symbols: Symbols | None = None) -> None:
     """Causal attention of a chunk's queries over their sequences' cached keys and values.
 
-    q, out: (tokens, q_heads, D), D in (64, 128), q's rows possibly strided; sequence i owns
-    query rows [cu_seqlens[i], cu_seqlens[i + 1]), which are the last tokens of the
-    seq_lens[slot] cached for slot seq_slots[i] (append the chunk's K/V first). Lengths,
-    offsets, slots and tables are read on the device; `max_q_len` (int or symbol) bounds
-    every sequence's query rows and sets the grid; `num_seqs` (default: all of seq_slots) may
-    be symbolic too. `rows` picks the query tile (64 or 128; default by max_q_len, below).
+    q, out: (tokens, q_heads, D), D in (64, 128), q's rows possibly strided; `chunk` says
+    which rows are whose (append the chunk's K/V to `cache` first). `plan` (`PrefillPlan`)
+    picks the kernel and how it cuts the work.
 
     Two kernels. By default a block per (query tile, head). For short chunks over long
     contexts, the grouped kernel: a tile holds a GQA group's heads of rows / group tokens,
-    and each sequence's query tiles cut their key tiles into runs, a block each, combined
-    after. Each sequence's count follows its own length: `row_runs(len, splits, run_keys)`,
-    with `splits` and `run_keys` given (ints), or with `context` (int or symbol: the longest
-    sequence's length, this chunk's tokens included; it sets how many run blocks launch,
-    which a graph patches per chunk) those `prefill_runs` gives for chunks of `chunk` tokens
-    (default: max_q_len's value). The runs need `workspace`, float32:
-    workspace_floats(tokens, q_heads, D, splits) for the most splits a chunk takes. `n`
-    (int or symbol; default tokens): query rows in use, the combine's grid.
+    and each piece's query tiles cut their key tiles into runs, a block each, combined
+    after; each piece's count follows its own length (`row_runs`).
 
-    The query tile (`rows`) and the runs are chosen by `chunk` when given, else by
+    The query tile and the runs are chosen by plan.chunk_size when given, else by
     max_q_len's value: a symbolic max_q_len captured over a range that reaches several
     tiles or run counts records each, and the graph runs the one its value takes
     (`ops.variant.by_count`), so a patched graph gives the bits an eager call gives. On compute
@@ -352,6 +401,8 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     """
     if getattr(q, "ndim", 0) != 3:
         raise ValueError(f"q must be (tokens, q_heads, head_dim), got {getattr(q, 'shape', '?')}")
+    if not isinstance(chunk, Chunk) or not isinstance(plan, PrefillPlan):
+        raise TypeError("chunk and plan must be an ops.Chunk and an ops.PrefillPlan")
     tokens, q_heads, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"head_dim {d} is not supported (use one of {HEAD_DIMS})")
@@ -359,19 +410,22 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
     shapes.tensor(out, "out", q.shape, dt)
     if shapes.overlap(q, out):
         raise ValueError("out must not overlap q")
-    kv_heads = _cache(k_cache, v_cache, block_tables, seq_lens, dt, q_heads, d, q_heads)
+    kv_heads = _cache(cache, dt, q_heads, d, q_heads)
+    seq_slots, cu_seqlens, max_q_len = chunk.slots, chunk.cu_seqlens, chunk.max_q_len
     if getattr(seq_slots, "ndim", 0) != 1:
         raise ValueError("seq_slots must be (num_seqs,)")
     _int("seq_slots", seq_slots)
     _int("cu_seqlens", cu_seqlens, (seq_slots.shape[0] + 1,))
-    num_seqs = shapes.count(num_seqs, seq_slots.shape[0], "num_seqs", symbols)
-    n = shapes.count(n, tokens, "n", symbols)
+    num_seqs = shapes.count(chunk.seqs, seq_slots.shape[0], "num_seqs", symbols)
+    n = shapes.count(chunk.n, tokens, "n", symbols)
     top = shapes.top(max_q_len, "max_q_len", symbols)
     if not 1 <= top <= tokens:
         raise ValueError(f"max_q_len reaches {top}; q holds {tokens} rows")
     s = scale if scale is not None else d**-0.5
-    args = (q, k_cache, v_cache, block_tables, seq_lens, cu_seqlens, seq_slots, out, num_seqs,
-            q_heads, kv_heads, k_cache.shape[1], block_tables.shape[1], float(s), q_stride)
+    k_cache, block_tables = cache.k, cache.block_tables
+    args = (q, k_cache, cache.v, block_tables, cache.seq_lens, cu_seqlens, seq_slots, out,
+            num_seqs, q_heads, kv_heads, k_cache.shape[1], block_tables.shape[1], float(s),
+            q_stride)
     tma = prefill_tma(k_cache.shape[1])
     if tma:
         unsplit, split = PREFILL90T, PREFILL90T_SPLIT
@@ -379,11 +433,9 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
         unsplit, split = PREFILL90, PREFILL90_SPLIT
     else:
         unsplit, split = PREFILL, PREFILL_SPLIT
-    maps = kv_maps(k_cache, v_cache) if tma else ()
-    if splits is None and context is None:
-        if rows is not None:
-            _check_rows(rows)
-
+    maps = kv_maps(k_cache, cache.v) if tma else ()
+    rows = plan.rows
+    if not plan.grouped:
         def run(v: int) -> None:
             r = rows or prefill_rows(v, d)
             unsplit[dt, d, r].launch((cdiv(max_q_len, r), q_heads, num_seqs), 2 * r,
@@ -392,29 +444,20 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
         by_count(max_q_len if rows is None else top, run, lambda v: prefill_rows(v, d),
                  stream=stream, symbols=symbols)
         return
-    if chunk is not None and (type(chunk) is not int or chunk < 1):
-        raise ValueError(f"chunk = {chunk!r}: a positive int")
-    if run_keys != 1 and splits is None:
-        raise ValueError("run_keys goes with splits (with context, prefill_runs sets both)")
     capacity = block_tables.shape[1] * k_cache.shape[1]
-    if context is not None:
-        if splits is not None:
-            raise ValueError("pass splits or context, not both")
-        if not 1 <= shapes.top(context, "context", symbols) <= capacity:
-            raise ValueError(f"context reaches {shapes.top(context, 'context', symbols)}; the "
-                             f"block tables hold at most {capacity} tokens per sequence")
-    elif type(splits) is not int or not 1 <= splits <= MAX_PREFILL_SPLITS:
-        raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_PREFILL_SPLITS}]")
-    elif type(run_keys) is not int or run_keys < 1:
-        raise ValueError(f"run_keys = {run_keys!r}: a positive int")
+    context, workspace = plan.context, plan.workspace
+    if context is not None and not 1 <= shapes.top(context, "context", symbols) <= capacity:
+        raise ValueError(f"context reaches {shapes.top(context, 'context', symbols)}; the "
+                         f"block tables hold at most {capacity} tokens per sequence")
     group = q_heads // kv_heads
-    plan = functools.partial(_grouped_plan, rows=rows, group=group, kv_heads=kv_heads,
-                             splits=splits, run_keys=run_keys, runs=context is not None)
+    cut = functools.partial(_grouped_plan, rows=rows, group=group, kv_heads=kv_heads,
+                            splits=plan.splits, run_keys=plan.run_keys,
+                            runs=context is not None)
     # run blocks to launch: enough for the longest sequence's runs (the count is monotone)
     longest = capacity if context is None else context
 
     def run(v: int) -> None:
-        r, s_, keys = plan(v)
+        r, s_, keys = cut(v)
         need = workspace_floats(tokens, q_heads, d, s_) if s_ > 1 else 0
         if need and (getattr(workspace, "dtype", None) != np.float32 or workspace.size < need):
             raise ValueError(f"workspace must be float32 with at least {need} elements "
@@ -430,9 +473,10 @@ def prefill_attention(q: Any, k_cache: Any, v_cache: Any, block_tables: Any, seq
         # symbolic: a grid of one (idle) block while one run suffices; the kernel exits then
         blocks = smax(1, smin(launched - 1, 1) * cdiv(n * q_heads, COMBINE_WARPS))
         PREFILL_COMBINE[dt, d].launch(blocks, 32 * COMBINE_WARPS,
-                                      (ws, out, cu_seqlens, seq_slots, seq_lens, num_seqs,
-                                       q_heads, s_, keys), stream, symbols=symbols)
-    by_count(max_q_len if chunk is None else chunk, run, plan, stream=stream, symbols=symbols)
+                                      (ws, out, cu_seqlens, seq_slots, cache.seq_lens,
+                                       num_seqs, q_heads, s_, keys), stream, symbols=symbols)
+    by_count(max_q_len if plan.chunk_size is None else plan.chunk_size, run, cut,
+             stream=stream, symbols=symbols)
 
 
 def _grouped_plan(chunk: int, *, rows: int | None, group: int, kv_heads: int,

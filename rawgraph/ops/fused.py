@@ -11,7 +11,15 @@ from typing import Any
 from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
 from rawgraph.ops.gemv import GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
-from rawgraph.ops.kv import extras, qkv_views, rope_append, rope_append_args
+from rawgraph.ops.kv import (
+    NO_EXTRAS,
+    Cache,
+    Extras,
+    check_extras,
+    qkv_views,
+    rope_append,
+    rope_append_args,
+)
 from rawgraph.ops.matmul import (
     device_plan,
     gemm90_launch,
@@ -62,41 +70,48 @@ def _normed(x: Any, norm_eps: float | None, normed: Any, m: Any, gemv: bool, str
     return normed, -1.0
 
 
-def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables: Any,
-             seq_slots: Any, positions: Any, freqs: Any, *, heads: int, head_dim: int,
-             m: Any = None, m_max: int | None = None, norm_eps: float | None = None,
-             normed: Any = None, bias: Any = None, qk_norm: Any = None, head_eps: float = 1e-6,
+def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: Any,
+             freqs: Any, *, head_dim: int, m: Any = None, m_max: int | None = None,
+             norm_eps: float | None = None, normed: Any = None, extras: Extras = NO_EXTRAS,
              stream: Any = None, symbols: Symbols | None = None) -> None:
     """The attention's input projection with RoPE and the cache append of its m tokens:
     qkv[:m] = x[:m] @ w.T for the stacked q, k, v weight w ((heads + 2 kv_heads) * head_dim,
-    k), then `rope_append` on qkv's q, k, v (`qkv_views`): q rotated in place, k rotated
-    into k_cache (qkv keeps it as projected), v copied into v_cache.
+    k) (kv_heads from the cache's rows, heads from w's), then `rope_append` on qkv's q, k, v
+    (`qkv_views`): q rotated in place, k rotated into cache.k (qkv keeps it as projected), v
+    copied into cache.v.
 
     On the GEMV path (decode-sized m) one kernel does all of it, the append in its epilogue,
     with the same bits as the two kernels the other paths run. `m`, `m_max` as for
-    `linear`; seq_slots, positions (tokens,) as for `rope_append`, and like `freqs` and
-    block_tables ready before the previous kernel on the stream starts (the GEMV reads them
+    `linear`; seq_slots, positions (tokens,) as for `rope_append`, and like `freqs` and the
+    block tables ready before the previous kernel on the stream starts (the GEMV reads them
     while it waits for that kernel, under programmatic dependent launch).
 
     `norm_eps`: project rmsnorm(x) without its weight instead of x (the input norm's weight
     folded into w, `fold_norm`): the GEMV multiplies its sums by each row's 1 / rms, in the
     same kernel; the other paths first write rmsnorm(x) into `normed` (x's shape).
 
-    `bias`, `qk_norm` (with `head_eps`): a family's q, k, v biases and head norms, as
-    `rope_append` applies them (the GEMV's epilogue adds a bias the same way; a head norm
-    needs a token's heads whole, so with one the GEMV is followed by rope_append).
+    `extras`: a family's q, k, v biases and head norms, as `rope_append` applies them (the
+    GEMV's epilogue adds a bias the same way; a head norm needs a token's heads whole, so
+    with one the GEMV is followed by rope_append).
     """
     dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
+    if not isinstance(cache, Cache):
+        raise TypeError(f"cache must be an ops.Cache, got {type(cache).__name__}")
+    kv_size = getattr(cache.k, "shape", (0,))[-1]  # the cache's row: kv_heads * head_dim
+    if type(head_dim) is not int or head_dim < 1 or (n - 2 * kv_size) % head_dim \
+            or n <= 2 * kv_size:
+        raise ValueError(f"w has {n} rows: not q heads of {head_dim} and a k and a v of the "
+                         f"cache's row ({kv_size})")
+    heads = (n - 2 * kv_size) // head_dim
     shapes.tensor(qkv, "qkv", (cap, n), dt, align=2)
     q, kn, vn = qkv_views(qkv, heads, head_dim)
-    _, _, sizes = rope_append_args(q, kn, vn, k_cache, v_cache, block_tables, seq_slots,
-                                   positions, freqs)
+    _, _, sizes = rope_append_args(q, kn, vn, cache, seq_slots, positions, freqs)
     d, block_size, max_blocks = sizes[2], sizes[5], sizes[6]
-    extras(dt, sizes, bias, qk_norm, head_eps)
+    check_extras(dt, sizes, extras)
     if shapes.overlap(x, qkv):
         raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
     # the GEMV's epilogue rotates whole heads of its 16-row blocks, and normalizes none
-    fits = d % GEMV_ROWS == 0 and qk_norm is None
+    fits = d % GEMV_ROWS == 0 and extras.qk_norm is None
     _check_normed(x, dt, norm_eps, normed, fits and path(top, n) == "gemv")
     if path(top, n) == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
@@ -106,15 +121,15 @@ def qkv_rope(x: Any, w: Any, qkv: Any, k_cache: Any, v_cache: Any, block_tables:
         xn, eps = _normed(x, norm_eps, normed, m, gemv, stream, symbols)
         if not gemv:
             launch_linear(dt, rows, xn, w, None, qkv, m, cap, None, stream, symbols)
-            rope_append(q, kn, vn, k_cache, v_cache, block_tables, seq_slots, positions, freqs,
-                        m, bias=bias, qk_norm=qk_norm, norm_eps=head_eps, stream=stream,
-                        symbols=symbols)
+            rope_append(q, kn, vn, cache, seq_slots, positions, freqs, m, extras=extras,
+                        stream=stream, symbols=symbols)
             return
         key, grid, threads = gemv_launch(dt, rows, n, k)
-        GEMV_ROPE[key].launch(grid, threads, (xn, w, qkv, m, n, k, k_cache, v_cache,
-                                              block_tables, seq_slots, positions, freqs,
+        GEMV_ROPE[key].launch(grid, threads, (xn, w, qkv, m, n, k, cache.k, cache.v,
+                                              cache.block_tables, seq_slots, positions, freqs,
                                               heads * d, kn.shape[1], d, block_size,
-                                              max_blocks, eps, bias), stream, symbols=symbols)
+                                              max_blocks, eps, extras.bias), stream,
+                              symbols=symbols)
     by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k),
              stream=stream, symbols=symbols)
 

@@ -3,6 +3,7 @@ gather a sequence back out densely."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,35 @@ ROPE_BLOCK = 256  # rope_append.cu: a token a block, a thread a piece of pairs
 NORM_PIECES = 1024  # rope_append.cu's shared sums: pieces of a token's q and k heads
 
 
+@dataclass(frozen=True)
+class Cache:
+    """One layer's paged KV cache and its tables, as attention reads them and the QKV
+    projection appends to them: `k`, `v` (num_blocks, block_size, kv_heads * D);
+    `block_tables` (max_seqs, max_blocks) int32, each slot's blocks (-1: unmapped);
+    `seq_lens` (max_seqs,) int32, the tokens cached per slot (read on the device; attention
+    needs them, the append does not)."""
+
+    k: Any
+    v: Any
+    block_tables: Any
+    seq_lens: Any = None
+
+
+@dataclass(frozen=True)
+class Extras:
+    """A family's extras to q, k and v before RoPE (rawgraph.model.family), each None where
+    it has none: `bias` (q_heads D + 2 kv_heads D,), q's, k's and v's, added to each
+    projected value and rounded (Qwen2); `qk_norm` (2 D,), the q and the k head norm
+    weights: each head of q and k RMS-normalized with `eps` and scaled by them (Qwen3)."""
+
+    bias: Any = None
+    qk_norm: Any = None
+    eps: float = 1e-6
+
+
+NO_EXTRAS = Extras()  # a family without extras (LLaMA, Mistral)
+
+
 def _index(arr: Any, name: str, shape: tuple) -> None:
     if not hasattr(arr, "data") or np.dtype(arr.dtype) != np.int32:
         raise ValueError(f"{name} must be an int32 device array")
@@ -51,12 +81,15 @@ def _cache(k_cache: Any, name: str) -> tuple[int, int, str]:
     return block_size, row, shapes.tensor(k_cache, name)
 
 
-def _new_rows(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
-              seq_slots: Any, positions: Any) -> tuple[int, int, str, int, int]:
+def _new_rows(k_new: Any, v_new: Any, cache: Cache, seq_slots: Any, positions: Any
+              ) -> tuple[int, int, str, int, int]:
     """Check new tokens' K/V rows against one layer's cache and the per-token index arrays;
     returns (block_size, row, dtype, rows of k_new, row stride of k_new and v_new)."""
-    block_size, row, dt = _cache(k_cache, "k_cache")
-    shapes.tensor(v_cache, "v_cache", k_cache.shape, dt)
+    if not isinstance(cache, Cache):
+        raise TypeError(f"cache must be an ops.Cache, got {type(cache).__name__}")
+    block_size, row, dt = _cache(cache.k, "k_cache")
+    shapes.tensor(cache.v, "v_cache", cache.k.shape, dt)
+    block_tables = cache.block_tables
     if getattr(k_new, "ndim", 0) != 2 or k_new.shape[1] != row:
         raise ValueError(f"k_new must be (tokens, {row}), got {getattr(k_new, 'shape', '?')}")
     _, stride = shapes.rows(k_new, "k_new", (row,), dt)
@@ -73,16 +106,15 @@ def _new_rows(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: 
     return block_size, row, dt, cap, stride
 
 
-def kv_append(k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
-              seq_slots: Any, positions: Any, n: Any = None, *, stream: Any = None,
-              symbols: Symbols | None = None) -> None:
-    """Write rows [0, n) of k_new/v_new into the paged caches (n may be symbolic)."""
-    block_size, row, dt, cap, stride = _new_rows(k_new, v_new, k_cache, v_cache, block_tables,
-                                                 seq_slots, positions)
+def kv_append(k_new: Any, v_new: Any, cache: Cache, seq_slots: Any, positions: Any,
+              n: Any = None, *, stream: Any = None, symbols: Symbols | None = None) -> None:
+    """Write rows [0, n) of k_new/v_new (tokens, kv_heads D) into one layer's paged cache,
+    token i at position positions[i] of slot seq_slots[i] (n may be symbolic)."""
+    block_size, row, dt, cap, stride = _new_rows(k_new, v_new, cache, seq_slots, positions)
     n = shapes.count(n, cap, "n", symbols)
-    KV_APPEND[dt].launch(n, BLOCK, (k_new, v_new, k_cache, v_cache, block_tables, seq_slots,
-                                    positions, n, row, block_size, block_tables.shape[1],
-                                    stride),
+    tables = cache.block_tables
+    KV_APPEND[dt].launch(n, BLOCK, (k_new, v_new, cache.k, cache.v, tables, seq_slots,
+                                    positions, n, row, block_size, tables.shape[1], stride),
                          stream, symbols=symbols)
 
 
@@ -103,13 +135,11 @@ def qkv_views(qkv: Any, heads: int, head_dim: int) -> tuple[Any, Any, Any]:
     return q, qkv[:, q_size:q_size + kv_size], qkv[:, q_size + kv_size:]
 
 
-def rope_append_args(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any,
-                     block_tables: Any, seq_slots: Any, positions: Any, freqs: Any
-                     ) -> tuple[str, int, tuple[int, ...]]:
+def rope_append_args(q: Any, k_new: Any, v_new: Any, cache: Cache, seq_slots: Any,
+                     positions: Any, freqs: Any) -> tuple[str, int, tuple[int, ...]]:
     """`rope_append`'s checks; (dtype, rows, (q_heads, kv_heads, head_dim, q_stride,
     kv_stride, block_size, max_blocks))."""
-    block_size, row, dt, cap, stride = _new_rows(k_new, v_new, k_cache, v_cache, block_tables,
-                                                 seq_slots, positions)
+    block_size, row, dt, cap, stride = _new_rows(k_new, v_new, cache, seq_slots, positions)
     if getattr(q, "ndim", 0) != 3 or q.shape[0] != cap or row % q.shape[2]:
         raise ValueError(f"q must be (tokens = {cap}, q_heads, head_dim) with head_dim "
                          f"dividing {row}; got {getattr(q, 'shape', '?')}")
@@ -118,36 +148,36 @@ def rope_append_args(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any,
         raise ValueError(f"head_dim must be a multiple of 8, at most 512; got {d}")
     _, q_stride = shapes.rows(q, "q", (q_heads, d), dt)
     check_freqs(freqs, d)
-    return dt, cap, (q_heads, row // d, d, q_stride, stride, block_size, block_tables.shape[1])
+    return dt, cap, (q_heads, row // d, d, q_stride, stride, block_size,
+                     cache.block_tables.shape[1])
 
 
-def rope_append(q: Any, k_new: Any, v_new: Any, k_cache: Any, v_cache: Any, block_tables: Any,
-                seq_slots: Any, positions: Any, freqs: Any, n: Any = None, *,
-                bias: Any = None, qk_norm: Any = None, norm_eps: float = 1e-6,
-                stream: Any = None, symbols: Symbols | None = None) -> None:
+def rope_append(q: Any, k_new: Any, v_new: Any, cache: Cache, seq_slots: Any, positions: Any,
+                freqs: Any, n: Any = None, *, extras: Extras = NO_EXTRAS, stream: Any = None,
+                symbols: Symbols | None = None) -> None:
     """RoPE and the cache append of rows [0, n) in one kernel: q (tokens, q_heads, D) is
-    rotated in place, k_new (tokens, kv_heads * D) rotated into k_cache (k_new itself is not
-    changed), v_new copied into v_cache. Same results as `rope` then `kv_append`.
+    rotated in place, k_new (tokens, kv_heads * D) rotated into cache.k (k_new itself is not
+    changed), v_new copied into cache.v. Same results as `rope` then `kv_append`.
 
-    A family's extras (rawgraph.model.family), applied first: `bias` (q_heads D + 2 kv_heads
-    D,), q's, k's and v's, added to each value and rounded (Qwen2); `qk_norm` (2 D,): the q
-    and the k head norm weights, each head of q and k RMS-normalized with `norm_eps` and
-    scaled by them (Qwen3). q (and k_new) keep their values unchanged but for q's rotation:
-    the kernel adds the bias to what it reads."""
-    dt, cap, sizes = rope_append_args(q, k_new, v_new, k_cache, v_cache, block_tables,
-                                      seq_slots, positions, freqs)
-    extras(dt, sizes, bias, qk_norm, norm_eps)
+    A family's `extras` are applied first; q (and k_new) keep their values but for q's
+    rotation: the kernel adds the bias to what it reads."""
+    dt, cap, sizes = rope_append_args(q, k_new, v_new, cache, seq_slots, positions, freqs)
+    check_extras(dt, sizes, extras)
     n = shapes.count(n, cap, "n", symbols)
-    ROPE_APPEND[dt].launch(n, ROPE_BLOCK, (q, k_new, v_new, k_cache, v_cache, block_tables,
-                                           seq_slots, positions, freqs, n, *sizes, bias,
-                                           qk_norm, float(norm_eps)),
+    ROPE_APPEND[dt].launch(n, ROPE_BLOCK, (q, k_new, v_new, cache.k, cache.v,
+                                           cache.block_tables, seq_slots, positions, freqs, n,
+                                           *sizes, extras.bias, extras.qk_norm,
+                                           float(extras.eps)),
                            stream, symbols=symbols)
 
 
-def extras(dt: str, sizes: tuple[int, ...], bias: Any, qk_norm: Any, norm_eps: float) -> None:
-    """ValueError unless `bias` and `qk_norm` (each None or a device vector) fit q_heads,
-    kv_heads and head_dim `sizes` (as `rope_append_args` returns them)."""
+def check_extras(dt: str, sizes: tuple[int, ...], extras: Extras) -> None:
+    """ValueError unless `extras` (bias and qk_norm each None or a device vector) fit
+    q_heads, kv_heads and head_dim `sizes` (as `rope_append_args` returns them)."""
+    if not isinstance(extras, Extras):
+        raise TypeError(f"extras must be an ops.Extras, got {type(extras).__name__}")
     q_heads, kv_heads, d = sizes[:3]
+    bias, qk_norm, norm_eps = extras.bias, extras.qk_norm, extras.eps
     if bias is not None:
         shapes.tensor(bias, "bias", ((q_heads + 2 * kv_heads) * d,), dt)
     if qk_norm is not None:
@@ -157,7 +187,7 @@ def extras(dt: str, sizes: tuple[int, ...], bias: Any, qk_norm: Any, norm_eps: f
             raise ValueError(f"qk_norm over {q_heads} + {kv_heads} heads of {d}: {pieces} "
                              f"pieces, rope_append.cu sums at most {NORM_PIECES}")
         if not 0 < norm_eps < 1:
-            raise ValueError(f"norm_eps must be in (0, 1), got {norm_eps!r}")
+            raise ValueError(f"the head norm's eps must be in (0, 1), got {norm_eps!r}")
 
 
 def kv_gather(cache: Any, block_tables: Any, seq_lens: Any, seq: Any, out: Any, *,

@@ -31,8 +31,8 @@ def test_kv_append_and_gather_match_reference(stream, rng, dtype):
     k_layer, v_layer = kv.layer(0)
     k_layer[...] = poisoned(k_layer.shape, dtype)
     before = host(k_layer, dtype)
-    ops.kv_append(k_new, v_new, k_layer, v_layer, kv.block_tables, cupy.asarray(slots),
-                  cupy.asarray(pos), stream=stream)
+    ops.kv_append(k_new, v_new, ops.Cache(k_layer, v_layer, kv.block_tables),
+                  cupy.asarray(slots), cupy.asarray(pos), stream=stream)
     stream.synchronize()
     want = ref.kv_append(before, k_host, t.table, slots, pos)
     np.testing.assert_array_equal(host(k_layer, dtype), want)  # NaN poison compares equal
@@ -55,8 +55,8 @@ def test_graph_follows_table_updates_over_many_steps(stream, rng):
     outs = [arena.array(f"out{s}", (MAXB * BS, ROW), np.float16) for s in range(3)]
     k_layer, v_layer = kv.layer(0)
     with capture(stream, name="decode") as cap:
-        ops.kv_append(k_new, v_new, k_layer, v_layer, kv.block_tables, meta[0], meta[1],
-                      stream=stream)
+        ops.kv_append(k_new, v_new, ops.Cache(k_layer, v_layer, kv.block_tables), meta[0],
+                      meta[1], stream=stream)
         for s, out in enumerate(outs):
             ops.kv_gather(k_layer, kv.block_tables, kv.seq_lens, s, out, stream=stream)
     ex = cap.graph.instantiate(upload_stream=stream)

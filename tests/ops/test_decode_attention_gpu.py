@@ -7,7 +7,7 @@ import pytest
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import reference as ref
 from rawgraph.ops.attention import default_splits, row_splits
-from tests.helpers import POISON, host, paged_cache, poisoned, randn
+from tests.helpers import POISON, host, layer0, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2}
@@ -29,7 +29,7 @@ def test_decode_attention_matches_reference(stream, rng, dtype, q_heads, kv_head
     out = poisoned(q.shape, dtype)
     splits = default_splits(len(slots), kv_heads, dtype, d)
     ws = cupy.empty(ops.workspace_floats(len(slots), q_heads, d, splits), np.float32)
-    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
+    ops.decode_attention(q, layer0(kv), slots_d, out, ws,
                          1536, stream=stream)
     stream.synchronize()
     want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
@@ -51,7 +51,7 @@ def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits)
     kv, kh, vh, q, qh, slots_d = _setup(rng, "bfloat16", 32, 2, 128, lens, slots)
     out = poisoned(q.shape, "bfloat16")
     ws = cupy.empty(ops.workspace_floats(len(slots), 32, 128, splits), np.float32)
-    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
+    ops.decode_attention(q, layer0(kv), slots_d, out, ws,
                          1000, splits=splits, stream=stream)
     stream.synchronize()
     want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
@@ -70,7 +70,7 @@ def test_long_rows_take_splits_of_at_least_256_tokens(stream, rng, splits):
                                         num_blocks=600, max_blocks=320)
     out = poisoned(q.shape, "float16")
     ws = cupy.full(ops.workspace_floats(len(slots), 32, 64, splits), np.nan, np.float32)
-    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots_d, out, ws,
+    ops.decode_attention(q, layer0(kv), slots_d, out, ws,
                          20000, splits=splits, stream=stream)
     stream.synchronize()
     want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
@@ -108,9 +108,8 @@ def test_decode_attention_block_sizes_and_scattered_tables(stream, rng, block_si
     slots = [2, 0, 1]
     out = poisoned(q.shape, "float16")
     ws = cupy.empty(ops.workspace_floats(3, 16, 128, 5), np.float32)
-    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens,
-                         cupy.asarray(np.array(slots, np.int32)), out, ws, 700, splits=5,
-                         stream=stream)
+    ops.decode_attention(q, layer0(kv), cupy.asarray(np.array(slots, np.int32)), out, ws, 700,
+                         splits=5, stream=stream)
     stream.synchronize()
     want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens, np.array(slots),
                                 128**-0.5)
@@ -128,7 +127,7 @@ def test_decode_attention_combines_more_splits_than_it_requests_at_once(stream, 
     slots = cupy.asarray(np.array([0, 1, 2], np.int32))
     out = poisoned(q.shape, "float16")
     ws = cupy.empty(ops.workspace_floats(3, 32, 64, 80), np.float32)
-    ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws,
+    ops.decode_attention(q, layer0(kv), slots, out, ws,
                          4500, splits=80, stream=stream)
     stream.synchronize()
     want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
@@ -144,7 +143,7 @@ def test_split_count_is_patched_as_contexts_grow(stream, rng):
     out = cupy.empty(q.shape, np.float16)
     ws = cupy.empty(ops.workspace_floats(2, 32, 64, 12), np.float32)
     with capture(stream) as cap:
-        ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws,
+        ops.decode_attention(q, layer0(kv), slots, out, ws,
                              S.max_len, splits=12, stream=stream, symbols=S)
     eager = cupy.empty_like(out)
     with cap.graph as g, g.instantiate() as ex:
@@ -156,7 +155,7 @@ def test_split_count_is_patched_as_contexts_grow(stream, rng):
             assert ex.set(max_len=longest) in (0, 2)
             ex.launch(stream)
             # eager with the most splits: the same bits (a row's splits follow from its length)
-            ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots,
+            ops.decode_attention(q, layer0(kv), slots,
                                  eager, ws, 1536, splits=12, stream=stream)
             stream.synchronize()
             want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
@@ -170,7 +169,7 @@ def test_decode_attention_rejects_bad_input(rng):
     kv, _, _, q, _, slots = _setup(rng, "float16", 32, 8, 64, {0: 5}, [0, 0])
     ws = cupy.empty(ops.workspace_floats(2, 32, 64, 4), np.float32)  # 4 splits
     out = cupy.empty(q.shape, np.float16)
-    args = (kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws)
+    args = (layer0(kv), slots, out, ws)
     with pytest.raises(ValueError, match="head_dim 32"):
         ops.decode_attention(cupy.empty((2, 32, 32), np.float16), *args, 512)
     with pytest.raises(ValueError, match="at least"):
@@ -180,6 +179,5 @@ def test_decode_attention_rejects_bad_input(rng):
     with pytest.raises(ValueError, match="block tables hold at most 1536"):
         ops.decode_attention(q, *args, 5000)
     with pytest.raises(ValueError, match="multiple of kv_heads"):
-        ops.decode_attention(cupy.empty((2, 30, 64), np.float16), kv.k[0], kv.v[0],
-                             kv.block_tables, kv.seq_lens, slots, cupy.empty((2, 30, 64),
-                                                                             np.float16), ws, 8)
+        ops.decode_attention(cupy.empty((2, 30, 64), np.float16), layer0(kv), slots,
+                             cupy.empty((2, 30, 64), np.float16), ws, 8)

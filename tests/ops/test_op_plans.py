@@ -412,3 +412,17 @@ def test_rmsnorm_takes_a_warp_a_row_where_its_rows_can_reach_many():
     S = Symbols(n=Range(1, 64))
     warp, grid, block = rmsnorm_launch(S.n, S)
     assert not warp and block == 256 and grid.eval({"n": 5}) == 5
+
+
+def test_a_prefill_plan_refuses_what_no_kernel_takes_when_made():
+    from rawgraph.ops import PrefillPlan
+    assert not PrefillPlan().grouped and not PrefillPlan(128).grouped
+    assert PrefillPlan(64, splits=1).grouped and PrefillPlan(context=10).grouped
+    for kw, msg in (({"rows": 32}, "rows = 32"), ({"splits": 0}, "splits = 0"),
+                    ({"splits": MAX_PREFILL_SPLITS + 1}, f"splits = {MAX_PREFILL_SPLITS + 1}"),
+                    ({"splits": 2, "context": 10}, "splits or context, not both"),
+                    ({"run_keys": 2}, "run_keys goes with splits"),
+                    ({"splits": 2, "run_keys": 0}, "run_keys = 0"),
+                    ({"chunk_size": 0}, "chunk_size = 0")):
+        with pytest.raises(ValueError, match=msg):
+            PrefillPlan(**kw)

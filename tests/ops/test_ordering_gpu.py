@@ -80,21 +80,23 @@ def _families(rng):
     k, v, table, lens = _cache(rng, 2, 64, [40, 17])
     fam["kv_append"] = ({"kn": _h(rng, 2, 128), "vn": _h(rng, 2, 128), "kc": k, "vc": v,
                          "t": table, "slots": _i32([0, 1]), "pos": _i32([39, 16])},
-                        lambda a: ops.kv_append(a["kn"], a["vn"], a["kc"], a["vc"], a["t"],
+                        lambda a: ops.kv_append(a["kn"], a["vn"],
+                                                ops.Cache(a["kc"], a["vc"], a["t"]),
                                                 a["slots"], a["pos"]))
     k, v, table, lens = _cache(rng, 2, 64, [40, 17])
     fam["rope_append"] = ({"q": _h(rng, 2, 4, 64), "kn": _h(rng, 2, 128),
                            "vn": _h(rng, 2, 128), "kc": k, "vc": v, "t": table,
                            "slots": _i32([0, 1]), "pos": _i32([39, 16]), "f": freqs},
-                          lambda a: ops.rope_append(a["q"], a["kn"], a["vn"], a["kc"], a["vc"],
-                                                    a["t"], a["slots"], a["pos"], a["f"]))
+                          lambda a: ops.rope_append(a["q"], a["kn"], a["vn"],
+                                                    ops.Cache(a["kc"], a["vc"], a["t"]),
+                                                    a["slots"], a["pos"], a["f"]))
     k, v, table, lens = _cache(rng, 2, 64, [40, 17])
     fam["qkv_rope"] = ({"x": _h(rng, 2, 256), "w": _h(rng, 512, 256, scale=0.05),
                         "qkv": _h(rng, 2, 512), "kc": k, "vc": v, "t": table,
                         "slots": _i32([0, 1]), "pos": _i32([39, 16]), "f": freqs},
-                       lambda a: ops.qkv_rope(a["x"], a["w"], a["qkv"], a["kc"], a["vc"],
-                                              a["t"], a["slots"], a["pos"], a["f"], heads=4,
-                                              head_dim=64))
+                       lambda a: ops.qkv_rope(a["x"], a["w"], a["qkv"],
+                                              ops.Cache(a["kc"], a["vc"], a["t"]), a["slots"],
+                                              a["pos"], a["f"], head_dim=64))
     k, v, table, lens = _cache(rng, 2, 64, [40, 17])
     fam["kv_gather"] = ({"kc": k, "t": table, "lens": lens, "out": _h(rng, 64, 128)},
                         lambda a: ops.kv_gather(a["kc"], a["t"], a["lens"], 0, a["out"]))
@@ -103,14 +105,14 @@ def _families(rng):
         {"q": _h(rng, 2, 8, 128), "kc": k, "vc": v, "t": table, "lens": lens,
          "slots": _i32([0, 1]), "out": _h(rng, 2, 8, 128),
          "ws": cupy.zeros(workspace_floats(2, 8, 128, 4), np.float32)},
-        lambda a: ops.decode_attention(a["q"], a["kc"], a["vc"], a["t"], a["lens"],
+        lambda a: ops.decode_attention(a["q"], ops.Cache(a["kc"], a["vc"], a["t"], a["lens"]),
                                        a["slots"], a["out"], a["ws"], 100, splits=4))
     k, v, table, lens = _cache(rng, 2, 64, [70, 33])
     fam["prefill_attention"] = (
         {"q": _h(rng, 50, 4, 64), "kc": k, "vc": v, "t": table, "lens": lens,
          "cu": _i32([0, 30, 50]), "slots": _i32([0, 1]), "out": _h(rng, 50, 4, 64)},
-        lambda a: ops.prefill_attention(a["q"], a["kc"], a["vc"], a["t"], a["lens"], a["cu"],
-                                        a["slots"], a["out"], 30))
+        lambda a: ops.prefill_attention(a["q"], ops.Cache(a["kc"], a["vc"], a["t"], a["lens"]),
+                                        ops.Chunk(a["cu"], a["slots"], 30), a["out"]))
     logits = _h(rng, 3, 1000)
     fam["argmax"] = ({"l": logits, "out": _i32([0, 0, 0])},
                      lambda a: ops.argmax(a["l"], a["out"]))

@@ -10,7 +10,7 @@ import pytest
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops.matmul import linear_key
 from rawgraph.ops.variant import spans
-from tests.helpers import DTYPES, paged_cache, poisoned, randn
+from tests.helpers import DTYPES, layer0, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 
@@ -138,7 +138,7 @@ def test_qkv_rope(stream, rng, dtype, norm):
     kw = {"norm_eps": 1e-5, "normed": normed} if norm else {}
 
     def run(c, S):
-        ops.qkv_rope(x, w, qkv, kv.k[0], kv.v[0], kv.block_tables, slots, pos, f, heads=heads,
+        ops.qkv_rope(x, w, qkv, ops.Cache(kv.k[0], kv.v[0], kv.block_tables), slots, pos, f,
                      head_dim=d, m=c, stream=stream, symbols=S, **kw)
 
     counts = boundaries(1, rows, lambda v: linear_key(v, n, hidden))
@@ -173,10 +173,10 @@ def test_rope_and_cache_appends(stream, rng, dtype):
 
     def run(c, S):
         ops.rope(q, k, pos, f, c, stream=stream, symbols=S)
-        ops.kv_append(k.reshape(rows, -1), v, kv.k[0], kv.v[0], kv.block_tables, slots, pos, c,
-                      stream=stream, symbols=S)
-        ops.rope_append(q, k.reshape(rows, -1), v, kv.k[0], kv.v[0], kv.block_tables, slots,
-                        pos, f, c, stream=stream, symbols=S)
+        cache = ops.Cache(kv.k[0], kv.v[0], kv.block_tables)
+        ops.kv_append(k.reshape(rows, -1), v, cache, slots, pos, c, stream=stream, symbols=S)
+        ops.rope_append(q, k.reshape(rows, -1), v, cache, slots, pos, f, c, stream=stream,
+                        symbols=S)
 
     patched_equals_eager(stream, run, [q, k, kv.k, kv.v], 1, rows, [2, 100, 255], at=7)
 
@@ -233,8 +233,8 @@ def test_decode_attention(stream, rng, dtype, d):
     ws = cupy.zeros(ops.workspace_floats(batch, q_heads, d, splits), np.float32)
 
     def run(c, S):
-        ops.decode_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, slots, out, ws,
-                             c, splits=splits, stream=stream, symbols=S)
+        ops.decode_attention(q, layer0(kv), slots, out, ws, c, splits=splits, stream=stream,
+                             symbols=S)
 
     patched_equals_eager(stream, run, [out], 3000, 4800, [3001, 4096, 4097], at=3500)
 
@@ -254,8 +254,8 @@ def test_prefill_attention_query_tile(stream, rng, dtype):
     kv, q, out, cu, slots = _prefill_inputs(rng, dtype, 16, 4, 128, seqs, lens)
 
     def run(c, S):
-        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                              out, c, stream=stream, symbols=S)
+        ops.prefill_attention(q, layer0(kv), ops.Chunk(cu, slots, c), out, stream=stream,
+                              symbols=S)
 
     patched_equals_eager(stream, run, [out], 200, 512, [255, 256, 257], at=300)
 
@@ -268,8 +268,8 @@ def test_prefill_attention_key_runs(stream, rng, dtype):
     ws = cupy.zeros(ops.workspace_floats(512, 16, 64, 64), np.float32)
 
     def run(c, S):
-        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                              out, c, context=4000, n=21, workspace=ws, stream=stream,
+        ops.prefill_attention(q, layer0(kv), ops.Chunk(cu, slots, c, n=21), out,
+                              ops.PrefillPlan(context=4000, workspace=ws), stream=stream,
                               symbols=S)
 
     group = 4

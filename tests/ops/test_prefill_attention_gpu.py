@@ -12,7 +12,7 @@ from rawgraph import Range, Symbols, capture, ops
 from rawgraph.cuda.device import multiprocessors
 from rawgraph.cuda.stream import new_stream
 from rawgraph.ops import reference as ref
-from tests.helpers import DTYPES, POISON, host, paged_cache, poisoned, randn
+from tests.helpers import DTYPES, POISON, host, layer0, paged_cache, poisoned, randn
 
 pytestmark = pytest.mark.gpu
 
@@ -82,8 +82,8 @@ def _prefill_case(stream, rng, dtype, q_heads, kv_heads, d, lens, seqs, splits=N
     kw = {"context": max(lens[s] for s, _ in seqs if s >= 0)} if splits == "context" else \
         {"splits": splits}
     cupy.cuda.Device().synchronize()
-    ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu_d, slots_d, out,
-                          max(n for _, n in seqs), workspace=ws, stream=stream, **kw)
+    ops.prefill_attention(q, layer0(kv), ops.Chunk(cu_d, slots_d, max(n for _, n in seqs)), out,
+                          ops.PrefillPlan(workspace=ws, **kw), stream=stream)
     stream.synchronize()
     want = ref.prefill_attention(qh, kh, vh, kv.tables.table, kv.tables.lens, cu, slots,
                                  d**-0.5)
@@ -148,8 +148,8 @@ def test_prefill_attention_grid_is_patched(stream, rng):
     S.set(q_len=256)
     cupy.cuda.Device().synchronize()
     with capture(stream) as cap:
-        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                              out, S.q_len, stream=stream, symbols=S)
+        ops.prefill_attention(q, layer0(kv), ops.Chunk(cu, slots, S.q_len), out, stream=stream,
+                              symbols=S)
     with cap.graph as g, g.instantiate() as ex:
         for n in (256, 44, 100):
             cu.set(np.array([0, n], np.int32))
@@ -185,16 +185,16 @@ def test_prefill_attention_in_runs_replays_the_eager_bits_with_the_grid_patched(
     S.set(q_len=256)
     cupy.cuda.Device().synchronize()
     with capture(stream) as cap:
-        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                              out, S.q_len, splits=4, workspace=ws, stream=stream, symbols=S)
+        ops.prefill_attention(q, layer0(kv), ops.Chunk(cu, slots, S.q_len), out,
+                              ops.PrefillPlan(splits=4, workspace=ws), stream=stream, symbols=S)
     with cap.graph as g, g.instantiate() as ex:
         for n in (256, 44, 100):
             cu.set(np.array([0, n], np.int32))  # the last n of the 1300 cached tokens
             stream.synchronize()
             # the captured query tile (128 rows at 256): runs cut a tile's key tiles, so the
             # tile decides the runs' bounds and the eager launch must take the same one
-            ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                                  eager, n, rows=128, splits=4, workspace=ws, stream=stream)
+            ops.prefill_attention(q, layer0(kv), ops.Chunk(cu, slots, n), eager,
+                                  ops.PrefillPlan(128, splits=4, workspace=ws), stream=stream)
             ex.set(q_len=n)
             for _ in range(2):
                 ex.launch(stream)
@@ -217,9 +217,9 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
     S.set(q_len=64, ctx=4800)
     cupy.cuda.Device().synchronize()
     with capture(stream) as cap:
-        ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                              out, S.q_len, rows=64, context=S.ctx, n=S.q_len, workspace=ws,
-                              stream=stream, symbols=S)
+        ops.prefill_attention(q, layer0(kv), ops.Chunk(cu, slots, S.q_len, n=S.q_len), out,
+                              ops.PrefillPlan(64, context=S.ctx, workspace=ws), stream=stream,
+                              symbols=S)
     splits, keys = ops.attention.prefill_runs(64, 16, 2, multiprocessors())
     assert [ops.attention.row_runs(n, splits, keys) for n in (100, 300)] == [1, 2]
     assert ops.attention.row_runs(3000, splits, keys) > 2
@@ -228,9 +228,9 @@ def test_prefill_attention_runs_follow_the_context_when_patched(stream, rng):
             cu.set(np.array([0, n], np.int32))  # the last n of the slot's cached tokens
             slots.set(np.array([slot], np.int32))
             stream.synchronize()
-            ops.prefill_attention(q, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu, slots,
-                                  eager, n, rows=64, context=lens[slot], chunk=64, workspace=ws,
-                                  stream=stream)
+            ops.prefill_attention(q, layer0(kv), ops.Chunk(cu, slots, n), eager,
+                                  ops.PrefillPlan(64, context=lens[slot], chunk_size=64,
+                                                  workspace=ws), stream=stream)
             ex.set(q_len=n, ctx=lens[slot])
             assert ex.plan.nodes[0].grid[1] == 2 * ops.attention.row_runs(lens[slot], splits, keys)
             for _ in range(2):
@@ -256,9 +256,9 @@ def test_a_sequences_runs_do_not_depend_on_the_rest_of_the_chunk(stream, rng, d)
         out = cupy.zeros(q.shape, np.float16)
         cu_d, slots_d = cupy.asarray(cu), cupy.asarray([s for s, _ in seqs], np.int32)
         cupy.cuda.Device().synchronize()
-        ops.prefill_attention(qq, kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens, cu_d,
-                              slots_d, out, max(n for _, n in seqs), rows=64,
-                              context=max(lens[s] for s, _ in seqs), chunk=64, workspace=ws,
+        ops.prefill_attention(qq, layer0(kv), ops.Chunk(cu_d, slots_d, max(n for _, n in seqs)),
+                              out, ops.PrefillPlan(64, context=max(lens[s] for s, _ in seqs),
+                                                   chunk_size=64, workspace=ws),
                               stream=stream)
         stream.synchronize()
         got.append(cupy.asnumpy(out[at:at + 16].view(np.uint16)))
@@ -270,29 +270,31 @@ def test_prefill_attention_rejects_bad_input(rng):
     kv, _, _ = paged_cache(rng, "float16", 2, 64, {0: 10}, num_blocks=512, max_blocks=300)
     q = cupy.zeros((10, 4, 64), np.float16)
     cu, slots = cupy.array([0, 10], np.int32), cupy.zeros(1, np.int32)
-    args = (kv.k[0], kv.v[0], kv.block_tables, kv.seq_lens)
+    cache, chunk = layer0(kv), ops.Chunk(cu, slots, 10)
     with pytest.raises(ValueError, match="head_dim 32"):
-        ops.prefill_attention(cupy.zeros((10, 4, 32), np.float16), *args, cu, slots,
-                              cupy.zeros((10, 4, 32), np.float16), 10)
+        ops.prefill_attention(cupy.zeros((10, 4, 32), np.float16), cache, chunk,
+                              cupy.zeros((10, 4, 32), np.float16))
     with pytest.raises(ValueError, match="cu_seqlens has shape"):
-        ops.prefill_attention(q, *args, cupy.zeros(3, np.int32), slots, cupy.zeros_like(q), 10)
+        ops.prefill_attention(q, cache, ops.Chunk(cupy.zeros(3, np.int32), slots, 10),
+                              cupy.zeros_like(q))
     with pytest.raises(ValueError, match="max_q_len reaches 11"):
-        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 11)
-    with pytest.raises(ValueError, match="splits = 0"):
-        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, splits=0)
+        ops.prefill_attention(q, cache, ops.Chunk(cu, slots, 11), cupy.zeros_like(q))
     with pytest.raises(ValueError, match="workspace must be float32 with at least 5280"):
-        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, splits=2,
-                              workspace=cupy.zeros(100, np.float32))
-    with pytest.raises(ValueError, match="splits or context, not both"):
-        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, splits=2,
-                              context=10, workspace=cupy.zeros(5280, np.float32))
+        ops.prefill_attention(q, cache, chunk, cupy.zeros_like(q),
+                              ops.PrefillPlan(splits=2, workspace=cupy.zeros(100, np.float32)))
     with pytest.raises(ValueError, match="context reaches 4801"):
-        ops.prefill_attention(q, *args, cu, slots, cupy.zeros_like(q), 10, context=4801,
-                              workspace=cupy.zeros(1 << 20, np.float32))
+        ops.prefill_attention(q, cache, chunk, cupy.zeros_like(q),
+                              ops.PrefillPlan(context=4801,
+                                              workspace=cupy.zeros(1 << 20, np.float32)))
     with pytest.raises(ValueError, match="66 heads in a tile of 64 rows"):
         q66 = cupy.zeros((10, 132, 64), np.float16)
-        ops.prefill_attention(q66, *args, cu, slots, cupy.zeros_like(q66), 10, rows=64,
-                              splits=1)
+        ops.prefill_attention(q66, cache, chunk, cupy.zeros_like(q66),
+                              ops.PrefillPlan(64, splits=1))
     with pytest.raises(ValueError, match="multiple of kv_heads"):
-        ops.prefill_attention(cupy.zeros((10, 3, 64), np.float16), *args, cu, slots,
-                              cupy.zeros((10, 3, 64), np.float16), 10)
+        ops.prefill_attention(cupy.zeros((10, 3, 64), np.float16), cache, chunk,
+                              cupy.zeros((10, 3, 64), np.float16))
+    with pytest.raises(ValueError, match="needs its seq_lens"):
+        ops.prefill_attention(q, ops.Cache(kv.k[0], kv.v[0], kv.block_tables), chunk,
+                              cupy.zeros_like(q))
+    with pytest.raises(TypeError, match=r"ops\.Chunk and an ops\.PrefillPlan"):
+        ops.prefill_attention(q, cache, (cu, slots, 10), cupy.zeros_like(q))

@@ -16,6 +16,7 @@ from tests.helpers import (
     ULP,
     bits,
     host,
+    layer0,
     paged_cache,
     poisoned,
     randn,
@@ -46,10 +47,11 @@ def test_rope_append_equals_rope_then_append(stream, rng, dtype, q_heads, kv_hea
     (q, k, v), (q2, k2, v2) = views(qkv), views(qkv2)
     k_before = bits(k)
     cupy.cuda.Device().synchronize()
-    ops.rope_append(q, k, v, cache[0], cache[1], tables, slots, pos, f, stream=stream)
+    ops.rope_append(q, k, v, ops.Cache(cache[0], cache[1], tables), slots, pos, f,
+                    stream=stream)
     k2h = as_strided(k2, (n, kv_heads, d), (k2.strides[0], d * k2.itemsize, k2.itemsize))
     ops.rope(q2, k2h, pos, f, stream=stream)
-    ops.kv_append(k2, v2, cache[2], cache[3], tables, slots, pos, stream=stream)
+    ops.kv_append(k2, v2, ops.Cache(cache[2], cache[3], tables), slots, pos, stream=stream)
     stream.synchronize()
     np.testing.assert_array_equal(bits(q), bits(q2))
     np.testing.assert_array_equal(bits(cache[0]), bits(cache[2]))
@@ -86,9 +88,10 @@ def test_rope_append_with_a_family_s_extras(stream, rng, dtype, q_heads, kv_head
                                                   1), dtype))  # exact: already rounded
     q2, k2, v2 = ops.qkv_views(want, q_heads, d)
     cupy.cuda.Device().synchronize()
-    ops.rope_append(q, k, v, cache[0], cache[1], tables, slots, pos, f, bias=bias,
-                    qk_norm=norm, norm_eps=eps, stream=stream)
-    ops.rope_append(q2, k2, v2, cache[2], cache[3], tables, slots, pos, f, stream=stream)
+    ops.rope_append(q, k, v, ops.Cache(cache[0], cache[1], tables), slots, pos, f,
+                    extras=ops.Extras(bias, norm, eps), stream=stream)
+    ops.rope_append(q2, k2, v2, ops.Cache(cache[2], cache[3], tables), slots, pos, f,
+                    stream=stream)
     stream.synchronize()
     np.testing.assert_array_equal(bits(k), k_before)  # k_new itself is left as it was
     got = [host(x, dtype) for x in (q, cache[0], cache[1])]
@@ -121,14 +124,14 @@ def test_qkv_rope_with_extras_equals_linear_then_rope_append(stream, rng, dtype,
     slots = cupy.arange(rows, dtype=cupy.int32)
     positions = cupy.asarray(rng.integers(0, bs, rows).astype(np.int32))
     f = cupy.asarray(ops.inv_freq(d, 1000000.0))
-    kw = {"bias": bias, "qk_norm": norm, "head_eps": 1e-6}
+    extras = ops.Extras(bias, norm, 1e-6)
     cupy.cuda.Device().synchronize()
-    ops.qkv_rope(x, w, qkv, cache[0], cache[1], tables, slots, positions, f, heads=q_heads,
-                 head_dim=d, m=m, stream=stream, **kw)
+    ops.qkv_rope(x, w, qkv, ops.Cache(cache[0], cache[1], tables), slots, positions, f,
+                 head_dim=d, m=m, extras=extras, stream=stream)
     ops.linear(x, w, qkv2, m=m, stream=stream)
     q2, k2, v2 = ops.qkv_views(qkv2, q_heads, d)
-    ops.rope_append(q2, k2, v2, cache[2], cache[3], tables, slots, positions, f, m,
-                    bias=bias, qk_norm=norm, norm_eps=1e-6, stream=stream)
+    ops.rope_append(q2, k2, v2, ops.Cache(cache[2], cache[3], tables), slots, positions, f, m,
+                    extras=extras, stream=stream)
     stream.synchronize()
     q_cols = q_heads * d  # the fused GEMV keeps k and v with their bias; q is the same
     np.testing.assert_array_equal(bits(qkv)[:, :q_cols], bits(qkv2)[:, :q_cols])
@@ -143,15 +146,18 @@ def test_rope_append_rejects_bad_extras(rng):
     k = cupy.zeros((4, 128), np.float16)
     idx = cupy.zeros(4, np.int32)
     f = cupy.zeros(32, np.float32)
-    args = (k, k, kv.k[0], kv.v[0], kv.block_tables, idx, idx, f)
+    args = (k, k, layer0(kv), idx, idx, f)
     with pytest.raises(ValueError, match="bias has shape"):
-        ops.rope_append(q, *args, bias=cupy.zeros(64, np.float16))
+        ops.rope_append(q, *args, extras=ops.Extras(bias=cupy.zeros(64, np.float16)))
     with pytest.raises(ValueError, match="bias is bfloat16"):
-        ops.rope_append(q, *args, bias=cupy.zeros(12 * 64, np.uint16))
+        ops.rope_append(q, *args, extras=ops.Extras(bias=cupy.zeros(12 * 64, np.uint16)))
     with pytest.raises(ValueError, match="qk_norm has shape"):
-        ops.rope_append(q, *args, qk_norm=cupy.zeros(64, np.float16))
-    with pytest.raises(ValueError, match="norm_eps"):
-        ops.rope_append(q, *args, qk_norm=cupy.zeros(128, np.float16), norm_eps=0.0)
+        ops.rope_append(q, *args, extras=ops.Extras(qk_norm=cupy.zeros(64, np.float16)))
+    with pytest.raises(ValueError, match="head norm's eps"):
+        ops.rope_append(q, *args, extras=ops.Extras(qk_norm=cupy.zeros(128, np.float16),
+                                                    eps=0.0))
+    with pytest.raises(TypeError, match=r"ops\.Extras"):
+        ops.rope_append(q, *args, extras={"bias": None})
 
 
 def test_rope_append_rejects_bad_input(rng):
@@ -160,7 +166,9 @@ def test_rope_append_rejects_bad_input(rng):
     k = cupy.zeros((4, 128), np.float16)
     idx = cupy.zeros(4, np.int32)
     f = cupy.zeros(32, np.float32)
-    args = (kv.k[0], kv.v[0], kv.block_tables, idx, idx)
+    args = (layer0(kv), idx, idx)
+    with pytest.raises(TypeError, match=r"ops\.Cache"):
+        ops.rope_append(q, k, k, (kv.k[0], kv.v[0], kv.block_tables), idx, idx, f)
     with pytest.raises(ValueError, match="q must be"):
         ops.rope_append(q[:3], k, k, *args, f)
     with pytest.raises(ValueError, match="inv_freq"):
@@ -196,11 +204,11 @@ def test_qkv_rope_equals_linear_then_rope_append(stream, rng, dtype, m, q_heads,
     f = cupy.asarray(ops.inv_freq(d, 500000.0, ops.Llama3Scaling()))
     slots, positions = cupy.asarray(slot), cupy.asarray(pos)
     cupy.cuda.Device().synchronize()
-    ops.qkv_rope(x, w, qkv, cache[0], cache[1], tables, slots, positions, f, heads=q_heads,
+    ops.qkv_rope(x, w, qkv, ops.Cache(cache[0], cache[1], tables), slots, positions, f,
                  head_dim=d, m=m, stream=stream)
     ops.linear(x, w, qkv2, m=m, stream=stream)
     q2, k2, v2 = ops.qkv_views(qkv2, q_heads, d)
-    ops.rope_append(q2, k2, v2, cache[2], cache[3], tables, slots, positions, f, m,
+    ops.rope_append(q2, k2, v2, ops.Cache(cache[2], cache[3], tables), slots, positions, f, m,
                     stream=stream)
     stream.synchronize()
     np.testing.assert_array_equal(bits(qkv), bits(qkv2))
@@ -231,8 +239,8 @@ def test_qkv_rope_of_normalized_x(stream, rng, dtype, m, q_heads, kv_heads, d, k
     f = ops.inv_freq(d, 500000.0, ops.Llama3Scaling())
     slots, positions = cupy.arange(rows, dtype=cupy.int32), cupy.asarray(pos)
     cupy.cuda.Device().synchronize()
-    ops.qkv_rope(x, w, qkv, cache[0], cache[1], tables, slots, positions, cupy.asarray(f),
-                 heads=q_heads, head_dim=d, m=m, norm_eps=eps, normed=normed, stream=stream)
+    ops.qkv_rope(x, w, qkv, ops.Cache(cache[0], cache[1], tables), slots, positions,
+                 cupy.asarray(f), head_dim=d, m=m, norm_eps=eps, normed=normed, stream=stream)
     stream.synchronize()
     proj = ref.linear(xh[:m], wh, dtype, norm_eps=eps)
     q = ref.rope(proj[:, :q_heads * d].reshape(m, q_heads, d), pos[:m], f, dtype)
@@ -258,19 +266,20 @@ def test_qkv_views_and_qkv_rope_reject_bad_input(rng):
     idx = cupy.zeros(4, np.int32)
     x, w = cupy.zeros((4, 64), np.float16), cupy.zeros((12 * 64, 64), np.float16)
     f = cupy.zeros(32, np.float32)
-    with pytest.raises(ValueError, match="k_cache"):
-        ops.qkv_rope(x, w, qkv, kv.k[0][:, :, :64], kv.v[0], kv.block_tables, idx, idx, f,
-                     heads=8, head_dim=64)
+    cache = layer0(kv)
+    with pytest.raises(ValueError, match="k_cache"):  # a strided slice of the cache
+        ops.qkv_rope(x, w, qkv, ops.Cache(kv.k[0][:, :, :64], kv.v[0], kv.block_tables), idx,
+                     idx, f, head_dim=64)
+    with pytest.raises(ValueError, match="w has 768 rows: not q heads of 96"):
+        ops.qkv_rope(x, w, qkv, cache, idx, idx, f, head_dim=96)
     with pytest.raises(ValueError, match="qkv has shape"):
-        ops.qkv_rope(x, w, qkv[:, :64], kv.k[0], kv.v[0], kv.block_tables, idx, idx, f,
-                     heads=8, head_dim=64)
+        ops.qkv_rope(x, w, qkv[:, :64], cache, idx, idx, f, head_dim=64)
     with pytest.raises(ValueError, match="epsilon must be >= 0"):
-        ops.qkv_rope(x, w, qkv, kv.k[0], kv.v[0], kv.block_tables, idx, idx, f, heads=8,
-                     head_dim=64, norm_eps=-1.0)
+        ops.qkv_rope(x, w, qkv, cache, idx, idx, f, head_dim=64, norm_eps=-1.0)
     with pytest.raises(ValueError, match="pass `normed`"):  # 40 rows: not the GEMV
         ops.qkv_rope(cupy.zeros((40, 64), np.float16), w, cupy.zeros((40, 12 * 64), np.float16),
-                     kv.k[0], kv.v[0], kv.block_tables, cupy.zeros(40, np.int32),
-                     cupy.zeros(40, np.int32), f, heads=8, head_dim=64, norm_eps=1e-5)
+                     cache, cupy.zeros(40, np.int32), cupy.zeros(40, np.int32), f, head_dim=64,
+                     norm_eps=1e-5)
 
 
 def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
@@ -303,8 +312,7 @@ def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
         kv.tables.append(0, n)
         kv.sync(stream)
         slots = cupy.zeros(n, np.int32)
-        ops.kv_append(k_new, v_new, kv.k[0], kv.v[0], kv.block_tables, slots, pos,
-                      stream=stream)
+        ops.kv_append(k_new, v_new, layer0(kv), slots, pos, stream=stream)
         caches.append(kv)
     stream.synchronize()
     a, b = caches
@@ -314,13 +322,12 @@ def test_fused_qkv_views_are_read_and_written_in_place(stream, rng):
     outs = []
     for qq in (q, qc):
         out = cupy.zeros((n, H, D), np.float16)
-        ops.prefill_attention(qq, a.k[0], a.v[0], a.block_tables, a.seq_lens,
-                              cupy.array([0, n], np.int32), cupy.zeros(1, np.int32), out, n,
-                              stream=stream)
+        pieces = ops.Chunk(cupy.array([0, n], np.int32), cupy.zeros(1, np.int32), n)
+        ops.prefill_attention(qq, layer0(a), pieces, out, stream=stream)
         dec = cupy.zeros((1, H, D), np.float16)
         ws = cupy.zeros(ops.workspace_floats(1, H, D, 3), np.float32)
-        ops.decode_attention(qq[n - 1:], a.k[0], a.v[0], a.block_tables, a.seq_lens,
-                             cupy.zeros(1, np.int32), dec, ws, n, splits=3, stream=stream)
+        ops.decode_attention(qq[n - 1:], layer0(a), cupy.zeros(1, np.int32), dec, ws, n,
+                             splits=3, stream=stream)
         outs.append((out, dec))
     stream.synchronize()
     assert (outs[0][0] == outs[1][0]).all() and (outs[0][1] == outs[1][1]).all()
