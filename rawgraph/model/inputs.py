@@ -99,16 +99,18 @@ class Inputs:
         changes."""
         if slots and tokens is None and not follow:
             raise ValueError("tokens are needed unless the step follows the last one")
-        if pieces and slots:
-            self._check_both(pieces, slots, tokens, follow, last, fed)
+        # with both parts, the decode rows are checked before the chunk changes the cache,
+        # and not again (the chunk's slots are others)
+        checked = self._check_both(pieces, slots, tokens, follow, last, fed) \
+            if pieces and slots else None
         ds = decode_stream
         ps = ds if mixed is not None else prefill_stream
         sizes = self.prefill(pieces, ps, sync=False) if pieces else {}
         if follow:  # its copy of the tables carries the chunk's
-            sizes["max_len"] = self.follow(slots, last, ds, tokens, fed)
+            sizes["max_len"] = self.follow(slots, last, ds, tokens, fed, checked=checked)
         elif slots:
             assert tokens is not None  # checked above
-            sizes["max_len"] = self.decode(slots, tokens, ds, sampling)
+            sizes["max_len"] = self.decode(slots, tokens, ds, sampling, checked=checked)
         else:
             self.kv.sync(ds)
         if mixed is not None:
@@ -117,15 +119,18 @@ class Inputs:
 
     def _check_both(self, pieces: Sequence[PrefillPiece], slots: Sequence[int],
                     tokens: Sequence[int] | None, follow: bool, last: step.LastStep | None,
-                    fed: Sequence[int] | None) -> None:
+                    fed: Sequence[int] | None) -> Any:
         """What could make the decode part fail once the chunk has changed the cache,
-        checked first: the decode rows, slots in both parts, and the blocks both take."""
+        checked first: the decode rows, slots in both parts, and the blocks both take.
+        Returns the rows' check (`check_decode`'s, or `step.check_follow`'s joins) for
+        `decode` or `follow` to take instead of checking again."""
         if follow:
-            step.check_follow(last, slots, self.kv.tables, self.limits, tokens,
-                              None if fed is None else [j >= 0 for j in fed])
+            src = self._fed(fed, len(slots))
+            checked = step.check_follow(last, slots, self.kv.tables, self.limits, tokens,
+                                        src >= 0)
         else:
             assert tokens is not None
-            self.check_decode(slots, tokens)
+            checked = self.check_decode(slots, tokens)
         both = {p.slot for p in pieces} & set(slots)
         if both:
             raise ValueError(f"slots {sorted(both)} both prefill and decode in one iteration")
@@ -134,6 +139,7 @@ class Inputs:
         free = self.kv.tables.alloc.num_free
         if need > free:
             raise OutOfBlocks(f"this iteration needs {need} new KV blocks, {free} free")
+        return checked
 
     def blocks_needed(self, need: dict[int, int]) -> int:
         """New KV blocks that need[slot] more tokens per sequence take (ValueError past
@@ -173,17 +179,19 @@ class Inputs:
         return rows.slots, rows.tokens
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], stream: Any,
-               sampling: Sequence[SamplingParams] | None = None, *, sync: bool = True) -> int:
+               sampling: Sequence[SamplingParams] | None = None, *, sync: bool = True,
+               checked: tuple[np.ndarray, np.ndarray] | None = None) -> int:
         """Host side of one decode step: grow each sequence by its token, then copy ids,
         positions, slots, sampling parameters (and with `sync`, tables and lengths) to the
         device. Returns the step's longest context (its size `max_len`).
 
         `sampling` (one per row) replaces the slots' stored parameters (`set_sampling`);
         without it the stored ones apply. Launched with `advance=1`, the step may be continued
-        on the device (`follow`). Vectorized: this runs before every step.
+        on the device (`follow`). Vectorized: this runs before every step. `checked`:
+        `check_decode`'s result for these rows, already taken.
         """
         n = len(slots)
-        sl, tok = self.check_decode(slots, tokens)
+        sl, tok = self.check_decode(slots, tokens) if checked is None else checked
         t = self.kv.tables
         new = [s for s in slots if s not in t.active]
         for s in new:
@@ -211,7 +219,8 @@ class Inputs:
         return int(lens.max())
 
     def follow(self, slots: Sequence[int], last: step.LastStep | None, stream: Any,
-               tokens: Sequence[int] | None = None, fed: Sequence[int] | None = None) -> int:
+               tokens: Sequence[int] | None = None, fed: Sequence[int] | None = None, *,
+               checked: np.ndarray | None = None) -> int:
         """Host side of a decode step that continues `last` (`step.last_step` of the decode
         step before, launched with `advance=1`), its rows in their places: that step's
         sampler already made its tokens these rows' inputs and moved their positions and
@@ -229,13 +238,12 @@ class Inputs:
         prompt: pre["next"][j], copied after that chunk; -1 in every other row); its
         position, slot and sampling fields are copied, its cache length synced. Returns the
         step's longest context (`max_len`). ValueError (`step.check_follow`) if the slots,
-        tokens or their sequences on the host are not ones that may continue that step."""
+        tokens or their sequences on the host are not ones that may continue that step;
+        `checked`: that check's result (the joining rows), already taken."""
         t = self.kv.tables
-        src = np.full(len(slots), -1, np.int64) if fed is None else np.asarray(fed, np.int64)
-        if len(src) != len(slots) or src.max(initial=-1) >= self.limits.max_chunk_seqs:
-            raise ValueError(f"fed {src.tolist()}: one per row, a chunk's piece index in "
-                             f"[0, {self.limits.max_chunk_seqs}) or -1")
-        joins = step.check_follow(last, slots, t, self.limits, tokens, src >= 0)
+        src = self._fed(fed, len(slots))
+        joins = step.check_follow(last, slots, t, self.limits, tokens, src >= 0) \
+            if checked is None else checked
         assert last is not None
         got = np.asarray(list(slots), np.int64)
         sl = got[got >= 0]
@@ -269,6 +277,16 @@ class Inputs:
                 or self.kv.syncs != last.syncs):
             self.kv.sync(stream)  # host lengths now equal what the device moved on to
         return int(t.lens[sl].max())
+
+    def _fed(self, fed: Sequence[int] | None, rows: int) -> np.ndarray:
+        """A following step's `fed` as an array (all -1 when None); ValueError unless one
+        per row, each a chunk's piece index or -1."""
+        src = np.full(rows, -1, np.int64) if fed is None else np.asarray(fed, np.int64)
+        if src.shape != (rows,) or src.max(initial=-1) >= self.limits.max_chunk_seqs \
+                or src.min(initial=-1) < -1:
+            raise ValueError(f"fed {src.tolist()}: one per row, a chunk's piece index in "
+                             f"[0, {self.limits.max_chunk_seqs}) or -1")
+        return src
 
     def prefill(self, pieces: Sequence[PrefillPiece], stream: Any, *,
                 sync: bool = True) -> dict[str, int]:

@@ -144,5 +144,9 @@ def test_an_iteration_with_both_parts_is_checked_whole_before_the_chunk_changes_
     with pytest.raises(ValueError, match="not the continued step's"):
         x.prepare(chunk, [2], None, follow=True, last=last)
     assert set(t.active) == before[1]
+    for fed in ([2], [-2], [0, 0]):  # a piece index past max_chunk_seqs, below -1; a row too many
+        with pytest.raises(ValueError, match="one per row, a chunk's piece index"):
+            x.prepare(chunk, [0], None, follow=True, last=last, fed=fed)
+        assert (t.lens == before[0]).all() and set(t.active) == before[1]
     sizes = x.prepare(chunk, [0], [3])  # and a good one goes through whole
     assert sizes == {"n": 8, "seqs": 1, "max_q_len": 8, "pre_len": 8, "max_len": 3}
