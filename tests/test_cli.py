@@ -55,6 +55,7 @@ def _error(capsys, argv):
     (["serve", "--request-timeout", "0"], "--request-timeout 0.0: seconds, more than 0"),
     (["serve", "--grace", "-1"], "--grace -1.0: seconds, 0 or more"),
     (["serve", "--http-processes", "0"], "--http-processes: 0 must be at least 1"),
+    (["serve", "--batch-invariant", "--mixed"], "--mixed with --batch-invariant: a mixed"),
     (["serve", "--http-processes", "2", "--engine", "thread"],
      "--http-processes 2: the HTTP processes share an engine in a process of its own"),
     (["bench", "nosuch"], "invalid choice: 'nosuch'"),

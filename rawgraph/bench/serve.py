@@ -91,6 +91,7 @@ class Load:
     engine: str = "process"           # `rawgraph serve --engine` (process or thread)
     mixed: bool = False               # `rawgraph serve --mixed` (and offline the same)
     decode_chunk: int | None = None   # `rawgraph serve --decode-chunk` (and offline the same)
+    batch_invariant: bool = False     # `rawgraph serve --batch-invariant` (and offline the same)
     http_processes: int = 1           # `rawgraph serve --http-processes`
     clients: int = CLIENT_PROCS       # client processes (the streams dealt among them)
     # clients in a closed loop, each sending its next request when its last ends (0: Poisson
@@ -111,6 +112,7 @@ class Load:
                 "--chunk", str(min(256, self.max_context)),
                 *(["--reference"] if self.reference else []),
                 *(["--mixed"] if self.mixed else []),
+                *(["--batch-invariant"] if self.batch_invariant else []),
                 *(["--decode-chunk", str(self.decode_chunk)] if self.decode_chunk else []),
                 "--engine", self.engine, "--http-processes", str(self.http_processes)]
 
@@ -362,7 +364,8 @@ def offline(load: Load, work: list[ClientRequest]
     else:
         model = Model(cfg, random_weights(cfg, 0) if load.preset == "tiny" else None,
                       max_batch=load.max_batch, max_context=load.max_context,
-                      max_chunk=min(256, load.max_context), max_chunk_seqs=min(8, load.max_batch))
+                      max_chunk=min(256, load.max_context), max_chunk_seqs=min(8, load.max_batch),
+                      batch_invariant=load.batch_invariant)
         engine = Engine(model, progress=False, mixed=load.mixed,
                         decode_chunk=load.decode_chunk)
     reqs = [Request(p.prompt, p.max_tokens) for p in work]
@@ -420,7 +423,7 @@ def measure(load: Load) -> dict[str, Any]:
     itl_p99 = _pct(itl, 99) * 1e3
     return {
         "preset": load.preset, "closed-loop clients": load.closed, "streamed": load.stream,
-        "engine": load.engine, "mixed": load.mixed,
+        "engine": load.engine, "mixed": load.mixed, "batch invariant": load.batch_invariant,
         "HTTP processes": load.http_processes, "client processes": load.clients,
         "decode chunk": load.decode_chunk or min(256, load.max_context),
         "requests": load.requests, "batch": load.max_batch,
@@ -501,12 +504,15 @@ def run(only: str = "") -> list[dict[str, Any]]:
     --decode-chunk N`, N the preset's LATENCY_CHUNK: at most that many prompt tokens ride
     along with the decoding rows, in one pass over the weights); llama-1b (the shortest
     steps) also with the engine on the server's thread, and with HTTP_PROCESSES event
-    loops; then the CLOSED rows (`only` "closed": those alone)."""
+    loops, and in the batch-invariant mode (its streams all as offline's); then the CLOSED
+    rows (`only` "closed": those alone)."""
     names = [n for n in ("llama-1b", "llama-8b") if only in n]
     loads = [Load(preset=n) for n in names]
     loads += [Load(preset=n, mixed=True, decode_chunk=LATENCY_CHUNK[n]) for n in names]
     loads += [Load(preset=n, engine="thread") for n in ("llama-1b",) if only in n]
     loads += [Load(preset=n, http_processes=HTTP_PROCESSES) for n in ("llama-1b",) if only in n]
+    # every stream as offline's: the batch-invariant mode (#72)
+    loads += [Load(preset=n, batch_invariant=True) for n in ("llama-1b",) if only in n]
     loads += [closed_load(*row) for row in CLOSED if only in row[0] or only == "closed"]
     return [measure(load) for load in loads]
 
@@ -526,10 +532,13 @@ def summary(rows: list[dict[str, Any]]) -> str:
     """One line per preset on the goals: served >= 90% of offline; ITL p99 <= 2 steps."""
     return "\n".join(
         f"{r['preset']} (engine on a {r['engine']}{', mixed' if r['mixed'] else ''}{_http(r)}"
+        f"{', batch-invariant' if r.get('batch invariant') else ''}"
         f"{_closed(r)}, decode chunk {r['decode chunk']}): served {r['served / offline']:.0%} of "
         f"offline (goal 90%); "
         + (f"ITL p99 {r['ITL p99 / step']:.2f}x the decode step (goal <= 2); "
            if r.get("streamed", True) else "")
+        + (f"streams unlike offline {r['streams unlike offline']} (goal 0); "
+           if r.get("batch invariant") else "")
         + f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"
         for r in rows)
 

@@ -118,6 +118,8 @@ class Engine:
     forks it (`_reuse`); not for requests that score their prompt or penalize repetition,
     whose prompt tokens must pass through their own chunks. Blocks no request holds stay
     cached until the allocator needs them, least recently used first.
+    `batch_invariant` (None: as the model is built): each request's tokens and logits the
+    same whatever else runs beside it (`Model.set_batch_invariant`; no mixed iterations).
     One thread drives an engine. `runner`:
     one to use instead of building a `Runner` for `model` (`engine.reference`: the NumPy decoder
     on the host).
@@ -128,9 +130,14 @@ class Engine:
                  streams: int = 2, progress: bool = True, max_graphs: int = 64,
                  max_graph_bytes: int = 1 << 30, pdl: bool = True, overlap: bool = True,
                  mixed: bool = False, decode_chunk: int | None = None, runner: Any = None,
-                 prefix_cache: bool = True):
+                 prefix_cache: bool = True, batch_invariant: bool | None = None):
         if capture not in ("upfront", "lazy"):
             raise ValueError(f"capture = {capture!r}: 'upfront' or 'lazy'")
+        invariant = getattr(model, "batch_invariant", False) if batch_invariant is None \
+            else batch_invariant
+        if invariant and mixed:
+            raise ValueError("mixed=True with batch_invariant: a mixed iteration's decode rows "
+                             "round as its chunk's tokens do")
         if decode_chunk is not None and (type(decode_chunk) is not int
                                          or not 1 <= decode_chunk <= model.max_chunk):
             raise ValueError(f"decode_chunk = {decode_chunk!r}: an int in [1, max_chunk = "
@@ -138,6 +145,8 @@ class Engine:
         if decode_chunk is not None and chunks is None and runner is None:
             chunks = sorted({*chunk_sizes(model.max_chunk), decode_chunk})
         self.model = model
+        if batch_invariant is not None and hasattr(model, "set_batch_invariant"):
+            model.set_batch_invariant(batch_invariant)  # before any graph is captured
         self.runner = runner if runner is not None else Runner(
             model, graphs=graphs, buckets=buckets, chunks=chunks, streams=streams,
             max_graphs=max_graphs, max_graph_bytes=max_graph_bytes, pdl=pdl, mixed=mixed)

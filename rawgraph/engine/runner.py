@@ -209,6 +209,9 @@ class Runner(Launched):
                  check_inputs: bool | None = None):
         if streams not in (1, 2):
             raise ValueError(f"streams = {streams}: one stream, or two (prefill beside decode)")
+        if mixed and getattr(model, "batch_invariant", False):
+            raise ValueError("mixed=True on a batch-invariant model: a mixed iteration's decode "
+                             "rows round as its chunk's tokens do")
         self.model, self.graphs, self.pdl, self.mixed = model, graphs, pdl, mixed
         self.check_inputs = (os.environ.get("RAWGRAPH_CHECK_INPUTS") == "1"
                              if check_inputs is None else check_inputs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,10 @@ from rawgraph.symbols import scope as symbols_scope
 # alone leave most of the GPU idle; above it one run loses to a block per head
 # (benchmarks/NOTES.md, "Prefill").
 RUNS_UP_TO = 256
+# The batch-invariant mode's GEMM plans (`Variants.gemm_rows`): a decode step's projections
+# planned for 128 rows (one tile of rows, k split so the tiles fill the GPU: a small batch's
+# rows read W at the best rate this GEMM gives them), a chunk's for 2,048 (unsplit tiles)
+INVARIANT_STEP_ROWS, INVARIANT_CHUNK_ROWS = 128, 2048
 
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
 # a chunk of n tokens runs the kernels of the smallest that holds it, planned for that size
@@ -108,7 +113,8 @@ class Model:
                  max_chunk_seqs: int = 8, block_size: int = BLOCK_SIZE,
                  num_blocks: int | None = None, seed: int = 0,
                  files: dict[str, Any] | None = None,
-                 runs_up_to: int = RUNS_UP_TO, variants: Variants | None = None):
+                 runs_up_to: int = RUNS_UP_TO, variants: Variants | None = None,
+                 batch_invariant: bool | None = None):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets).
         Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
@@ -116,7 +122,9 @@ class Model:
         of up to this many tokens run prefill attention grouped in key runs (`runs`; 0:
         never). `variants`: the kernel forms its launches take (`ops.variant.Variants`; None:
         those in force where it launches, the defaults unless a `choose` block says
-        otherwise)."""
+        otherwise). `batch_invariant` (None: the environment's RAWGRAPH_BATCH_INVARIANT=1):
+        every row's results the same whatever else is in its iteration
+        (`set_batch_invariant`)."""
         if not 1 <= max_batch <= DECODE_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
                              f"rows")
@@ -141,6 +149,11 @@ class Model:
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
         self.runs_up_to, self.variants = runs_up_to, variants
+        if batch_invariant is None:
+            batch_invariant = os.environ.get("RAWGRAPH_BATCH_INVARIANT") == "1"
+        self.batch_invariant = bool(batch_invariant)
+        self.workspace: cupy.ndarray | None = None  # decode attention's splits'
+        self.prefill_workspace: cupy.ndarray | None = None  # prefill attention's key runs'
         self.limits = Limits(max_batch, max_chunk, max_chunk_seqs, max_context, cfg.vocab)
         self.arena: Arena | None = None
         try:
@@ -153,10 +166,46 @@ class Model:
         """Query rows per tile when a chunk of `chunk` tokens runs prefill attention grouped
         in key runs (as many for each sequence as its length gives); 0 when it runs a block
         per (query tile, head): chunks above `runs_up_to`, and GQA groups larger than the
-        tile."""
+        tile, and every chunk of a batch-invariant model (a run's combine adds a row's keys
+        in another order)."""
         group = self.cfg.heads // self.cfg.kv_heads
         rows = ops.attention.grouped_rows(chunk, group)
-        return rows if chunk <= self.runs_up_to and group <= rows else 0
+        runs = chunk <= self.runs_up_to and group <= rows and not self.batch_invariant
+        return rows if runs else 0
+
+    def set_batch_invariant(self, on: bool) -> None:
+        """Batch-invariant mode on or off. On, a row's logits and tokens do not depend on
+        what else its iteration holds (the batch, the row's place, the chunk its prompt was
+        prefilled in, a prefix-cache hit, overlap): every projection takes the tiled GEMM
+        planned for a fixed count of rows (`Variants.gemm_rows`: INVARIANT_STEP_ROWS for a
+        decode step, INVARIANT_CHUNK_ROWS for a chunk), decode attention cuts each row's
+        context by its own length alone (`ops.attention.fixed_splits`), prefill attention
+        runs no key runs and one query tile, and no iteration is mixed. Other bits than the
+        default mode's, and slower (`bench decode`'s invariant column). Set it before an
+        engine captures graphs: a graph keeps the kernels it was captured with."""
+        self.batch_invariant = bool(on)
+        self._attention_buffers()
+
+    def _attention_buffers(self) -> None:
+        """Decode attention's splits per batch size and their workspace; prefill attention's
+        key runs' workspace, for the chunk size that needs the most (grown, never shrunk)."""
+        cfg = self.cfg
+        if self.batch_invariant:
+            self.splits = [ops.attention.fixed_splits(self.max_context)] * self.max_batch
+        else:
+            self.splits = [default_splits(b, cfg.kv_heads, cfg.dtype, cfg.head_dim)
+                           for b in range(1, self.max_batch + 1)]
+        need = max(ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
+                   for b, s in enumerate(self.splits, 1))
+        if self.workspace is None or self.workspace.size < need:
+            self.workspace = cupy.empty(need, np.float32)
+        group, sms = cfg.heads // cfg.kv_heads, multiprocessors()
+        need = max([0] + [
+            ops.workspace_floats(c, cfg.heads, cfg.head_dim,
+                                 ops.attention.prefill_runs(c, r // group, cfg.kv_heads, sms)[0])
+            for c in range(1, self.max_chunk + 1) if (r := self.runs(c))])
+        if self.prefill_workspace is None or self.prefill_workspace.size < need:
+            self.prefill_workspace = cupy.empty(need, np.float32)
 
     def _setup(self, tensors: dict[str, np.ndarray] | None, seed: int, block_size: int,
                num_blocks: int | None, files: dict[str, Any]) -> None:
@@ -179,18 +228,7 @@ class Model:
         self._body_stream: cupy.cuda.Stream | None = None  # captures conditional bodies
         # a mixed iteration's rows (decode rows, then a chunk's tokens): made on first use
         self.mix: dict[str, cupy.ndarray] | None = None
-        # decode attention's splits per batch size (default_splits), and their workspace
-        self.splits = [default_splits(b, cfg.kv_heads, cfg.dtype, cfg.head_dim)
-                       for b in range(1, max_batch + 1)]
-        self.workspace = cupy.empty(max(
-            ops.workspace_floats(b, cfg.heads, cfg.head_dim, s)
-            for b, s in enumerate(self.splits, 1)), np.float32)
-        # prefill attention's key runs: a workspace for the chunk size that needs the most
-        group, sms = cfg.heads // cfg.kv_heads, multiprocessors()
-        self.prefill_workspace = cupy.empty(max([0] + [
-            ops.workspace_floats(c, cfg.heads, cfg.head_dim,
-                                 ops.attention.prefill_runs(c, r // group, cfg.kv_heads, sms)[0])
-            for c in range(1, max_chunk + 1) if (r := self.runs(c))]), np.float32)
+        self._attention_buffers()
         # buffers were zeroed and constants copied on the current stream: done before any
         # other stream (the engine's) may read them
         cupy.cuda.get_current_stream().synchronize()
@@ -356,20 +394,29 @@ class Model:
         and IF node, which launch plainly (each GEMV fetches its first weights while the
         previous kernel ends); the same bits either way."""
         step.check_shape(shape, dict(sizes), self.limits)
+        if self.batch_invariant and shape.kind == "mixed":
+            raise ValueError(f"{shape}: a batch-invariant model launches no mixed iterations "
+                             f"(their decode rows would round as the chunk's tokens do)")
         sz = {"advance": 0, **sizes}
         with self._variants():
             if shape.batch and shape.chunk:
                 self._mixed(shape, sz, stream, symbols, pdl, host_next, host_lp)
             elif shape.batch:
-                with programmatic(pdl), _on(stream, symbols):
+                with programmatic(pdl), _on(stream, symbols), self._rows(INVARIANT_STEP_ROWS):
                     self._decode(shape.batch, sz["max_len"], sz["advance"], host_next,
                                  host_lp)
             else:
-                self._prefill(shape.chunk, sz, stream, symbols, pdl)
+                with self._rows(INVARIANT_CHUNK_ROWS):
+                    self._prefill(shape.chunk, sz, stream, symbols, pdl)
 
     def _variants(self) -> contextlib.AbstractContextManager:
         """The kernel forms launches take: this model's `variants`, if it has its own."""
         return choose(self.variants) if self.variants is not None else contextlib.nullcontext()
+
+    def _rows(self, rows: int) -> contextlib.AbstractContextManager:
+        """Batch-invariant: the projections inside planned for `rows` rows whatever their
+        count (`Variants.gemm_rows`); else nothing changes."""
+        return choose(gemm_rows=rows) if self.batch_invariant else contextlib.nullcontext()
 
     def _decode_attention(self, a: dict, slots: Any, batch: int, max_len: Any) -> Any:
         """`attend` of a layer for the first `batch` rows of buffers `a`: decode attention
@@ -398,9 +445,12 @@ class Model:
         q = a["q"][at:at + chunk]
         out = a["attn"].reshape(a["q"].shape)[at:at + chunk]
         pieces = ops.Chunk(m["cu"], m["seqs"], sz["max_q_len"], sz["seqs"], sz["n"])
+        # batch-invariant: one query tile for every chunk size
+        tile = ops.attention.PREFILL_ROWS[0] if self.batch_invariant else \
+            ops.attention.prefill_rows(chunk, self.cfg.head_dim)
         plan = (ops.PrefillPlan(rows, context=sz["pre_len"], chunk_size=chunk,
                                 workspace=self.prefill_workspace) if rows else
-                ops.PrefillPlan(ops.attention.prefill_rows(chunk, self.cfg.head_dim)))
+                ops.PrefillPlan(tile))
 
         def attend(cache: ops.Cache) -> None:
             with programmatic(False):
@@ -531,7 +581,8 @@ class Model:
                                          np.int32))
             lp = cupy.empty((n, ops.LP_STRIDE), np.float32)
             ids = cupy.empty((n, ops.LP_STRIDE), np.int32)
-        with _on(stream, None), programmatic(False), self._variants():
+        with _on(stream, None), programmatic(False), self._variants(), \
+                self._rows(INVARIANT_CHUNK_ROWS):
             for r0 in range(0, n, SCORE_ROWS):
                 r1 = r0 + SCORE_ROWS
                 ops.rmsnorm(x, self.w["norm"], b["last"], eps=cfg.rms_eps, gather=meta[0, r0:r1])

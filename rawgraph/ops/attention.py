@@ -150,6 +150,20 @@ def row_splits(length: int, splits: int) -> int:
     return -(-length // per)
 
 
+def fixed_splits(max_context: int) -> int:
+    """A `splits` (max_splits) under which every row of up to `max_context` tokens takes the
+    splits its length alone gives, whatever its batch: up to SHORT_SPLITS * LONG_SPLIT
+    tokens as `row_splits` cuts them at any count, beyond that LONG_SPLIT tokens each (a
+    fixed split length, not a fixed count). The batch-invariant mode's."""
+    if max_context < 1:
+        raise ValueError(f"max_context = {max_context}: at least 1")
+    need = max(SHORT_SPLITS, -(-max_context // LONG_SPLIT))
+    if need > MAX_SPLITS:
+        raise ValueError(f"max_context = {max_context} takes {need} splits of {LONG_SPLIT} "
+                         f"tokens, past the combine's {MAX_SPLITS}")
+    return need
+
+
 def grid_splits(max_len: Any, splits: int) -> Any:
     """Split blocks per (row, kv head) to launch when no row is longer than `max_len` (an
     int, or a symbol: the grid follows it when patched): at least `row_splits(len, splits)`

@@ -235,10 +235,11 @@ def gemm_plan(m: int, n: int, k: int, slots: dict[int, int] | None = None,
 
 def device_plan(m: int, n: int, k: int) -> tuple[tuple[int, int], int]:
     """gemm_plan on this device: the wgmma GEMM's tiles and split k (as `Variants` allow) on
-    Hopper, else mma.sync's tiles."""
+    Hopper, else mma.sync's tiles; planned for `Variants.gemm_rows` rows, when set, not m."""
+    v = chosen()
+    m = v.gemm_rows or m
     if not hopper():
         return gemm_plan(m, n, k)
-    v = chosen()
     return gemm_plan(m, n, k, split_slots() if v.split_k else None,
                      v.gemm_tiles or GEMM90_TILES)
 
@@ -358,7 +359,9 @@ def plain_after(rows: int, n: int, k: int) -> bool:
 
 def path(rows: int, n: int) -> str:
     """The kernel family for up to `rows` rows of x through an n-row weight: 'gemv',
-    'skinny' or 'gemm'."""
+    'skinny' or 'gemm' (always, where `Variants.gemm_rows` is set)."""
+    if chosen().gemm_rows is not None:
+        return "gemm"
     if rows > SKINNY_MAX and not (rows <= chosen().wgmma_skinny_to and hopper()):
         return "gemm"
     return "skinny" if takes_skinny(rows, n) else "gemv"

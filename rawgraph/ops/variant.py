@@ -47,6 +47,11 @@ class Variants:
     prefill_tma: bool = True  # its K/V tiles by TMA (else gathered by cp.async)
     norm_warp_rows_from: int = 1024  # rmsnorm a warp a row where rows can reach this
     chained_attention: bool = True  # decode attention in the programmatic chain
+    # every linear takes the tiled GEMM, its tile and split planned for this many rows
+    # whatever its count: one kernel and one k order for a row in any batch (the
+    # batch-invariant mode's, `Model(batch_invariant=True)`; None: each count its own path;
+    # other bits than the default's)
+    gemm_rows: int | None = None
 
 
 DEFAULT = Variants()

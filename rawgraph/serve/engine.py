@@ -74,7 +74,8 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
         engine = reference_engine(cfg, tensors, decode_chunk=args.decode_chunk,
                                   prefix_cache=args.prefix_cache, **sizes)
     else:
-        model = Model(cfg, tensors, seed=args.seed, files=files, **sizes)
+        model = Model(cfg, tensors, seed=args.seed, files=files,
+                      batch_invariant=args.batch_invariant, **sizes)
         engine = Engine(model, progress=False, mixed=args.mixed,
                         decode_chunk=args.decode_chunk, prefix_cache=args.prefix_cache)
     return engine, info

@@ -4,6 +4,7 @@ the command line's help works without them)."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ def check(args: argparse.Namespace) -> None:
                          "--model checkpoint small enough for it")
     if args.reference and args.mixed:
         raise ValueError("--mixed: the reference decoder (--reference) runs no graphs to mix")
+    if args.batch_invariant and args.mixed:
+        raise ValueError("--mixed with --batch-invariant: a mixed iteration's decode rows "
+                         "round as its chunk's tokens do")
     if args.max_batch is not None and not 1 <= args.max_batch <= DECODE_ROWS:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
@@ -73,6 +77,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="run an iteration's prefill chunk and decode step as one pass over "
                         "the weights (one graph per batch bucket and chunk size; faster than "
                         "two graphs side by side for chunks of up to ~128 tokens)")
+    q.add_argument("--batch-invariant", action="store_true",
+                   default=os.environ.get("RAWGRAPH_BATCH_INVARIANT") == "1",
+                   help="each request's tokens the same whatever else is batched with it: "
+                   "slower kernels in fixed orders (default: RAWGRAPH_BATCH_INVARIANT=1); "
+                   "the NumPy reference (--reference) is invariant already")
     q.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                    help="prefill every prompt whole: no request takes the KV blocks of a "
                    "prefix an earlier prompt left in the cache")

@@ -426,3 +426,34 @@ def test_a_prefill_plan_refuses_what_no_kernel_takes_when_made():
                     ({"chunk_size": 0}, "chunk_size = 0")):
         with pytest.raises(ValueError, match=msg):
             PrefillPlan(**kw)
+
+
+def test_fixed_splits_cut_each_row_by_its_own_length_whatever_the_batch():
+    from rawgraph.ops.attention import MAX_SPLITS, fixed_splits
+    for ctx in (1, 100, 4096, 4097, 20000, 131072):
+        s = fixed_splits(ctx)
+        lens = sorted({1, 17, 255, 256, 4095, 4096, 4097, ctx // 2 + 1, ctx} - {0})
+        for n in (x for x in lens if x <= ctx):
+            # the count any larger max_splits gives: a row's split length is its own
+            assert row_splits(n, s) == row_splits(n, MAX_SPLITS)
+            per = -(-n // row_splits(n, s))
+            assert n <= 4096 or per <= LONG_SPLIT
+    # the default's count follows the batch, and so do long rows' splits
+    assert row_splits(20000, decode_splits(8, 132)) != row_splits(20000, decode_splits(256, 132))
+    with pytest.raises(ValueError, match="past the combine's"):
+        fixed_splits(MAX_SPLITS * LONG_SPLIT + 1)
+
+
+def test_gemm_rows_send_every_count_through_one_gemm_plan(monkeypatch):
+    monkeypatch.setattr(matmul, "hopper", lambda: True)
+    monkeypatch.setattr(matmul, "split_slots", lambda: {c: 132 // c * c for c in GEMM_SPLITS})
+    n, k = 6144, 4096
+    default = {matmul.linear_key(r, n, k) for r in (1, 8, 16, 40, 128, 256, 2048)}
+    assert {key[0] for key in default} == {"gemv", "skinny", "gemm"}
+    with choose(gemm_rows=128):
+        keys = {matmul.linear_key(r, n, k) for r in (1, 8, 16, 40, 128, 256, 2048)}
+        assert keys == {("gemm", matmul.device_plan(128, n, k))}
+        assert not matmul.keeps_row_max(1, 128256) and not matmul.plain_after(1, n, k)
+    with choose(gemm_rows=2048):
+        assert {matmul.linear_key(r, n, k) for r in (1, 300)} == {
+            ("gemm", matmul.gemm_plan(2048, n, k, matmul.split_slots(), GEMM90_TILES))}
