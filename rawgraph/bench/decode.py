@@ -136,6 +136,8 @@ def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
         runner.pool.acquire(Shape(batch=b))
     capture_ms = (time.perf_counter() - t0) * 1e3
     rows = [_case(model, runner, name, batch, ctx, floor_gbps) for batch, ctx in cases]
+    if name in FULL:
+        _invariant(model, rows, cases, batches)
     rows.append({"preset": name, "B": "all", "context": "", "capture ms": capture_ms,
                  "graphs": len(batches), "target": "<= 1000 ms", "ok": capture_ms <= 1000})
     if name in FULL:
@@ -146,6 +148,22 @@ def _preset(name: str, floor_gbps: float) -> list[dict[str, Any]]:
         rows.extend(_loops(name, model, floor_gbps))
     model.close()
     return rows
+
+
+def _invariant(model: Model, rows: list[dict[str, Any]], cases: list[tuple[int, int]],
+               batches: list[int]) -> None:
+    """Each case's overlapped step in the batch-invariant mode (graphs of its own) beside
+    the default mode's: the columns #72's goal reads (within 1.15x)."""
+    model.set_batch_invariant(True)
+    runner = Runner(model, graphs=True, buckets=batches, chunks=[512])
+    try:
+        for row, (batch, ctx) in zip(rows, cases):
+            ms, _ = overlapped_step_ms(runner, fill_contexts(model, batch, ctx))
+            row["invariant ms"] = ms
+            row["invariant/default"] = ms / row["overlapped ms"]
+    finally:
+        runner.close()
+        model.set_batch_invariant(False)
 
 
 LOOP_STEPS = 64
