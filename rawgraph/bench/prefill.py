@@ -122,8 +122,25 @@ def _preset(name: str) -> list[dict[str, Any]]:
                          "chunk": chunk, "decode-only iteration ms": alone,
                          "iteration with a chunk ms": mixed, "x decode-only": mixed / alone})
         engine.close()
+    _invariant(model, rows, max(CHUNKS))
     model.close()
     return rows
+
+
+def _invariant(model: Model, rows: list[dict[str, Any]], chunk: int) -> None:
+    """The batch-invariant mode's time to first token beside each of `rows`' at `chunk`
+    (#72's goal: within 1.25x of the default's)."""
+    engine = Engine(model, chunks=[chunk], buckets=[1, BESIDE], progress=False,
+                    prefix_cache=False, batch_invariant=True)
+    try:
+        engine.generate([prompt(chunk, model.cfg.vocab)], max_new_tokens=2)
+        for row in rows:
+            if row["chunk"] == chunk and "TTFT ms" in row:
+                ms = _ttft_ms(engine, row["prompt"])
+                row["invariant TTFT ms"], row["invariant/default"] = ms, ms / row["TTFT ms"]
+    finally:
+        engine.close()
+        model.set_batch_invariant(False)
 
 
 def _long(name: str) -> list[dict[str, Any]]:
