@@ -10,6 +10,7 @@ absent; neither is ever imported by rawgraph itself."""
 
 import json
 
+import cupy
 import numpy as np
 import pytest
 
@@ -142,6 +143,9 @@ def _rawgraph_logits(path, prompt, steps):
         model.decode([0], [tok], s)
         out.append(to_float32(model.dec["logits"][0].get(), ck.config.dtype))
     model.close()
+    # CuPy keeps freed blocks in its pool: give them back for transformers' forward (a
+    # 32k-token prompt's attention takes 32 GiB, more than an H100 has left beside them)
+    cupy.get_default_memory_pool().free_all_blocks()
     return ck.config, np.stack(out)
 
 
