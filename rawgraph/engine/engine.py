@@ -118,8 +118,9 @@ class Engine:
     forks it (`_reuse`); not for requests that score their prompt or penalize repetition,
     whose prompt tokens must pass through their own chunks. Blocks no request holds stay
     cached until the allocator needs them, least recently used first.
-    `batch_invariant` (None: as the model is built): each request's tokens and logits the
-    same whatever else runs beside it (`Model.set_batch_invariant`; no mixed iterations).
+    `batch_invariant` (None: the model's mode; True/False sets it on the model): each
+    request's tokens and logits the same whatever else runs beside it
+    (`Model.set_batch_invariant`; no mixed iterations).
     One thread drives an engine. `runner`:
     one to use instead of building a `Runner` for `model` (`engine.reference`: the NumPy decoder
     on the host).
