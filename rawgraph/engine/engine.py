@@ -307,29 +307,29 @@ class Engine:
         without overlap would take it. It cannot when no row is left, or when the rows
         would take a smaller bucket than the empty rows hold on to (then the rows are
         packed, fed from the host). A prefill chunk may go beside it either way."""
-        planned = {id(r) for r in plan.decode}
-        layout = [r if r is not None and id(r) in planned
-                  and len(r.output) + 2 <= r.max_new_tokens else None for r in rows]
-        held = {id(r) for r in rows if r is not None}
-        ended = {id(r): j for j, (r, p) in enumerate(pieces) if p.final}
+        # sets of the requests themselves (they hash by identity): this runs every iteration
+        planned = set(plan.decode)
+        layout = [r if r in planned and len(r.output) + 2 <= r.max_new_tokens else None
+                  for r in rows]
+        held = set(rows)
+        ended = {r: j for j, (r, p) in enumerate(pieces) if p.final}
         # a prompt that ended in the unread chunk joins if its first token is not its last
-        joining = [r for r in plan.decode if id(r) not in held
-                   and (r.output or (id(r) in ended and r.max_new_tokens >= 2))]
-        free = [i for i, r in enumerate(rows) if r is None]  # empty there: no token to read
-        for r in joining:
-            if free:
-                layout[free.pop(0)] = r
-            else:
-                layout.append(r)
-        live = sum(r is not None for r in layout)
+        joining = [r for r in plan.decode if r not in held
+                   and (r.output or (r in ended and r.max_new_tokens >= 2))]
+        if joining:
+            free = [i for i, r in enumerate(rows) if r is None]  # empty there: nothing to read
+            for r in joining:
+                if free:
+                    layout[free.pop(0)] = r
+                else:
+                    layout.append(r)
+        live = len(layout) - layout.count(None)
         if not live or self.runner.bucket(live) != self.runner.bucket(len(layout)):
             return None
-        host = {id(r) for r in joining if r.output}
-        dev = {id(r) for r in joining if not r.output}
-        tokens = [r.output[-1] if r is not None and id(r) in host else -1
-                  for r in layout] if host else None
-        fed = [ended[id(r)] if r is not None and id(r) in dev else -1
-               for r in layout] if dev else None
+        host = {r for r in joining if r.output}
+        dev = {r for r in joining if not r.output}
+        tokens = [r.output[-1] if r in host else -1 for r in layout] if host else None
+        fed = [ended[r] if r in dev else -1 for r in layout] if dev else None
         return layout, tokens, fed
 
     def _prefilled(self, pieces: list[tuple[Request, PrefillPiece]]) -> None:
