@@ -111,15 +111,3 @@ def test_admissions_are_undone_exactly():
     assert [r.slot for r in s.running] == [0, 1, 2, 3]  # the same slots as before the undo
     assert s.drop(d) is False and s.drop(Request([2], 1)) is False
 
-
-def test_a_batch_invariant_engine_refuses_mixed_iterations_before_building_anything():
-    from types import SimpleNamespace
-
-    from rawgraph.engine.engine import Engine
-
-    model = SimpleNamespace(batch_invariant=True, max_chunk=64)  # nothing else is touched
-    with pytest.raises(ValueError, match="mixed=True with batch_invariant"):
-        Engine(model, mixed=True)
-    with pytest.raises(ValueError, match="mixed=True with batch_invariant"):
-        Engine(SimpleNamespace(batch_invariant=False, max_chunk=64), mixed=True,
-               batch_invariant=True)
