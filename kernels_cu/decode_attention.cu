@@ -9,7 +9,7 @@
 //       const int* seq_slots,     // (batch,) cache slot of each row; < 0: padding row
 //       float* partial,           // (batch, q_heads, max_splits, D + 2) workspace
 //       int batch, int q_heads, int kv_heads, int block_size, int max_blocks,
-//       int max_splits, float scale, int q_stride)
+//       int max_splits, int min_split, float scale, int q_stride)
 //   grid (batch * kv_heads, n_splits), block (128), dynamic shared memory decode_smem(D).
 //   Each row cuts its own context into splits whatever the other rows' lengths, each a
 //   multiple of 64 tokens (a block's 4 warps x 16): up to kShortSplits * kLongSplit tokens
@@ -18,11 +18,14 @@
 //   many as max_splits allows (len / max_splits rounded up). A row on its own is bound by
 //   latency up to a few thousand tokens (more splits there only add partials to combine);
 //   past that, splits are what keeps the SMs busy. With max_splits <= kShortSplits every
-//   row takes len / max_splits. n_splits must cover every row's splits (ops.attention:
-//   grid_splits); blocks past a row's splits write an empty result. Block (b, h, s) reads
-//   split s of sequence b (tokens [s * split, min((s + 1) * split, len))) once for all
-//   G = q_heads / kv_heads query heads of kv head h (G <= 16), on tensor cores: the G query
-//   rows (zero-padded to 16) are the A operand of mma.m16n8k16.
+//   row takes len / max_splits. No split is shorter than min_split tokens (0: no bound; the
+//   batch-invariant mode's split length, with max_splits fixed by the longest context, so
+//   that a row's splits follow its length alone and stay few at every batch). n_splits
+//   must cover every row's splits (ops.attention: grid_splits); blocks past a row's splits
+//   write an empty result. Block (b, h, s) reads split s of sequence b (tokens
+//   [s * split, min((s + 1) * split, len))) once for all G = q_heads / kv_heads query heads
+//   of kv head h (G <= 16), on tensor cores: the G query rows (zero-padded to 16) are the A
+//   operand of mma.m16n8k16.
 //   The split is cut into chunks of 16 tokens; warp w takes chunks w, w + 4, ... and runs its
 //   own flash-attention over them: S = Q K^T (K via ldmatrix), the running row max and sum in
 //   base 2, P packed to T in registers as the A operand of O += P V (V via ldmatrix.trans).
@@ -78,7 +81,7 @@ template <typename T, int D>
 __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int* block_tables,
                        const int* seq_lens, const int* seq_slots, float* partial, int batch,
                        int q_heads, int kv_heads, int block_size, int max_blocks,
-                       int max_splits, float scale, int q_stride) {
+                       int max_splits, int min_split, float scale, int q_stride) {
   rg::pdl_trigger();  // K/V of all but the newest token are requested before the wait (below)
   constexpr int RC = D / 8, S = stages<D>(), kBytes = kChunk * D * 2;  // one K or V chunk
   extern __shared__ __align__(128) char smem[];
@@ -91,8 +94,9 @@ __device__ void attend(const T* q, const T* k_cache, const T* v_cache, const int
   if (slot < 0) return;
   const int G = q_heads / kv_heads;
   const int len = seq_lens[slot];
-  const int per = max((len + max_splits - 1) / max_splits,  // this row's split length
-                      min((len + kShortSplits - 1) / kShortSplits, kLongSplit));
+  const int per = max(max((len + max_splits - 1) / max_splits,  // this row's split length
+                          min((len + kShortSplits - 1) / kShortSplits, kLongSplit)),
+                      min_split);
   const int split_len = (per + kWarps * kChunk - 1) / (kWarps * kChunk) * (kWarps * kChunk);
   const int begin = min(split * split_len, len), end = min(begin + split_len, len);
   const int row_stride = kv_heads * D;
@@ -352,9 +356,9 @@ extern "C" __global__ void __launch_bounds__(128)
 decode_attention_f16_d64(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, int kv_heads,
-    int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
+    int block_size, int max_blocks, int max_splits, int min_split, float scale, int q_stride) {
   attend<__half, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+      q_heads, kv_heads, block_size, max_blocks, max_splits, min_split, scale, q_stride);
 }
 extern "C" __global__ void
 decode_attention_combine_f16_d64(
@@ -366,9 +370,9 @@ extern "C" __global__ void __launch_bounds__(128)
 decode_attention_f16_d128(
     const __half* q, const __half* k_cache, const __half* v_cache, const int* block_tables,
     const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, int kv_heads,
-    int block_size, int max_blocks, int max_splits, float scale, int q_stride) {
+    int block_size, int max_blocks, int max_splits, int min_split, float scale, int q_stride) {
   attend<__half, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+      q_heads, kv_heads, block_size, max_blocks, max_splits, min_split, scale, q_stride);
 }
 extern "C" __global__ void
 decode_attention_combine_f16_d128(
@@ -380,10 +384,10 @@ extern "C" __global__ void __launch_bounds__(128)
 decode_attention_bf16_d64(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* seq_slots, float* partial, int batch,
-    int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits, float scale,
-    int q_stride) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits, int min_split,
+    float scale, int q_stride) {
   attend<__nv_bfloat16, 64>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+      q_heads, kv_heads, block_size, max_blocks, max_splits, min_split, scale, q_stride);
 }
 extern "C" __global__ void
 decode_attention_combine_bf16_d64(
@@ -395,10 +399,10 @@ extern "C" __global__ void __launch_bounds__(128)
 decode_attention_bf16_d128(
     const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
     const int* block_tables, const int* seq_lens, const int* seq_slots, float* partial, int batch,
-    int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits, float scale,
-    int q_stride) {
+    int q_heads, int kv_heads, int block_size, int max_blocks, int max_splits, int min_split,
+    float scale, int q_stride) {
   attend<__nv_bfloat16, 128>(q, k_cache, v_cache, block_tables, seq_lens, seq_slots, partial, batch,
-      q_heads, kv_heads, block_size, max_blocks, max_splits, scale, q_stride);
+      q_heads, kv_heads, block_size, max_blocks, max_splits, min_split, scale, q_stride);
 }
 extern "C" __global__ void
 decode_attention_combine_bf16_d128(

@@ -10,7 +10,7 @@
 //                                                // layout, box (64, 64); both 128-byte swizzle
 //       const T* residual,   // (m, n) or NULL; may be y itself (in-place residual add)
 //       T* y,                // (m, n)
-//       int m, int n, int k) // m <= MX; k % 8 == 0
+//       int m, int n, int k) // m <= MX * gridDim.y; k % 8 == 0
 //   y[i][r] = T(sum_j x[i][j] * w[r][j] (+ residual[i][r])), fp32 accumulation.
 //
 //   W is the M side of wgmma.m64nMXk16 and x the N side (MX = 32, 64 or 128 rows of x): a
@@ -28,10 +28,12 @@
 //   r + C, ... Every block leaves its 64 x MX sums in shared memory; block r then finishes
 //   outputs [r, r + 1) * 64 MX / C, adding the blocks' sums (distributed shared memory) in
 //   block order. Deterministic: no atomics anywhere.
-//   grid (cdiv(n, 64) * C), block (160), dynamic shared memory S * ((64 + MX) * 128 + 16) +
-//   MX * 65 * 4 B: the ring, its barriers, the block's sums (ops.matmul: skinny90_smem).
-//   Patchable: m (<= MX) and the residual and y pointers; the descriptors fix x's and w's
-//   addresses, n and k.
+//   Rows of x past MX take more tiles of MX along grid.y, each reading W again: a row's sums
+//   run the same k order in any tile and at any m (the batch-invariant mode's decode path).
+//   grid (cdiv(n, 64) * C, cdiv(m, MX)), block (160), dynamic shared memory
+//   S * ((64 + MX) * 128 + 16) + MX * 65 * 4 B: the ring, its barriers, the block's sums
+//   (ops.matmul: skinny90_smem). Patchable: m (and grid.y with it) and the residual and y
+//   pointers; the descriptors fix x's and w's addresses, n and k.
 //   extern "C" skinny90_{f16,bf16}_x{32,64,128}[_c2|_c4]_silu(the same arguments; residual
 //       NULL, y (m, n / 2)): the MLP's gate_up projection (rows interleaved in groups of 8
 //       gate, 8 up; n % 16 == 0) finished in the epilogue, y = T(T(silu(T(gate))) * T(up)):
@@ -61,6 +63,7 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
   float* part = reinterpret_cast<float*>(empty + kStages);
   const int rank = CS > 1 ? static_cast<int>(rg::cluster_rank()) : 0;
   const int r0 = (blockIdx.x / CS) * kRows;
+  const int x0 = blockIdx.y * MX;  // this block's tile of x rows (grid.y tiles of MX)
   const int ktiles = (k + kBK - 1) / kBK;
   const int mine = (ktiles - rank + CS - 1) / CS;  // k tiles rank, rank + CS, ...
   if (threadIdx.x == 0) {
@@ -91,7 +94,7 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
           rg::mbar_expect_tx(&full[s], kStage);
           rg::tma_load_2d(ring + s * kStage, wmap, k0, r0, &full[s]);
         }
-        rg::tma_load_2d(ring + s * kStage + kW, xmap, k0, 0, &full[s]);
+        rg::tma_load_2d(ring + s * kStage + kW, xmap, k0, x0, &full[s]);
       }
     }
   } else {  // the consumer warpgroup
@@ -127,7 +130,9 @@ __device__ void skinny90_impl(const TensorMap* xmap, const TensorMap* wmap, cons
   rg::pdl_wait();  // the residual comes from an earlier kernel (every thread reads it)
   if constexpr (CS > 1) rg::cluster_sync();  // every block's part[] is ready
   else __syncthreads();
-  rg::store_cluster_sums<T, kRows, MX, CS, kThreads, SILU>(part, rank, y, residual, m, n, r0);
+  const long long skip = static_cast<long long>(x0) * (SILU ? n / 2 : n);  // y's rows before
+  rg::store_cluster_sums<T, kRows, MX, CS, kThreads, SILU>(
+      part, rank, y + skip, residual == nullptr ? nullptr : residual + skip, m - x0, n, r0);
   if constexpr (CS > 1) rg::cluster_sync();  // part[] stays alive until every block has read it
 }
 

@@ -23,8 +23,8 @@ from rawgraph.symbols import Symbols, cdiv, smax, smin
 
 _ATTEND = ("const {t}* q, const {t}* k_cache, const {t}* v_cache, const int* block_tables, "
            "const int* seq_lens, const int* seq_slots, float* partial, int batch, int q_heads, "
-           "int kv_heads, int block_size, int max_blocks, int max_splits, float scale, "
-           "int q_stride")
+           "int kv_heads, int block_size, int max_blocks, int max_splits, int min_split, "
+           "float scale, int q_stride")
 _COMBINE = ("const float* partial, {t}* out, const int* seq_slots, int batch, int q_heads, "
             "int n_splits, int max_splits")
 HEAD_DIMS = (64, 128)
@@ -143,35 +143,46 @@ SPLIT_WAVES = 4  # at most this many waves of blocks from splitting
 SHORT_SPLITS, LONG_SPLIT = 16, 256
 
 
-def row_splits(length: int, splits: int) -> int:
-    """The splits the kernel cuts a row of `length` tokens into, given `splits` (max_splits)."""
-    per = max(-(-length // splits), min(-(-length // SHORT_SPLITS), LONG_SPLIT))
+def row_splits(length: int, splits: int, min_split: int = 0) -> int:
+    """The splits the kernel cuts a row of `length` tokens into, given `splits` (max_splits)
+    and `min_split` (no split shorter; 0: no bound)."""
+    per = max(-(-length // splits), min(-(-length // SHORT_SPLITS), LONG_SPLIT), min_split)
     per = -(-per // SPLIT_ALIGN) * SPLIT_ALIGN
     return -(-length // per)
 
 
-def fixed_splits(max_context: int) -> int:
-    """A `splits` (max_splits) under which every row of up to `max_context` tokens takes the
-    splits its length alone gives, whatever its batch: up to SHORT_SPLITS * LONG_SPLIT
-    tokens as `row_splits` cuts them at any count, beyond that LONG_SPLIT tokens each (a
-    fixed split length, not a fixed count). The batch-invariant mode's."""
-    if max_context < 1:
-        raise ValueError(f"max_context = {max_context}: at least 1")
-    need = max(SHORT_SPLITS, -(-max_context // LONG_SPLIT))
+# The batch-invariant mode's split length (tokens; `fixed_splits`): every row's splits
+# follow its length alone, so their count cannot follow the batch to fill the GPU; 16 splits
+# a row up to 4,096 tokens (the default rule at one row) cost 25-30% of the 128-row step in
+# partials and blocks, and longer splits keep a small batch's few blocks busy for longer.
+INVARIANT_SPLIT = 256
+
+
+def fixed_splits(max_context: int, min_split: int = INVARIANT_SPLIT) -> int:
+    """A `splits` (max_splits) under which every row of up to `max_context` tokens, with
+    splits of at least `min_split` tokens, takes the splits its length alone gives whatever
+    its batch: `row_splits(len, fixed_splits(max_context, P), P)` is every row's split
+    length `max(P, min(len / 16, 256))` (a fixed split length, not a fixed count). The
+    batch-invariant mode's (`min_split` = INVARIANT_SPLIT)."""
+    if max_context < 1 or min_split < 1:
+        raise ValueError(f"max_context = {max_context}, min_split = {min_split}: both at "
+                         f"least 1")
+    need = -(-max_context // min(min_split, LONG_SPLIT))
     if need > MAX_SPLITS:
-        raise ValueError(f"max_context = {max_context} takes {need} splits of {LONG_SPLIT} "
-                         f"tokens, past the combine's {MAX_SPLITS}")
+        raise ValueError(f"max_context = {max_context} takes {need} splits of "
+                         f"{min(min_split, LONG_SPLIT)} tokens, past the combine's {MAX_SPLITS}")
     return need
 
 
-def grid_splits(max_len: Any, splits: int) -> Any:
+def grid_splits(max_len: Any, splits: int, min_split: int = 0) -> Any:
     """Split blocks per (row, kv head) to launch when no row is longer than `max_len` (an
-    int, or a symbol: the grid follows it when patched): at least `row_splits(len, splits)`
-    for every len <= max_len (which does not grow monotonically with len), and no more than
-    a short context needs (16 at most up to SHORT_SPLITS * LONG_SPLIT tokens, so the
-    combine does not read empty splits)."""
+    int, or a symbol: the grid follows it when patched): at least `row_splits(len, splits,
+    min_split)` for every len <= max_len (which does not grow monotonically with len), and
+    no more than a short context needs (16 at most up to SHORT_SPLITS * LONG_SPLIT tokens,
+    so the combine does not read empty splits; len / min_split at most)."""
     short = smin(SHORT_SPLITS, cdiv(max_len, SPLIT_ALIGN))  # rows <= 4096 tokens
-    return smin(splits, smax(short, cdiv(max_len, LONG_SPLIT)))  # longer: >= 256 each
+    most = smin(splits, smax(short, cdiv(max_len, LONG_SPLIT)))  # longer: >= 256 each
+    return smin(most, cdiv(max_len, min_split)) if min_split > 0 else most
 
 
 def decode_splits(units: int, resident: int) -> int:
@@ -336,15 +347,17 @@ def _cache(cache: Cache, dt: str, q_heads: int, d: int, max_group: int) -> int:
 
 def decode_attention(q: Any, cache: Cache, seq_slots: Any, out: Any, workspace: Any,
                      max_len: Any, *, scale: float | None = None, splits: int | None = None,
-                     stream: Any = None, symbols: Symbols | None = None) -> None:
+                     min_split: int = 0, stream: Any = None,
+                     symbols: Symbols | None = None) -> None:
     """out[b] = softmax(q[b] K^T * scale) V over the cached tokens of sequence seq_slots[b].
 
     q, out: (batch, q_heads, D) with D in (64, 128) (q's rows may be strided: a view into a
     fused QKV output); `cache`: one layer's; lengths, tables and slots are read on the
     device (a slot < 0 is a padding row: nothing written). Each row cuts its context into
-    `row_splits(len, splits)` splits of its own (default `default_splits` for this batch), a
-    block each per kv head, then a combine. `max_len` (int or symbol) bounds every length:
-    `grid_splits(max_len, splits)` split blocks run, which is what a graph patches as
+    `row_splits(len, splits, min_split)` splits of its own (default `default_splits` for
+    this batch; `min_split`: no split shorter, 0 no bound), a block each per kv head, then a
+    combine. `max_len` (int or symbol) bounds every length: `grid_splits(max_len, splits,
+    min_split)` split blocks run, which is what a graph patches as
     contexts grow; results do not depend on it. workspace: workspace_floats(batch, q_heads,
     D, splits) float32.
     """
@@ -367,16 +380,18 @@ def decode_attention(q: Any, cache: Cache, seq_slots: Any, out: Any, workspace: 
         splits = default_splits(batch, kv_heads, dt, d)
     if type(splits) is not int or not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"splits = {splits!r}: an int in [1, {MAX_SPLITS}]")
+    if type(min_split) is not int or min_split < 0:
+        raise ValueError(f"min_split = {min_split!r}: an int >= 0 (tokens; 0: no bound)")
     need = workspace_floats(batch, q_heads, d, splits)
     if getattr(workspace, "dtype", None) != np.float32 or workspace.size < need:
         raise ValueError(f"workspace must be float32 with at least {need} elements "
                          f"(workspace_floats(...)); got {getattr(workspace, 'size', '?')}")
-    n_splits = grid_splits(max_len, splits)
+    n_splits = grid_splits(max_len, splits, min_split)
     s = scale if scale is not None else d**-0.5
     ATTEND[dt, d].launch((batch * kv_heads, n_splits), 128,
                          (q, cache.k, cache.v, block_tables, cache.seq_lens, seq_slots, workspace,
                           batch, q_heads, kv_heads, block_size, block_tables.shape[1],
-                          splits, float(s), q_stride), stream,
+                          splits, min_split, float(s), q_stride), stream,
                          smem=decode_smem(d), symbols=symbols)
     # the combine launches plainly whatever the caller's default: programmatic behind
     # attention it cost the 1B B=1 step 0.2 ms (benchmarks/NOTES.md, "The programmatic

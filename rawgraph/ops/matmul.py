@@ -169,19 +169,28 @@ def skinny90_deep(n: int, c: int) -> bool:
 
 def skinny_wgmma(rows: int) -> bool:
     """Whether up to `rows` rows on the skinny path take the wgmma form (skinny_sm90.cu)."""
-    return hopper() and (rows >= chosen().wgmma_skinny_from or rows > SKINNY_MAX)
+    v = chosen()
+    return hopper() and (rows >= v.wgmma_skinny_from or rows > SKINNY_MAX or v.skinny_always)
 
 
 def skinny_gemm(dt: str, top: int, x: Any, w: Any, residual: Any, y: Any, m: Any, cap: int,
                 stream: Any, symbols: Symbols | None, silu: bool = False) -> None:
     """Launch the skinny GEMM for up to `top` of x's `cap` rows (`m` of them used); `silu`:
-    gate_up's SiLU epilogue into y (rows, n / 2), on the wgmma form only."""
+    gate_up's SiLU epilogue into y (rows, n / 2), on the wgmma form only, which also takes
+    more than 128 rows in tiles of 128 (W read once a tile)."""
     (n, k), wgmma = w.shape, skinny_wgmma(top)
     kernel, blocks, threads, smem, mx = skinny_launch(dt, top, n, k, wgmma, silu)
     a, b = (tile_map(x.data.ptr, cap, k, dt, mx), tile_map(w.data.ptr, n, k, dt, SKINNY_ROWS)
             ) if mx else (x, w)
-    kernel.launch(blocks, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
+    grid = (blocks, cdiv(m, mx)) if mx and top > SKINNY90_ROWS[-1] else blocks
+    kernel.launch(grid, threads, (a, b, residual, y, m, n, k), stream, smem=smem,
                   symbols=symbols)
+
+
+def skinny_tile(rows: int) -> int:
+    """The wgmma skinny GEMM's x tile for up to `rows` rows: the least of SKINNY90_ROWS that
+    holds them, else the largest (grid.y then takes the rest in more tiles)."""
+    return next((r for r in SKINNY90_ROWS if r >= rows), SKINNY90_ROWS[-1])
 
 
 def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = False
@@ -192,7 +201,7 @@ def skinny_launch(dt: str, rows: int, n: int, k: int, wgmma: bool, silu: bool = 
     c = skinny_cluster(n, k)
     blocks = -(-n // SKINNY_ROWS) * c
     if wgmma:
-        mx = next(r for r in SKINNY90_ROWS if r >= rows)
+        mx = skinny_tile(rows)
         table, deep = SKINNY90_SILU if silu else SKINNY90, skinny90_deep(n, c)
         return table[dt, mx, c, deep], blocks, SKINNY90_THREADS, skinny90_smem(mx, deep), mx
     if silu:
@@ -359,7 +368,10 @@ def plain_after(rows: int, n: int, k: int) -> bool:
 
 def path(rows: int, n: int) -> str:
     """The kernel family for up to `rows` rows of x through an n-row weight: 'gemv',
-    'skinny' or 'gemm' (always, where `Variants.gemm_rows` is set)."""
+    'skinny' or 'gemm' (always, where `Variants.gemm_rows` is set), or 'skinny' always on
+    Hopper under `Variants.skinny_always`."""
+    if chosen().skinny_always and hopper():
+        return "skinny"
     if chosen().gemm_rows is not None:
         return "gemm"
     if rows > SKINNY_MAX and not (rows <= chosen().wgmma_skinny_to and hopper()):
@@ -383,7 +395,7 @@ def linear_key(rows: int, n: int, k: int) -> tuple:
         return kind, gemv_launch("float16", rows, n, k)[0][1:]
     if kind == "skinny":
         wgmma = skinny_wgmma(rows)
-        return kind, wgmma, next(r for r in SKINNY90_ROWS if r >= rows) if wgmma else 0
+        return kind, wgmma, skinny_tile(rows) if wgmma else 0
     return kind, device_plan(rows, n, k)
 
 

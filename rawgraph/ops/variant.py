@@ -52,6 +52,11 @@ class Variants:
     # batch-invariant mode's, `Model(batch_invariant=True)`; None: each count its own path;
     # other bits than the default's)
     gemm_rows: int | None = None
+    # on Hopper, every linear takes the wgmma skinny GEMM whatever its count (an x tile of
+    # 32, 64 or 128 rows by the count, more rows in tiles of 128; k split by the weight's
+    # shape alone): one k order for a row in any batch at GEMV-like rates, the
+    # batch-invariant mode's decode steps (before gemm_rows; other bits than the default's)
+    skinny_always: bool = False
 
 
 DEFAULT = Variants()

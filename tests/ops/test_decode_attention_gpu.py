@@ -60,18 +60,20 @@ def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits)
                                atol=TOL["bfloat16"])
 
 
-@pytest.mark.parametrize("splits", [16, 40])
-def test_long_rows_take_splits_of_at_least_256_tokens(stream, rng, splits):
-    # past 16 x 256 tokens a row is cut into splits of >= 256 tokens, up to `splits`; the
+@pytest.mark.parametrize(("splits", "min_split"), [(16, 0), (40, 0), (79, 256), (157, 128),
+                                                   (40, 512)])
+def test_long_rows_take_splits_of_at_least_256_tokens(stream, rng, splits, min_split):
+    # past 16 x 256 tokens a row is cut into splits of >= 256 tokens, up to `splits`; none
+    # shorter than min_split (the batch-invariant mode's fixed_splits(20000, p) and p); the
     # splits the kernel wrote (m > -inf in the workspace) are the ones row_splits says
-    lens = {0: 9000, 1: 4096, 2: 4097, 3: 300, 4: 20000}
-    slots = [4, 0, 1, 2, 3]
+    lens = {0: 9000, 1: 4096, 2: 4097, 3: 300, 4: 20000, 5: 1024}
+    slots = [4, 0, 1, 2, 3, 5]
     kv, kh, vh, q, qh, slots_d = _setup(rng, "float16", 32, 8, 64, lens, slots, block_size=64,
-                                        num_blocks=600, max_blocks=320)
+                                        num_blocks=620, max_blocks=320)
     out = poisoned(q.shape, "float16")
     ws = cupy.full(ops.workspace_floats(len(slots), 32, 64, splits), np.nan, np.float32)
     ops.decode_attention(q, layer0(kv), slots_d, out, ws,
-                         20000, splits=splits, stream=stream)
+                         20000, splits=splits, min_split=min_split, stream=stream)
     stream.synchronize()
     want = ref.decode_attention(qh, kh, vh, kv.tables.table, kv.tables.lens,
                                 np.array(slots), 64**-0.5)
@@ -80,7 +82,8 @@ def test_long_rows_take_splits_of_at_least_256_tokens(stream, rng, splits):
     m = ws.get().reshape(len(slots), 32, splits, 64 + 2)[..., 64]
     for b, s in enumerate(slots):
         written = np.isfinite(m[b]) & (m[b] > -np.inf)
-        assert (written.sum(axis=1) == row_splits(lens[s], splits)).all(), (lens[s], splits)
+        want = row_splits(lens[s], splits, min_split)
+        assert (written.sum(axis=1) == want).all(), (lens[s], splits, min_split)
 
 
 @pytest.mark.parametrize("block_size", [8, 24, 32, 48])

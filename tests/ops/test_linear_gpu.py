@@ -236,6 +236,49 @@ def test_skinny_128_replays_the_eager_bits_with_rows_patched(stream, rng, skinny
     test_linear_in_place_residual_and_symbolic_rows(stream, rng, 2048, 2048, 128)
 
 
+@pytest.fixture
+def skinny_always(variants):
+    """Every count through the wgmma skinny GEMM, past 128 rows in tiles of 128 (the
+    batch-invariant mode's decode path)."""
+    if not matmul.hopper():
+        pytest.skip("skinny_sm90.cu needs compute capability 9.0")
+    variants(skinny_always=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 2048, 2048), (129, 6144, 4096), (256, 520, 8192),
+                                           (200, 16392, 256), (255, 3072, 2048)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_linear_skinny_always(stream, rng, skinny_always, dtype, m, n, k, fused):
+    # one row, and 129-256 rows in two x tiles of 128 (the second partly empty), clusters of
+    # 1, 2 and 4
+    assert linear_path(m, n) == "skinny"
+    check_linear(stream, rng, dtype, m, n, k, fused, rows=m + 1)
+
+
+def test_skinny_always_replays_the_eager_bits_with_rows_patched(stream, rng, skinny_always):
+    # captured at 3 rows, patched to 256: grid.y follows the rows
+    test_linear_in_place_residual_and_symbolic_rows(stream, rng, 2048, 2048, 256)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "k"), [(3072, 2048), (2048, 2048), (16392, 2048), (2048, 8192)])
+def test_skinny_always_gives_a_row_the_same_bits_at_every_count(stream, rng, skinny_always,
+                                                                 dtype, n, k):
+    # the batch-invariant mode's promise at the kernel: row r's output is the same whether
+    # it runs alone or among 1-256 rows, at any place (x tiles of 32, 64, 128, two of 128)
+    x, _ = randn(rng, (256, k), dtype)
+    w, _ = randn(rng, (n, k), dtype, k**-0.5)
+    y, alone = cupy.empty((256, n), x.dtype), cupy.empty((1, n), x.dtype)
+    cupy.cuda.Device().synchronize()
+    for m in (2, 31, 33, 64, 100, 128, 129, 256):
+        ops.linear(x, w, y, m=m, stream=stream)
+        for r in sorted({0, m // 2, m - 1}):
+            ops.linear(x[r:r + 1], w, alone, stream=stream)
+            stream.synchronize()
+            assert bits(alone)[0].tobytes() == bits(y)[r].tobytes(), (m, r)
+
+
 def test_linear_rejects_bad_input(rng):
     x = cupy.ones((4, 64), np.float16)
     with pytest.raises(ValueError, match="w must be"):

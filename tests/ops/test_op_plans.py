@@ -429,19 +429,37 @@ def test_a_prefill_plan_refuses_what_no_kernel_takes_when_made():
 
 
 def test_fixed_splits_cut_each_row_by_its_own_length_whatever_the_batch():
-    from rawgraph.ops.attention import MAX_SPLITS, fixed_splits
-    for ctx in (1, 100, 4096, 4097, 20000, 131072):
-        s = fixed_splits(ctx)
-        lens = sorted({1, 17, 255, 256, 4095, 4096, 4097, ctx // 2 + 1, ctx} - {0})
-        for n in (x for x in lens if x <= ctx):
-            # the count any larger max_splits gives: a row's split length is its own
-            assert row_splits(n, s) == row_splits(n, MAX_SPLITS)
-            per = -(-n // row_splits(n, s))
-            assert n <= 4096 or per <= LONG_SPLIT
+    from rawgraph.ops.attention import INVARIANT_SPLIT, MAX_SPLITS, fixed_splits
+    for p in (64, 128, INVARIANT_SPLIT, 512):
+        for ctx in (1, 100, 4096, 4097, 20000, 131072):
+            s = fixed_splits(ctx, p)
+            lens = sorted({1, 17, 255, 256, 1024, 4095, 4096, 4097, ctx // 2 + 1, ctx} - {0})
+            for n in (x for x in lens if x <= ctx):
+                # the count any larger max_splits gives: a row's split length is its own,
+                # max(p, min(n / 16, 256)) in whole warp steps
+                assert row_splits(n, s, p) == row_splits(n, MAX_SPLITS, p)
+                per = max(p, min(-(-n // SHORT_SPLITS), LONG_SPLIT))
+                assert row_splits(n, s, p) == -(-n // (-(-per // SPLIT_ALIGN) * SPLIT_ALIGN))
+                assert row_splits(n, s, p) <= grid_splits(n, s, p) <= s
+    # the mode's length: 1,024 tokens in 4 splits, 4,096 in 16, long rows in 256 each
+    s = fixed_splits(131072)
+    assert [row_splits(n, s, INVARIANT_SPLIT) for n in (1024, 4096, 32768)] == [4, 16, 128]
     # the default's count follows the batch, and so do long rows' splits
     assert row_splits(20000, decode_splits(8, 132)) != row_splits(20000, decode_splits(256, 132))
     with pytest.raises(ValueError, match="past the combine's"):
         fixed_splits(MAX_SPLITS * LONG_SPLIT + 1)
+    with pytest.raises(ValueError, match="at least 1"):
+        fixed_splits(4096, 0)
+
+
+def test_the_grid_covers_every_row_with_a_least_split_length():
+    # min_split bounds each row's splits by len / min_split, and the grid with them
+    for splits, p in ((17, 256), (33, 128), (9, 512), (48, 64)):
+        most = 0
+        for n in range(1, 20000, 37):
+            most = max(most, row_splits(n, splits, p))
+            g = grid_splits(n, splits, p)
+            assert most <= g <= min(splits, -(-n // p))
 
 
 def test_gemm_rows_send_every_count_through_one_gemm_plan(monkeypatch):
@@ -457,3 +475,21 @@ def test_gemm_rows_send_every_count_through_one_gemm_plan(monkeypatch):
     with choose(gemm_rows=2048):
         assert {matmul.linear_key(r, n, k) for r in (1, 300)} == {
             ("gemm", matmul.gemm_plan(2048, n, k, matmul.split_slots(), GEMM90_TILES))}
+
+
+def test_skinny_always_takes_every_count_on_hopper_and_the_gemm_plan_elsewhere(monkeypatch):
+    monkeypatch.setattr(matmul, "split_slots", lambda: {c: 132 // c * c for c in GEMM_SPLITS})
+    n, k = 6144, 4096
+    counts = (1, 8, 16, 33, 64, 65, 128, 129, 256)
+    monkeypatch.setattr(matmul, "hopper", lambda: True)
+    with choose(gemm_rows=128, skinny_always=True):
+        keys = [matmul.linear_key(r, n, k) for r in counts]
+        # one kernel family and k order (the cluster is the weight's); the x tile by count
+        assert {key[:2] for key in keys} == {("skinny", True)}
+        assert [key[2] for key in keys] == [32, 32, 32, 64, 64, 128, 128, 128, 128]
+        assert matmul.skinny_launch("float16", 256, n, k, True)[4] == 128
+        assert not matmul.keeps_row_max(1, 128256)
+    monkeypatch.setattr(matmul, "hopper", lambda: False)
+    with choose(gemm_rows=128, skinny_always=True):
+        assert {matmul.linear_key(r, n, k) for r in counts} == {
+            ("gemm", matmul.device_plan(128, n, k))}
