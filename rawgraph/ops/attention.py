@@ -162,15 +162,17 @@ def fixed_splits(max_context: int, min_split: int = INVARIANT_SPLIT) -> int:
     """A `splits` (max_splits) under which every row of up to `max_context` tokens, with
     splits of at least `min_split` tokens, takes the splits its length alone gives whatever
     its batch: `row_splits(len, fixed_splits(max_context, P), P)` is every row's split
-    length `max(P, min(len / 16, 256))` (a fixed split length, not a fixed count). The
-    batch-invariant mode's (`min_split` = INVARIANT_SPLIT)."""
-    if max_context < 1 or min_split < 1:
-        raise ValueError(f"max_context = {max_context}, min_split = {min_split}: both at "
-                         f"least 1")
-    need = -(-max_context // min(min_split, LONG_SPLIT))
+    length, `max(P, min(len / 16, 256))` in whole warp steps (a fixed split length, not a
+    fixed count). The batch-invariant mode's (`min_split` = INVARIANT_SPLIT; 0: the kernel's
+    own rule, 16 splits up to 4,096 tokens)."""
+    if max_context < 1 or min_split < 0:
+        raise ValueError(f"max_context = {max_context}, min_split = {min_split}: at least 1 "
+                         f"and 0")
+    per = min(min_split, LONG_SPLIT) if min_split else LONG_SPLIT
+    need = max(1 if min_split else SHORT_SPLITS, -(-max_context // per))
     if need > MAX_SPLITS:
-        raise ValueError(f"max_context = {max_context} takes {need} splits of "
-                         f"{min(min_split, LONG_SPLIT)} tokens, past the combine's {MAX_SPLITS}")
+        raise ValueError(f"max_context = {max_context} takes {need} splits of {per} tokens, "
+                         f"past the combine's {MAX_SPLITS}")
     return need
 
 

@@ -430,7 +430,7 @@ def test_a_prefill_plan_refuses_what_no_kernel_takes_when_made():
 
 def test_fixed_splits_cut_each_row_by_its_own_length_whatever_the_batch():
     from rawgraph.ops.attention import INVARIANT_SPLIT, MAX_SPLITS, fixed_splits
-    for p in (64, 128, INVARIANT_SPLIT, 512):
+    for p in (0, 64, 128, INVARIANT_SPLIT, 512):
         for ctx in (1, 100, 4096, 4097, 20000, 131072):
             s = fixed_splits(ctx, p)
             lens = sorted({1, 17, 255, 256, 1024, 4095, 4096, 4097, ctx // 2 + 1, ctx} - {0})
@@ -449,7 +449,7 @@ def test_fixed_splits_cut_each_row_by_its_own_length_whatever_the_batch():
     with pytest.raises(ValueError, match="past the combine's"):
         fixed_splits(MAX_SPLITS * LONG_SPLIT + 1)
     with pytest.raises(ValueError, match="at least 1"):
-        fixed_splits(4096, 0)
+        fixed_splits(4096, -1)
 
 
 def test_the_grid_covers_every_row_with_a_least_split_length():
