@@ -50,8 +50,8 @@ from rawgraph.symbols import scope as symbols_scope
 # (benchmarks/NOTES.md, "Prefill").
 RUNS_UP_TO = 256
 # The batch-invariant mode's GEMM plans (`Variants.gemm_rows`): a decode step's projections
-# planned for 128 rows where the wgmma skinny GEMM is not (off Hopper; one tile of rows, k
-# split so the tiles fill the GPU), a chunk's for 2,048 (unsplit tiles)
+# planned for 128 rows (one tile of rows, k split so the tiles fill the GPU: a small batch's
+# rows read W at the best rate this GEMM gives them), a chunk's for 2,048 (unsplit tiles)
 INVARIANT_STEP_ROWS, INVARIANT_CHUNK_ROWS = 128, 2048
 
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
@@ -176,12 +176,10 @@ class Model:
     def set_batch_invariant(self, on: bool) -> None:
         """Batch-invariant mode on or off. On, a row's logits and tokens do not depend on
         what else its iteration holds (the batch, the row's place, the chunk its prompt was
-        prefilled in, a prefix-cache hit, overlap): a decode step's projections take the
-        wgmma skinny GEMM on Hopper (`Variants.skinny_always`), every other projection the
-        tiled GEMM planned for a fixed count of rows (`Variants.gemm_rows`:
-        INVARIANT_STEP_ROWS for a decode step, INVARIANT_CHUNK_ROWS for a chunk), decode
-        attention cuts each row's context by its own length alone
-        (`ops.attention.fixed_splits`), prefill attention
+        prefilled in, a prefix-cache hit, overlap): every projection takes the tiled GEMM
+        planned for a fixed count of rows (`Variants.gemm_rows`: INVARIANT_STEP_ROWS for a
+        decode step, INVARIANT_CHUNK_ROWS for a chunk), decode attention cuts each row's
+        context by its own length alone (`ops.attention.fixed_splits`), prefill attention
         runs no key runs and one query tile, and no iteration is mixed. Other bits than the
         default mode's, and slower (`bench decode`'s invariant column). Set it before an
         engine captures graphs: a graph keeps the kernels it was captured with."""
@@ -189,11 +187,9 @@ class Model:
         self._attention_buffers()
 
     def _attention_buffers(self) -> None:
-        """Decode attention's splits per batch size (and the least split length, the
-        batch-invariant mode's) and their workspace; prefill attention's
+        """Decode attention's splits per batch size and their workspace; prefill attention's
         key runs' workspace, for the chunk size that needs the most (grown, never shrunk)."""
         cfg = self.cfg
-        self.min_split = ops.attention.INVARIANT_SPLIT if self.batch_invariant else 0
         if self.batch_invariant:
             self.splits = [ops.attention.fixed_splits(self.max_context)] * self.max_batch
         else:
@@ -418,13 +414,9 @@ class Model:
         return choose(self.variants) if self.variants is not None else contextlib.nullcontext()
 
     def _rows(self, rows: int) -> contextlib.AbstractContextManager:
-        """Batch-invariant: the projections inside take one kernel and k order whatever
-        their count: a decode step's (`rows` = INVARIANT_STEP_ROWS) the wgmma skinny GEMM on
-        Hopper (`Variants.skinny_always`), elsewhere and a chunk's the tiled GEMM planned
-        for `rows` rows (`Variants.gemm_rows`); else nothing changes."""
-        if not self.batch_invariant:
-            return contextlib.nullcontext()
-        return choose(gemm_rows=rows, skinny_always=rows == INVARIANT_STEP_ROWS)
+        """Batch-invariant: the projections inside planned for `rows` rows whatever their
+        count (`Variants.gemm_rows`); else nothing changes."""
+        return choose(gemm_rows=rows) if self.batch_invariant else contextlib.nullcontext()
 
     def _decode_attention(self, a: dict, slots: Any, batch: int, max_len: Any) -> Any:
         """`attend` of a layer for the first `batch` rows of buffers `a`: decode attention
@@ -440,8 +432,7 @@ class Model:
             with _attention_launch():
                 ops.decode_attention(q3, cache, slots, out3, self.workspace, max_len,
                                      scale=self.cfg.attention_scale,
-                                     splits=self.splits[batch - 1],
-                                     min_split=self.min_split)
+                                     splits=self.splits[batch - 1])
         return attend
 
     def _chunk_attention(self, a: dict, at: int, sz: Mapping[str, Any], chunk: int) -> Any:

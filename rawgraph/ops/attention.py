@@ -151,20 +151,14 @@ def row_splits(length: int, splits: int, min_split: int = 0) -> int:
     return -(-length // per)
 
 
-# The batch-invariant mode's split length (tokens; `fixed_splits`): every row's splits
-# follow its length alone, so their count cannot follow the batch to fill the GPU; 16 splits
-# a row up to 4,096 tokens (the default rule at one row) cost 25-30% of the 128-row step in
-# partials and blocks, and longer splits keep a small batch's few blocks busy for longer.
-INVARIANT_SPLIT = 256
-
-
-def fixed_splits(max_context: int, min_split: int = INVARIANT_SPLIT) -> int:
+def fixed_splits(max_context: int, min_split: int = 0) -> int:
     """A `splits` (max_splits) under which every row of up to `max_context` tokens, with
     splits of at least `min_split` tokens, takes the splits its length alone gives whatever
     its batch: `row_splits(len, fixed_splits(max_context, P), P)` is every row's split
     length, `max(P, min(len / 16, 256))` in whole warp steps (a fixed split length, not a
-    fixed count). The batch-invariant mode's (`min_split` = INVARIANT_SPLIT; 0: the kernel's
-    own rule, 16 splits up to 4,096 tokens)."""
+    fixed count). The batch-invariant mode's, with P = 0 (the kernel's own rule: 16 splits
+    up to 4,096 tokens). A P of 256 would cut a 128-row step's attention blocks and partials
+    fourfold at 1,024 tokens; no GPU has measured it yet."""
     if max_context < 1 or min_split < 0:
         raise ValueError(f"max_context = {max_context}, min_split = {min_split}: at least 1 "
                          f"and 0")

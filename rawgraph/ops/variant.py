@@ -54,8 +54,11 @@ class Variants:
     gemm_rows: int | None = None
     # on Hopper, every linear takes the wgmma skinny GEMM whatever its count (an x tile of
     # 32, 64 or 128 rows by the count, more rows in tiles of 128; k split by the weight's
-    # shape alone): one k order for a row in any batch at GEMV-like rates, the
-    # batch-invariant mode's decode steps (before gemm_rows; other bits than the default's)
+    # shape alone): a row's k order the same in any batch if wgmma's sums do not depend on
+    # its n (tests/ops/test_linear_gpu.py checks it), at the skinny GEMM's rate of reading
+    # W rather than the tiled GEMM's. The batch-invariant mode's candidate decode path, not
+    # yet measured on a GPU (it takes precedence over gemm_rows; other bits than the
+    # default's)
     skinny_always: bool = False
 
 

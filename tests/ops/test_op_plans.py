@@ -429,8 +429,8 @@ def test_a_prefill_plan_refuses_what_no_kernel_takes_when_made():
 
 
 def test_fixed_splits_cut_each_row_by_its_own_length_whatever_the_batch():
-    from rawgraph.ops.attention import INVARIANT_SPLIT, MAX_SPLITS, fixed_splits
-    for p in (0, 64, 128, INVARIANT_SPLIT, 512):
+    from rawgraph.ops.attention import MAX_SPLITS, fixed_splits
+    for p in (0, 64, 128, 256, 512):
         for ctx in (1, 100, 4096, 4097, 20000, 131072):
             s = fixed_splits(ctx, p)
             lens = sorted({1, 17, 255, 256, 1024, 4095, 4096, 4097, ctx // 2 + 1, ctx} - {0})
@@ -441,9 +441,12 @@ def test_fixed_splits_cut_each_row_by_its_own_length_whatever_the_batch():
                 per = max(p, min(-(-n // SHORT_SPLITS), LONG_SPLIT))
                 assert row_splits(n, s, p) == -(-n // (-(-per // SPLIT_ALIGN) * SPLIT_ALIGN))
                 assert row_splits(n, s, p) <= grid_splits(n, s, p) <= s
-    # the mode's length: 1,024 tokens in 4 splits, 4,096 in 16, long rows in 256 each
+    # the mode's rule: 16 splits up to 4,096 tokens, 256 tokens each beyond; with 256-token
+    # splits 1,024 tokens take 4
     s = fixed_splits(131072)
-    assert [row_splits(n, s, INVARIANT_SPLIT) for n in (1024, 4096, 32768)] == [4, 16, 128]
+    assert [row_splits(n, s) for n in (1024, 4096, 32768)] == [16, 16, 128]
+    s = fixed_splits(131072, 256)
+    assert [row_splits(n, s, 256) for n in (1024, 4096, 32768)] == [4, 16, 128]
     # the default's count follows the batch, and so do long rows' splits
     assert row_splits(20000, decode_splits(8, 132)) != row_splits(20000, decode_splits(256, 132))
     with pytest.raises(ValueError, match="past the combine's"):
