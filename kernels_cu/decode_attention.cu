@@ -18,9 +18,9 @@
 //   many as max_splits allows (len / max_splits rounded up). A row on its own is bound by
 //   latency up to a few thousand tokens (more splits there only add partials to combine);
 //   past that, splits are what keeps the SMs busy. With max_splits <= kShortSplits every
-//   row takes len / max_splits. No split is shorter than min_split tokens (0: no bound; the
-//   batch-invariant mode's split length, with max_splits fixed by the longest context, so
-//   that a row's splits follow its length alone and stay few at every batch). n_splits
+//   row takes len / max_splits. No split is shorter than min_split tokens (0: no bound; with
+//   max_splits fixed by the longest context, a split length that keeps a row's splits its
+//   own and few at every batch: ops.attention.fixed_splits). n_splits
 //   must cover every row's splits (ops.attention: grid_splits); blocks past a row's splits
 //   write an empty result. Block (b, h, s) reads split s of sequence b (tokens
 //   [s * split, min((s + 1) * split, len))) once for all G = q_heads / kv_heads query heads

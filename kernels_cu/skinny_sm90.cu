@@ -29,7 +29,7 @@
 //   outputs [r, r + 1) * 64 MX / C, adding the blocks' sums (distributed shared memory) in
 //   block order. Deterministic: no atomics anywhere.
 //   Rows of x past MX take more tiles of MX along grid.y, each reading W again: a row's sums
-//   run the same k order in any tile and at any m (the batch-invariant mode's decode path).
+//   run the same k order in any tile and at any m (ops.Variants.skinny_always).
 //   grid (cdiv(n, 64) * C, cdiv(m, MX)), block (160), dynamic shared memory
 //   S * ((64 + MX) * 128 + 16) + MX * 65 * 4 B: the ring, its barriers, the block's sums
 //   (ops.matmul: skinny90_smem). Patchable: m (and grid.y with it) and the residual and y
