@@ -390,13 +390,25 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q))
 
 
+def _row_steps(text: str) -> float:
+    """The server's iterations with decode rows (decode and mixed)."""
+    return sum(sample(text, "iteration_seconds_count", f'kind="{k}"') for k in ("decode", "mixed"))
+
+
 def _continued(text: str) -> float:
     """The share of the server's iterations with decode rows that continued the last step
     on the device (`iterations_continued_total` over their count)."""
     kinds = [f'kind="{k}"' for k in ("decode", "mixed")]
-    steps = sum(sample(text, "iteration_seconds_count", k) for k in kinds)
+    steps = _row_steps(text)
     return sum(sample(text, "iterations_continued_total", k) for k in kinds) / steps \
         if steps else math.nan
+
+
+def _mean_rows(text: str) -> float:
+    """Rows with a sequence per server iteration with decode rows (`decode_rows_total`
+    over their count)."""
+    steps = _row_steps(text)
+    return sample(text, "decode_rows_total") / steps if steps else math.nan
 
 
 def measure(load: Load) -> dict[str, Any]:
@@ -447,6 +459,8 @@ def measure(load: Load) -> dict[str, Any]:
         # iterations with decode rows that continued the last step on the device, and the
         # others' (fed from the host: the rows changed) times
         "continued share": _continued(facts["metrics"]),
+        # how full the batch ran: a closed loop's rows idle while their clients turn around
+        "mean decode rows": _mean_rows(facts["metrics"]),
         **{f"server fed {k} p99 ms": 1e3 * quantile(facts["metrics"], "iteration_fed_seconds",
                                                      0.99, f'kind="{k}"')
            for k in ("decode", "mixed")},
@@ -539,6 +553,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
            if r.get("streamed", True) else "")
         + (f"streams unlike offline {r['streams unlike offline']} (goal 0); "
            if r.get("batch invariant") else "")
+        + (f"{r['mean decode rows']:.1f} of {r['batch']} rows busy; "
+           if r.get("closed-loop clients") else "")
         + f"tokens lost {r['tokens lost']}, KV blocks leaked {r['KV blocks leaked']}"
         for r in rows)
 

@@ -126,6 +126,7 @@ class Metrics:
         self.kv_blocks_used = self.kv_blocks_total = 0
         self.iterations = {"graph": 0, "eager": 0}
         self.decode_steps = self.nodes_patched = 0
+        self.decode_rows = 0  # rows with a sequence, summed over iterations with decode rows
         # the engine's graph pool (none on the reference decoder): held, their memory, and
         # how many it captured (at start-up, then on a miss) and evicted for its budget
         self.graphs = self.graph_bytes = self.graph_captures = self.graph_evictions = 0
@@ -255,6 +256,9 @@ class Metrics:
                                        for k, v in self.iterations.items()])
             metric("decode_steps_total", "counter", "Decode-only iterations.",
                    self.decode_steps)
+            metric("decode_rows_total", "counter", "Rows with a sequence, summed over the "
+                   "iterations with decode rows (over their count: how full the batch runs).",
+                   self.decode_rows)
             metric("graphs_held", "gauge", "Executable graphs the engine's pool holds.",
                    self.graphs)
             metric("graph_memory_bytes", "gauge", "Device memory those graphs took.",

@@ -38,8 +38,8 @@ log = logging.getLogger("rawgraph.serve")
 # histograms among them; the token latency histograms and tokens per second are measured on
 # the HTTP side)
 SHARED = ("requests", "prompt_tokens", "running", "waiting", "batch", "kv_blocks_used",
-          "kv_blocks_total", "iterations", "decode_steps", "nodes_patched", "step_failures",
-          "graphs", "graph_bytes", "graph_captures", "graph_evictions",
+          "kv_blocks_total", "iterations", "decode_steps", "decode_rows", "nodes_patched",
+          "step_failures", "graphs", "graph_bytes", "graph_captures", "graph_evictions",
           "iteration", "host", "period", "continued", "fed", "gc_pause", "gc_frozen")
 
 

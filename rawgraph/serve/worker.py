@@ -270,6 +270,7 @@ class Worker:
             new = min(st.iterations - self._counted, len(last))  # iterations since the last
             for it in (last[-i] for i in range(new, 0, -1)):  # near the end: O(1) each
                 m.nodes_patched += it.patched
+                m.decode_rows += it.decode_rows
                 kind = "mixed" if it.prefill_tokens and it.decode_rows else \
                     "prefill" if it.prefill_tokens else "decode"
                 m.iteration[kind].observe(it.wall_ms / 1e3)

@@ -235,8 +235,9 @@ def test_metrics_are_prometheus_text(served):
                  "nodes_patched_total", "time_to_first_token_seconds_bucket",
                  "inter_token_latency_seconds_count", "generation_tokens_per_second",
                  "graphs_held", "graph_memory_bytes", "graph_captures_total",
-                 "graph_evictions_total"):
+                 "graph_evictions_total", "decode_rows_total"):
         assert f"rawgraph_{name}" in text
+    assert sample(text, "decode_rows_total") >= 2  # the request's own rows, at least
     assert 'rawgraph_iterations_total{mode="eager"}' in text
     # the request's prompt went in a prefill chunk, its tokens in decode steps (with the
     # module's other requests, some iterations were both); each step after the first is one
