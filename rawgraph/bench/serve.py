@@ -64,7 +64,7 @@ from rawgraph.engine.request import Request
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.weights import random_weights
-from rawgraph.serve.metrics import quantile, sample
+from rawgraph.serve.metrics import ROW_KINDS, quantile, sample
 
 # client processes: with 4, each parsing a quarter of every step's SSE events one after
 # another, the clients' ITL p99 sat 1.2 ms above the server's own (1B, 64-token budget: 4.83
@@ -390,24 +390,22 @@ def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q))
 
 
-def _row_steps(text: str) -> float:
-    """The server's iterations with decode rows (decode and mixed)."""
-    return sum(sample(text, "iteration_seconds_count", f'kind="{k}"') for k in ("decode", "mixed"))
+def _by_row_kind(text: str, name: str) -> float:
+    """Sample `name` summed over the iteration kinds with decode rows (decode, mixed)."""
+    return sum(sample(text, name, f'kind="{k}"') for k in ROW_KINDS)
 
 
 def _continued(text: str) -> float:
     """The share of the server's iterations with decode rows that continued the last step
     on the device (`iterations_continued_total` over their count)."""
-    kinds = [f'kind="{k}"' for k in ("decode", "mixed")]
-    steps = _row_steps(text)
-    return sum(sample(text, "iterations_continued_total", k) for k in kinds) / steps \
-        if steps else math.nan
+    steps = _by_row_kind(text, "iteration_seconds_count")
+    return _by_row_kind(text, "iterations_continued_total") / steps if steps else math.nan
 
 
 def _mean_rows(text: str) -> float:
     """Rows with a sequence per server iteration with decode rows (`decode_rows_total`
     over their count)."""
-    steps = _row_steps(text)
+    steps = _by_row_kind(text, "iteration_seconds_count")
     return sample(text, "decode_rows_total") / steps if steps else math.nan
 
 

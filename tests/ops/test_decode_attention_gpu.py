@@ -64,7 +64,7 @@ def test_decode_attention_any_split_count_and_a_group_of_16(stream, rng, splits)
                                                    (40, 512)])
 def test_long_rows_take_splits_of_at_least_256_tokens(stream, rng, splits, min_split):
     # past 16 x 256 tokens a row is cut into splits of >= 256 tokens, up to `splits`; none
-    # shorter than min_split (the batch-invariant mode's fixed_splits(20000, p) and p); the
+    # shorter than min_split (with fixed_splits(20000, p) as max_splits for p); the
     # splits the kernel wrote (m > -inf in the workspace) are the ones row_splits says
     lens = {0: 9000, 1: 4096, 2: 4097, 3: 300, 4: 20000, 5: 1024}
     slots = [4, 0, 1, 2, 3, 5]

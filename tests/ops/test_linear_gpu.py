@@ -238,8 +238,8 @@ def test_skinny_128_replays_the_eager_bits_with_rows_patched(stream, rng, skinny
 
 @pytest.fixture
 def skinny_always(variants):
-    """Every count through the wgmma skinny GEMM, past 128 rows in tiles of 128 (the
-    batch-invariant mode's decode path)."""
+    """Every count through the wgmma skinny GEMM, past 128 rows in tiles of 128
+    (`Variants.skinny_always`, the batch-invariant mode's candidate decode path)."""
     if not matmul.hopper():
         pytest.skip("skinny_sm90.cu needs compute capability 9.0")
     variants(skinny_always=True)
@@ -265,7 +265,7 @@ def test_skinny_always_replays_the_eager_bits_with_rows_patched(stream, rng, ski
 @pytest.mark.parametrize(("n", "k"), [(3072, 2048), (2048, 2048), (16392, 2048), (2048, 8192)])
 def test_skinny_always_gives_a_row_the_same_bits_at_every_count(stream, rng, skinny_always,
                                                                  dtype, n, k):
-    # the batch-invariant mode's promise at the kernel: row r's output is the same whether
+    # what the batch-invariant mode needs of its decode path: row r's output is the same whether
     # it runs alone or among 1-256 rows, at any place (x tiles of 32, 64, 128, two of 128)
     x, _ = randn(rng, (256, k), dtype)
     w, _ = randn(rng, (n, k), dtype, k**-0.5)
