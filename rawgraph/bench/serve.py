@@ -495,19 +495,24 @@ LATENCY_CHUNK = {"llama-1b": 48, "llama-8b": 128}
 HTTP_PROCESSES = 4  # the several-event-loops row's --http-processes (llama-1b: most tokens/s)
 
 
-# the closed-loop rows, (preset, --max-batch, clients, streamed): the batch held full by as
-# many clients as it holds, and by twice as many, streamed and whole; 512 requests of 256
-# prompt ids and 128 tokens
+# the closed-loop rows, (preset, --max-batch, clients, streamed[, --http-processes]): the
+# batch held full by as many clients as it holds, and by twice as many, streamed and whole;
+# llama-1b's streams also over HTTP_PROCESSES event loops (one loop streams ~25k tokens/s,
+# below 1B's offline rate at 64 rows and more: it falls behind, merging tokens into fewer
+# events); 512 requests of 256 prompt ids and 128 tokens
 CLOSED = (("llama-1b", 64, 64, True), ("llama-1b", 64, 64, False), ("llama-1b", 64, 128, True),
           ("llama-1b", 128, 128, True), ("llama-1b", 128, 128, False),
+          ("llama-1b", 64, 64, True, HTTP_PROCESSES), ("llama-1b", 128, 128, True, HTTP_PROCESSES),
           ("llama-8b", 64, 64, True), ("llama-8b", 64, 64, False))
 
 
-def closed_load(name: str, batch: int, clients: int, stream: bool = True) -> Load:
+def closed_load(name: str, batch: int, clients: int, stream: bool = True,
+                http_processes: int = 1) -> Load:
     """A closed-loop row's load: throughput at saturation, no faults; `stream` False: whole
     responses."""
     return Load(preset=name, requests=512, prompt=(256, 256), output=(128, 128), leave=0.0,
-                malformed=0, max_batch=batch, max_context=2048, closed=clients, stream=stream)
+                malformed=0, max_batch=batch, max_context=2048, closed=clients, stream=stream,
+                http_processes=http_processes)
 
 
 def run(only: str = "") -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import pickle
 import signal
 import threading
 import time
@@ -41,6 +42,9 @@ SHARED = ("requests", "prompt_tokens", "running", "waiting", "batch", "kv_blocks
           "kv_blocks_total", "iterations", "decode_steps", "decode_rows", "nodes_patched",
           "step_failures", "graphs", "graph_bytes", "graph_captures", "graph_evictions",
           "iteration", "host", "period", "continued", "fed", "gc_pause", "gc_frozen")
+# seconds: a link whose jobs had no events in an iteration gets the metrics at most this
+# often (one with events gets them with its events: its view is never a step old)
+SNAPSHOT_S = 0.01
 
 
 def _wire(event: tuple) -> tuple:
@@ -63,7 +67,9 @@ class _Links:
     def __init__(self, conns: list[Connection]):
         self.live = dict(enumerate(conns))
         self.of: dict[Job, int] = {}  # open jobs and their links
+        self.jobs: dict[tuple[int, int], Job] = {}  # by (link, the job's id on that link)
         self.lock = threading.Lock()
+        self._all_told = 0.0  # when every link last had the metrics
 
     def send(self, i: int, msg: tuple) -> None:
         """Send to link i (nothing if its process is gone: its reader finds out)."""
@@ -79,6 +85,34 @@ class _Links:
         """Send to every live link."""
         for i in list(self.live):
             self.send(i, msg)
+
+    def post(self, events: list[tuple[Job, tuple]], metrics: Metrics,
+             load: tuple[int, int]) -> None:
+        """An iteration's events (the worker's `post`), each to its job's link with the
+        engine's metrics and load; a link with no events gets those at most every
+        `SNAPSHOT_S` (at 128 rows a send costs the engine tens of us a link)."""
+        mine: dict[int, list] = {}
+        for job, event in events:
+            i = self.of.get(job)
+            if i is None:
+                continue
+            if event[0] in ("finish", "error"):
+                del self.of[job]
+                self.jobs.pop((i, job.id), None)
+            mine.setdefault(i, []).append((job.id, _wire(event)))
+        now = time.monotonic()
+        with self.lock:
+            every = now - self._all_told >= SNAPSHOT_S
+            to = list(self.live) if every else [i for i in mine if i in self.live]
+        if not to:
+            return
+        if every:
+            self._all_told = now
+        # pickled once for every link (each HTTP process unpickles its own copy)
+        snapshot = pickle.dumps({k: getattr(metrics, k) for k in SHARED},
+                                pickle.HIGHEST_PROTOCOL)
+        for i in to:
+            self.send(i, ("events", mine.get(i, []), snapshot, load))
 
 
 def _child(conns: list[Connection], args: argparse.Namespace) -> None:
@@ -96,36 +130,24 @@ def _child(conns: list[Connection], args: argparse.Namespace) -> None:
         return
     metrics = Metrics()
     metrics.gc_frozen = freeze_startup_heap()  # the engine and its graphs: built to stay
-    jobs: dict[tuple[int, int], Job] = {}  # by (link, the job's id on that link)
 
     def post(events: list[tuple[Job, tuple]]) -> None:
-        with links.lock:
-            mine: dict[int, list] = {i: [] for i in links.live}
-        for job, event in events:
-            i = links.of.get(job)
-            if event[0] in ("finish", "error"):
-                links.of.pop(job, None)
-                jobs.pop((i, job.id), None)  # type: ignore[arg-type]
-            if i in mine:
-                mine[i].append((job.id, _wire(event)))
-        snapshot = {k: getattr(metrics, k) for k in SHARED}
-        load = worker.load
-        for i, out in mine.items():
-            links.send(i, ("events", out, snapshot, load))
+        links.post(events, metrics, worker.load)
 
     worker = Worker(engine, metrics, max_queue=args.max_queue, post=post)
     worker.start()
     links.broadcast(("ready", {k: getattr(metrics, k) for k in SHARED}))
     try:
-        _obey(links, jobs, worker)
+        _obey(links, worker)
     finally:
         engine.close()
         engine.model.close()
         links.broadcast(("stopped",))
 
 
-def _obey(links: _Links, jobs: dict[tuple[int, int], Job], worker: Worker) -> None:
+def _obey(links: _Links, worker: Worker) -> None:
     """Read the links until the main one says drain or stop, or closes."""
+    jobs = links.jobs
     index = {id(conn): i for i, conn in links.live.items()}
     while True:
         for conn in wait(list(links.live.values())):
@@ -256,7 +278,10 @@ class EngineLink:
         except (OSError, ValueError):  # the process is gone already
             pass
 
-    def _apply(self, snapshot: dict[str, Any] | None) -> None:
+    def _apply(self, snapshot: dict[str, Any] | bytes | None) -> None:
+        """The engine's metrics into this process's (a step's come pickled: `post`)."""
+        if isinstance(snapshot, bytes):
+            snapshot = pickle.loads(snapshot)
         with self.metrics.lock:
             for k, v in (snapshot or {}).items():
                 setattr(self.metrics, k, v)

@@ -636,6 +636,49 @@ def test_an_engine_link_follows_the_engine_draining_and_ending():
     link.stop()
 
 
+def test_the_engine_process_sends_a_link_its_events_and_the_metrics_when_due(monkeypatch):
+    # each iteration's events go to the link their job came by, with the engine's metrics
+    # pickled once; a link whose jobs had no events gets the metrics only when they are
+    # SNAPSHOT_S old; a job's finish forgets it
+    import multiprocessing
+    import pickle
+
+    from rawgraph.serve import process
+
+    pipes = [multiprocessing.Pipe() for _ in range(3)]
+    links = process._Links([ours for ours, _ in pipes])
+    a, b = Job(Request([5], 2), None), Job(Request([6], 2), None)
+    for i, job in ((0, a), (2, b)):
+        links.of[job], links.jobs[i, job.id] = i, job
+    m = Metrics()
+    m.running = 2
+
+    def got() -> dict[int, tuple]:
+        return {i: theirs.recv() for i, (_, theirs) in enumerate(pipes) if theirs.poll(0.2)}
+
+    monkeypatch.setattr(process, "SNAPSHOT_S", 3600.0)
+    links.post([(a, ("tokens", [7], None))], m, (2, 0))  # never told yet: every link
+    first = got()
+    assert sorted(first) == [0, 1, 2]
+    assert first[0][1] == [(a.id, ("tokens", [7], None))] and first[1][1] == first[2][1] == []
+    assert pickle.loads(first[1][2])["running"] == 2 and first[1][3] == (2, 0)
+    m.running = 1
+    links.post([(b, ("finish", "length", 0)), (Job(Request([1], 1), None), ("tokens", [1]))],
+               m, (1, 0))  # the unknown job's event goes nowhere
+    second = got()
+    assert list(second) == [2] and second[2][1] == [(b.id, ("finish", "length", 0))]
+    assert pickle.loads(second[2][2])["running"] == 1
+    assert b not in links.of and (2, b.id) not in links.jobs and a in links.of
+    links.post([], m, (1, 0))  # nothing new and the metrics fresh: no send
+    assert got() == {}
+    monkeypatch.setattr(process, "SNAPSHOT_S", 0.0)
+    links.post([], m, (1, 0))
+    assert sorted(got()) == [0, 1, 2]
+    for ours, theirs in pipes:
+        ours.close()
+        theirs.close()
+
+
 def test_a_stream_ends_quietly_when_its_client_goes_and_closes_itsevents():
     # the streamed response alone, over a fake connection. The client leaves while the
     # events wait: the handler returns (no CancelledError escapes to the server). A send
