@@ -110,6 +110,43 @@ template <typename T> __device__ __forceinline__ void add_squares(const uint4& v
   add_squares<T>(v.w, s);
 }
 
+// Two e4m3 values (the low byte first) as a half2's bits: exact, every e4m3 value being a
+// half. Hopper's cvt takes a pair an instruction (sm_89 on); an FP8 GEMV is not launched on
+// older GPUs (ops.gemv.takes_fp8), whose build keeps the kernels compiling.
+__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short v) {
+#if __CUDA_ARCH__ >= 890
+  unsigned r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  return r;
+#else
+  __trap();
+  return v;
+#endif
+}
+// A 16-byte piece of an FP8 W row (16 e4m3 values) as two 16-byte pieces of T, in order
+// (bfloat16 through float: exact too).
+template <typename T> __device__ __forceinline__ unsigned e4m3x2_to(unsigned short v);
+template <> __device__ __forceinline__ unsigned e4m3x2_to<__half>(unsigned short v) {
+  return e4m3x2_f16x2(v);
+}
+template <> __device__ __forceinline__ unsigned e4m3x2_to<__nv_bfloat16>(unsigned short v) {
+  const unsigned h = e4m3x2_f16x2(v);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const __nv_bfloat162 b = __float22bfloat162_rn(f);
+  return *reinterpret_cast<const unsigned*>(&b);
+}
+template <typename T> __device__ __forceinline__ void e4m3x16(const uint4& v, uint4 (&out)[2]) {
+  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+  unsigned o[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    o[2 * i] = e4m3x2_to<T>(static_cast<unsigned short>(words[i] & 0xffffu));
+    o[2 * i + 1] = e4m3x2_to<T>(static_cast<unsigned short>(words[i] >> 16));
+  }
+  out[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  out[1] = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
 // The rope epilogue's arguments (see the header)
 template <typename T> struct Rope {
   T* k_cache;
@@ -180,11 +217,16 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
 // NT: tiles of 8 rows of x (m <= 8 NT); U: k chunks in flight per lane (registers: 8 (NT + 2)
 // each); ST: W read in 128-byte row segments through the warp's transpose buffer (U even); E:
 // the epilogue (kSilu: gate_up's, y is (m, n / 2); kRope: QKV's; both without residual); NW:
-// warps (k is split between them)
-template <typename T, int NT, int U, bool ST, Epi E = Epi::kPlain, int NW = 8>
-__device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual, T* y, int m,
-                          int n, int k, float norm_eps = -1.f,
-                          unsigned long long* row_max = nullptr, Rope<T> rope = {}) {
+// warps (k is split between them); F8: W is FP8 e4m3 with a float scale per row (w_scale)
+// (WT: W's element, T or FP8's byte)
+template <bool F8, typename T> struct WElem { using type = T; };
+template <typename T> struct WElem<true, T> { using type = unsigned char; };
+template <typename T, int NT, int U, bool ST, Epi E = Epi::kPlain, int NW = 8, bool F8 = false,
+          typename WT = typename WElem<F8, T>::type>
+__device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residual, T* y,
+                          int m, int n, int k, float norm_eps = -1.f,
+                          unsigned long long* row_max = nullptr, Rope<T> rope = {},
+                          const float* __restrict__ w_scale = nullptr) {
   constexpr bool kNorm = E != Epi::kPlain;  // x's sums of squares kept (see the header)
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int warp = threadIdx.x >> 5;  // this warp's share of k
@@ -200,7 +242,10 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   };
   // The lane's first W row and column: with ST lane (r, j) loads 16 bytes j of a 128-byte
   // segment of MMA rows 4q + r, q = 0..3; else lane (g, t) 16 bytes t of a 64-byte chunk
-  // of rows g (q = 0) and g + 8 (q = 2). MMA row 8 + i is W row row_of(i) + gap.
+  // of rows g (q = 0) and g + 8 (q = 2). MMA row 8 + i is W row row_of(i) + gap. FP8 W
+  // (WT a byte) has 16 values in those 16 bytes (P), a chunk 64: a lane's x is then 32
+  // bytes (XB pieces of 16).
+  constexpr int P = 16 / sizeof(WT), XB = F8 ? 2 : 1;
   const int r = lane >> 3, j = lane & 7;
   const int row0 = ST ? row_of(0) + r : row_of(g);
   unsigned ok = 0;  // bit q: row q is inside W
@@ -210,11 +255,11 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   // without ST points them at row 0: ptxas then keeps all of a step's loads in flight
   // (124 registers, as before ST; 104 from wlo + gap k, and 1B down_proj ran 5% slower).
   constexpr bool kClamp = !ST && NT == 1;
-  const T* wlo = kClamp ? w + static_cast<long long>(ok & 1 ? row0 : 0) * k + 8 * t
-                        : w + static_cast<long long>(row0) * k + 8 * (ST ? j : t);
-  const T* whi = kClamp ? w + static_cast<long long>(ok >> 2 & 1 ? row0 + gap : 0) * k + 8 * t
-                        : wlo + static_cast<long long>(gap) * k;
-  const int chunks = (k + 31) / 32, segs = (k + 63) / 64;
+  const WT* wlo = kClamp ? w + static_cast<long long>(ok & 1 ? row0 : 0) * k + P * t
+                         : w + static_cast<long long>(row0) * k + P * (ST ? j : t);
+  const WT* whi = kClamp ? w + static_cast<long long>(ok >> 2 & 1 ? row0 + gap : 0) * k + P * t
+                         : wlo + static_cast<long long>(gap) * k;
+  const int chunks = (k + 4 * P - 1) / (4 * P), segs = (k + 8 * P - 1) / (8 * P);
   __shared__ long long cache_row[8 * NT];
   __shared__ int token_pos[8 * NT];
   __shared__ float freq[8];
@@ -253,25 +298,25 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   auto chunk_of = [&](int st, int u) {
     return ST ? 2 * seg_of(st, u / 2) + u % 2 : warp + (st * U + u) * kStride;
   };
-  uint4 a[U][2], b[NT][U];
+  uint4 a[U][2], b[NT][U][XB];
   auto load_w = [&](int st) {  // every load of the step before any mma
     if constexpr (ST) {
 #pragma unroll
       for (int i = 0; i < S; ++i) {  // segment i's row 4q + r into a[2i + q / 2][q % 2]
         const int seg = seg_of(st, i);
-        const bool in = seg * 64 + 8 * j < k;
+        const bool in = seg * 8 * P + P * j < k;
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          a[2 * i + q / 2][q % 2] = load_w16((q < 2 ? wlo : whi) + (q & 1) * 4 * k + seg * 64,
+          a[2 * i + q / 2][q % 2] = load_w16((q < 2 ? wlo : whi) + (q & 1) * 4 * k + seg * 8 * P,
                                              in && (ok >> q & 1));
       }
     } else {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = chunk_of(st, u);
-        const bool in = c * 32 + 8 * t < k;
-        a[u][0] = load_w16(wlo + c * 32, in && (ok & 1));
-        a[u][1] = load_w16(whi + c * 32, in && (ok >> 2 & 1));
+        const bool in = c * 4 * P + P * t < k;
+        a[u][0] = load_w16(wlo + c * 4 * P, in && (ok & 1));
+        a[u][1] = load_w16(whi + c * 4 * P, in && (ok >> 2 & 1));
       }
     }
   };
@@ -295,21 +340,35 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
 #pragma unroll
       for (int jj = 0; jj < NT; ++jj) {
         const int row = 8 * jj + g;
-        b[jj][u] = load_x16(x + static_cast<long long>(row) * k + c * 32 + 8 * t,
-                            c * 32 + 8 * t < k && row < m);
+#pragma unroll
+        for (int h = 0; h < XB; ++h)  // (one expression: a named column moved ptxas' choices)
+          b[jj][u][h] = load_x16(x + static_cast<long long>(row) * k + c * 32 * XB + 8 * XB * t +
+                                     8 * h,
+                                 c * 32 * XB + 8 * XB * t + 8 * h < k && row < m);
       }
     }
   };
   auto mma = [&] {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int jj = 0; jj < NT; ++jj) {
-        const uint4 &lo = a[u][0], &hi = a[u][1], &bx = b[jj][u];
-        rg::mma_16816<T>(acc[jj], {lo.x, hi.x, lo.y, hi.y}, bx.x, bx.y);
-        rg::mma_16816<T>(acc[jj], {lo.z, hi.z, lo.w, hi.w}, bx.z, bx.w);
-        if constexpr (kNorm) add_squares<T>(bx, sq[jj]);
+    for (int u = 0; u < U; ++u) {
+      uint4 lo[XB], hi[XB];  // rows g and g + 8 as T: the loads themselves, or FP8's widened
+      if constexpr (F8) {
+        e4m3x16<T>(a[u][0], lo);
+        e4m3x16<T>(a[u][1], hi);
+      } else {
+        lo[0] = a[u][0];
+        hi[0] = a[u][1];
       }
+#pragma unroll
+      for (int jj = 0; jj < NT; ++jj)
+#pragma unroll
+        for (int h = 0; h < XB; ++h) {
+          const uint4& bx = b[jj][u][h];
+          rg::mma_16816<T>(acc[jj], {lo[h].x, hi[h].x, lo[h].y, hi[h].y}, bx.x, bx.y);
+          rg::mma_16816<T>(acc[jj], {lo[h].z, hi[h].z, lo[h].w, hi[h].w}, bx.z, bx.w);
+          if constexpr (kNorm) add_squares<T>(bx, sq[jj]);
+        }
+    }
   };
   // The first step's weights are requested (with ST, also transposed) before the wait for
   // the previous kernel, whose output x is, so that after it only x's round trip is left.
@@ -370,6 +429,11 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
   auto scale = [&](int col) {  // x row col's 1 / rms (norm_eps >= 0), else 1
     return !kNorm || norm_eps < 0.f ? 1.f : rsqrtf(sq_part[col] / k + norm_eps);
   };
+  // a sum of W row `row` (F8: of its e4m3 codes) as the row's dot product: times its scale
+  auto dot = [&](float sum, int row) {
+    if constexpr (F8) return sum * w_scale[row];
+    return sum;
+  };
   // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;
   // e = 2, 3: W row g + 8, the same x rows
   if constexpr (E == Epi::kPlain) {
@@ -380,7 +444,7 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       unsigned long long key = 0;
       if (row < n && col < m) {
         const long long o = static_cast<long long>(col) * n + row;
-        float v = part[i];
+        float v = dot(part[i], row);
         if (residual != nullptr) v += rg::to_float(residual[o]);
         const T out = rg::from_float<T>(v);
         y[o] = out;
@@ -398,8 +462,8 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       const int r = row_of(ln >> 2), col = 8 * j + 2 * (ln & 3) + e;
       if (r + gap >= n || col >= m) continue;
       const float sc = scale(col);
-      T a = rg::from_float<T>(part[(4 * j + e) * 32 + ln] * sc);
-      T b = rg::from_float<T>(part[(4 * j + e + 2) * 32 + ln] * sc);
+      T a = rg::from_float<T>(dot(part[(4 * j + e) * 32 + ln], r) * sc);
+      T b = rg::from_float<T>(dot(part[(4 * j + e + 2) * 32 + ln], r + gap) * sc);
       if (rope.bias != nullptr) {  // rope_append.cu's: the rounded projection, then the bias
         a = rg::from_float<T>(rg::to_float(a) + rg::to_float(rope.bias[r]));
         b = rg::from_float<T>(rg::to_float(b) + rg::to_float(rope.bias[r + gap]));
@@ -414,8 +478,10 @@ __device__ void gemv_impl(const T* x, const T* __restrict__ w, const T* residual
       const int col = 8 * j + 2 * (ln & 3) + e;
       if (out < half && col < m) {
         const float sc = scale(col);
-        const float a = rg::to_float(rg::from_float<T>(part[(4 * j + e) * 32 + ln] * sc));
-        const float up = rg::to_float(rg::from_float<T>(part[(4 * j + e + 2) * 32 + ln] * sc));
+        const int gate = tile * 16 + (ln >> 2);  // its W row (up's: 8 on)
+        const float a = rg::to_float(rg::from_float<T>(dot(part[(4 * j + e) * 32 + ln], gate) * sc));
+        const float up =
+            rg::to_float(rg::from_float<T>(dot(part[(4 * j + e + 2) * 32 + ln], gate + 8) * sc));
         y[static_cast<long long>(col) * half + out] =
             rg::from_float<T>(rg::silu_mul<T>(a, up));
       }
@@ -683,4 +749,249 @@ gemv_bf16_n16_w16_u4_t_rope(
   gemv_impl<__nv_bfloat16, 2, 4, true, Epi::kRope, 16>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
       {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
       block_size, max_blocks, bias});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n8_u4(
+    const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
+    __half* y, int m, int n, int k, unsigned long long* row_max) {
+  gemv_impl<__half, 1, 4, false, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n8_u4_t(
+    const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
+    __half* y, int m, int n, int k, unsigned long long* row_max) {
+  gemv_impl<__half, 1, 4, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max, {},
+      w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_e4m3_n8_w16_u4_t(
+    const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
+    __half* y, int m, int n, int k, unsigned long long* row_max) {
+  gemv_impl<__half, 1, 4, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n16_u2_t(
+    const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
+    __half* y, int m, int n, int k, unsigned long long* row_max) {
+  gemv_impl<__half, 2, 2, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max, {},
+      w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_e4m3_n16_w16_u2_t(
+    const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
+    __half* y, int m, int n, int k, unsigned long long* row_max) {
+  gemv_impl<__half, 2, 2, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n8_u4(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n8_u4_t(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_e4m3_n8_w16_u4_t(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n16_u2_t(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_e4m3_n16_w16_u2_t(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
+    const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n8_u4_silu(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__half, 1, 4, false, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n8_u4_t_silu(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__half, 1, 4, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_e4m3_n8_w16_u4_t_silu(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__half, 1, 4, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n16_u2_t_silu(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__half, 2, 2, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_e4m3_n16_w16_u2_t_silu(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__half, 2, 2, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n8_u4_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n8_u4_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_e4m3_n8_w16_u4_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n16_u2_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_e4m3_n16_w16_u2_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n8_u4_rope(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __half* bias) {
+  gemv_impl<__half, 1, 4, false, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
+      block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n8_u4_t_rope(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __half* bias) {
+  gemv_impl<__half, 1, 4, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
+      block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_e4m3_n8_w16_u4_t_rope(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __half* bias) {
+  gemv_impl<__half, 1, 4, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
+      block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_e4m3_n16_u2_t_rope(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __half* bias) {
+  gemv_impl<__half, 2, 2, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
+      block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_e4m3_n16_w16_u2_t_rope(
+    const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
+    __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __half* bias) {
+  gemv_impl<__half, 2, 2, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
+      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
+      block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n8_u4_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
+    int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n8_u4_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
+    int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_e4m3_n8_w16_u4_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
+    int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_e4m3_n16_u2_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
+    int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, w_scale);
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_e4m3_n16_w16_u2_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
+    int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
+    const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
+    int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, w_scale);
 }

@@ -58,3 +58,42 @@ def to_float32(x: np.ndarray, dtype: str) -> np.ndarray:
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """float32 values rounded through `dtype`, as float32."""
     return to_float32(to_storage(x, dtype), dtype)
+
+
+# FP8 e4m3fn (weights: rawgraph.ops.fp8, rawgraph.model.quant): 4 exponent bits, bias 7, 3
+# mantissa bits, no infinities; 0x7F and 0xFF are NaN
+E4M3_MAX = 448.0
+
+
+def _e4m3_table() -> np.ndarray:
+    """float32 value of each of the 256 e4m3fn codes (0x7F and 0xFF: NaN)."""
+    code = np.arange(256)
+    sign = np.where(code & 0x80, -1.0, 1.0)
+    exp, man = (code >> 3) & 0xF, code & 0x7
+    val = np.where(exp == 0, man / 8 * 2.0**-6, (1 + man / 8) * 2.0 ** (exp - 7.0))
+    out = (sign * val).astype(np.float32)
+    out[[0x7F, 0xFF]] = np.nan
+    return out
+
+
+E4M3 = _e4m3_table()
+_POSITIVE = E4M3[:0x7F]  # codes 0x00..0x7E: 0 and the positive finite values, increasing
+
+
+def e4m3_decode(bits: np.ndarray) -> np.ndarray:
+    """e4m3fn codes (uint8) as float32."""
+    return E4M3[np.asarray(bits, np.uint8)]
+
+
+def e4m3_encode(x: np.ndarray) -> np.ndarray:
+    """float32 to the nearest e4m3fn code (ties to the even code), saturating at +-448 (as
+    torch's float8_e4m3fn cast of a clamped tensor does); NaN stays NaN."""
+    x = np.asarray(x, np.float32)
+    a = np.minimum(np.abs(x), E4M3_MAX)
+    hi = np.clip(np.searchsorted(_POSITIVE, a), 1, 0x7E)
+    lo = hi - 1
+    d_lo, d_hi = a - _POSITIVE[lo], _POSITIVE[hi] - a
+    up = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    code = np.where(up, hi, lo).astype(np.uint8)
+    code |= np.where(np.signbit(x), 0x80, 0).astype(np.uint8)
+    return np.where(np.isnan(x), np.uint8(0x7F), code).astype(np.uint8)

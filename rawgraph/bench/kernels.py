@@ -34,6 +34,7 @@ from rawgraph.graph.capture import capture
 from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
+from rawgraph.ops.fp8 import takes_fp8
 from rawgraph.ops.matmul import SKINNY90_ROWS, SKINNY_MAX, hopper
 from rawgraph.ops.matmul import path as linear_path
 from rawgraph.ops.variant import choose
@@ -119,9 +120,42 @@ def _rand(shape: tuple, rng: np.random.Generator, scale: float = 1.0) -> cupy.nd
     return cupy.asarray((rng.standard_normal(shape) * scale).astype(np.float16))
 
 
-def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
-    return per_launch_us(lambda i: ops.linear(x, ws[i % len(ws)], y, stream=s),
+def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any,
+             linear: Callable = ops.linear) -> float:
+    return per_launch_us(lambda i: linear(x, ws[i % len(ws)], y, stream=s),
                          max(len(ws), 16), s)
+
+
+def _fp8_weights(n: int, k: int, copies: int, rng: np.random.Generator) -> list:
+    """`copies` FP8 weights (n, k) of random finite e4m3 codes, scales near k**-0.5 / 16."""
+    scale = cupy.asarray((rng.uniform(0.5, 2.0, n) * k**-0.5 / 16).astype(np.float32))
+    out = []
+    for _ in range(copies):
+        codes = cupy.random.randint(0, 256, (n, k), dtype=np.uint8)
+        codes[(codes & 0x7F) == 0x7F] ^= 1  # NaN (0x7F, 0xFF) to the largest finite value
+        out.append(ops.fp8_weight(codes, scale))
+    return out
+
+
+def _fp8(rows: list, row: Callable, s: Any, rng: np.random.Generator) -> None:
+    """The FP8 GEMV (ops.linear_fp8) at 1-16 rows through each weight shape: its bytes (codes,
+    scales, x and y) against the floor and a same-size read (target 85% where the 16-bit
+    GEMV has one), and the 16-bit GEMV of the same shape in the same run (x fp16)."""
+    if not takes_fp8():
+        return
+    for model, weights in SHAPES.items():
+        for name, (n, k) in weights.items():
+            copies = max(2, math.ceil(ROTATE_BYTES / (n * k)))
+            w8 = _fp8_weights(n, k, copies, rng)
+            w16 = [_rand((n, k), rng, k**-0.5) for _ in range(max(2, copies // 2))]
+            x, y = _rand((16, k), rng), cupy.empty((16, n), np.float16)
+            for m in (1, 2, 4, 8, 16):
+                us = _gemv_us(w8, x[:m], y[:m], s, ops.linear_fp8)
+                ref_us = _gemv_us(w16, x[:m], y[:m], s)
+                big = n * k >= 2048 * 8192 and m <= 8
+                row(f"gemv fp8 {model} {name}", f"{n}x{k}", m, us,
+                    n * k + 4 * n + 2 * m * (k + n), 85 if big else 0)
+                rows[-1].update({"fp16 us": ref_us, "x fp16": ref_us / us})
 
 
 def _skinny(wgmma: bool) -> contextlib.AbstractContextManager:
@@ -173,7 +207,7 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
             del kv
 
 
-PARTS = ("gemv", "attention", "elementwise", "gemm", "prefill", "sample")
+PARTS = ("gemv", "fp8", "attention", "elementwise", "gemm", "prefill", "sample")
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
@@ -251,6 +285,8 @@ def run(only: str = "") -> list[dict[str, Any]]:
                         chained = _gemv_us(ws, x[:m], y[:m], s)
                     rows[-1]["% chained"] = 100 * nbytes / chained / 1e3 / floor
             del ws
+    if "fp8" in parts:
+        _fp8(rows, row, s, rng)
     if "attention" in parts:
         _attention(rows, row, s)
     if "gemm" in parts:

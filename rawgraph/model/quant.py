@@ -25,10 +25,11 @@ infinities, largest 448).
   order with `desc_act`, sequential without). The `gptq` checkpoint format stores each zero
   point less one; `gptq_v2` stores it as it is.
 
-rawgraph has no FP8 or INT4 kernels yet: `Fp8.weight` / `Int4.weight` dequantize each
+The model takes no FP8 or INT4 weights yet: `Fp8.weight` / `Int4.weight` dequantize each
 weight in float32 at load, and the model runs in the checkpoint's fp16/bf16 (the memory and
 speed of an unquantized model; FP8 activations are not quantized, so input scales are checked
-and not applied). Anything else in `quantization_config` is refused by name.
+and not applied). The decode GEMV has an FP8 form (`rawgraph.ops.fp8`) the model does not
+use yet. Anything else in `quantization_config` is refused by name.
 """
 from __future__ import annotations
 
@@ -38,43 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rawgraph.dtypes import from_bf16_bits
-
-E4M3_MAX = 448.0
-
-
-def _e4m3_table() -> np.ndarray:
-    """float32 value of each of the 256 e4m3fn codes (0x7F and 0xFF: NaN)."""
-    code = np.arange(256)
-    sign = np.where(code & 0x80, -1.0, 1.0)
-    exp, man = (code >> 3) & 0xF, code & 0x7
-    val = np.where(exp == 0, man / 8 * 2.0**-6, (1 + man / 8) * 2.0 ** (exp - 7.0))
-    out = (sign * val).astype(np.float32)
-    out[[0x7F, 0xFF]] = np.nan
-    return out
-
-
-E4M3 = _e4m3_table()
-_POSITIVE = E4M3[:0x7F]  # codes 0x00..0x7E: 0 and the positive finite values, increasing
-
-
-def e4m3_decode(bits: np.ndarray) -> np.ndarray:
-    """e4m3fn codes (uint8) as float32."""
-    return E4M3[np.asarray(bits, np.uint8)]
-
-
-def e4m3_encode(x: np.ndarray) -> np.ndarray:
-    """float32 to the nearest e4m3fn code (ties to the even code), saturating at +-448 (as
-    torch's float8_e4m3fn cast of a clamped tensor does); NaN stays NaN."""
-    x = np.asarray(x, np.float32)
-    a = np.minimum(np.abs(x), E4M3_MAX)
-    hi = np.clip(np.searchsorted(_POSITIVE, a), 1, 0x7E)
-    lo = hi - 1
-    d_lo, d_hi = a - _POSITIVE[lo], _POSITIVE[hi] - a
-    up = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
-    code = np.where(up, hi, lo).astype(np.uint8)
-    code |= np.where(np.signbit(x), 0x80, 0).astype(np.uint8)
-    return np.where(np.isnan(x), np.uint8(0x7F), code).astype(np.uint8)
+from rawgraph.dtypes import E4M3_MAX, e4m3_decode, e4m3_encode, from_bf16_bits
 
 
 class Stored(NamedTuple):

@@ -9,6 +9,11 @@ k chunks in flight per lane, whether W is read in 128-byte row segments through 
 greedy keys), with SiLU(gate) * up in the epilogue (`_silu`), and with RoPE and the cache
 append (`_rope`); the three differ only in the minimum blocks per SM their launch bounds ask
 ptxas to fit in registers.
+
+FP8 weights (`F8_VARIANTS`, kernels `gemv_{f16,bf16}_e4m3_...`): W holds e4m3 codes with a
+float32 scale per row (`w_scale`); a lane's 16 bytes of W are 16 values, widened to the
+activations' dtype in registers (exact), so each chunk of k is twice as wide and the lane
+reads twice the x: the variants hold half the chunks in flight for the same registers.
 """
 
 from __future__ import annotations
@@ -51,6 +56,15 @@ VARIANTS = (  # registers are ptxas's on sm_90 under these launch bounds
     Variant(16, 4, True, 8, (2, 2, 2)),   # 103-120 registers: 2 blocks per SM
     Variant(16, 4, True, 16, (1, 1, 1)),  # the same registers x 16 warps, one block per SM
 )
+# FP8 W (ptxas on sm_90 under these bounds; not yet timed on a GPU: the choice below
+# follows the 16-bit table's rule by bytes of a W row)
+F8_VARIANTS = (
+    Variant(8, 4, False, 8, (2, 2, 2)),
+    Variant(8, 4, True, 8, (2, 2, 2)),
+    Variant(8, 4, True, 16, (1, 1, 1)),
+    Variant(16, 2, True, 8, (2, 2, 2)),
+    Variant(16, 2, True, 16, (1, 1, 1)),
+)
 EPILOGUES = ("", "_silu", "_rope")
 _PARAMS = {
     "": "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k, "
@@ -63,26 +77,34 @@ _PARAMS = {
 }
 
 
-def name(dtype: str, v: Variant, epilogue: str = "") -> str:
-    """The kernel's name, e.g. gemv_bf16_n16_u4_t_silu."""
-    return f"gemv_{KERNEL_TYPES[dtype][0]}_{v.suffix}{epilogue}"
+def name(dtype: str, v: Variant, epilogue: str = "", fp8: bool = False) -> str:
+    """The kernel's name, e.g. gemv_bf16_n16_u4_t_silu (FP8 W: gemv_bf16_e4m3_n16_...)."""
+    return f"gemv_{KERNEL_TYPES[dtype][0]}{'_e4m3' if fp8 else ''}_{v.suffix}{epilogue}"
 
 
-def signature(dtype: str, epilogue: str = "") -> str:
-    """The C parameter list of a form."""
-    return _PARAMS[epilogue].format(t=KERNEL_TYPES[dtype][1])
+def signature(dtype: str, epilogue: str = "", fp8: bool = False) -> str:
+    """The C parameter list of a form (FP8: W's codes, then their scales)."""
+    sig = _PARAMS[epilogue].format(t=KERNEL_TYPES[dtype][1])
+    if fp8:
+        t = KERNEL_TYPES[dtype][1]
+        sig = sig.replace(f"const {t}* w, ", "const unsigned char* w, const float* w_scale, ")
+    return sig
 
 
-def kernels(epilogue: str = "") -> dict[tuple, Kernel]:
+def kernels(epilogue: str = "", fp8: bool = False) -> dict[tuple, Kernel]:
     """Every variant of one form: (dtype, tile, unroll, segments, warps) -> Kernel."""
-    return {(dt, *v.key): Kernel("gemv", name(dt, v, epilogue), signature(dt, epilogue))
-            for dt in KERNEL_TYPES for v in VARIANTS}
+    return {(dt, *v.key): Kernel("gemv", name(dt, v, epilogue, fp8),
+                                 signature(dt, epilogue, fp8))
+            for dt in KERNEL_TYPES for v in (F8_VARIANTS if fp8 else VARIANTS)}
 
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM (ops.linear)
 GEMV = kernels()
 GEMV_SILU = kernels("_silu")  # the interleaved gate_up weight, SiLU(gate) * up
 GEMV_ROPE = kernels("_rope")  # the QKV weight, RoPE and the cache append
+GEMV_F8 = kernels(fp8=True)  # the same three forms over FP8 weights
+GEMV_F8_SILU = kernels("_silu", fp8=True)
+GEMV_F8_ROPE = kernels("_rope", fp8=True)
 
 SMS = 132  # H200; steers variant choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
@@ -121,8 +143,20 @@ def gemv_variant(n: int, k: int, tile: int = 8) -> tuple[int, bool, int]:
     return 4, True, (16 if blocks <= SMS and k >= LONG_ROWS else 8)
 
 
-def gemv_launch(dt: str, top: int, n: int, k: int) -> tuple[tuple, int, int]:
-    """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows."""
+def gemv_f8_variant(n: int, k: int, tile: int = 8) -> tuple[int, bool, int]:
+    """`gemv_variant` for FP8 W (F8_VARIANTS): the 16-bit rule by a row's bytes (k of them),
+    with half the chunks in flight (each chunk twice as wide). Not yet timed on a GPU."""
+    blocks = -(-n // GEMV_ROWS)
+    long_row = blocks <= SMS and k >= 2 * LONG_ROWS
+    if tile == 8:
+        return 4, long_row or blocks > 2 * SMS or k >= 2 * MID_ROWS, 16 if long_row else 8
+    return 2, True, 16 if long_row else 8
+
+
+def gemv_launch(dt: str, top: int, n: int, k: int, fp8: bool = False
+                ) -> tuple[tuple, int, int]:
+    """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows (`fp8`:
+    of an FP8 weight's kernels)."""
     tile = next(t for t in M_TILES if t >= top)
-    u, seg, warps = gemv_variant(n, k, tile)
+    u, seg, warps = (gemv_f8_variant if fp8 else gemv_variant)(n, k, tile)
     return (dt, tile, u, seg, warps), -(-n // GEMV_ROWS), 32 * warps

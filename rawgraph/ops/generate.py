@@ -47,19 +47,30 @@ def _call(k: Kernel, impl: str) -> str:
     return f"{impl}({forward(k.declaration)});"
 
 
+_GEMV_F8_CALL = {  # the FP8 forms': the scales after the rope record
+    "": "(x, w, residual, y, m, n, k, -1.f, row_max, {}, w_scale);",
+    "_silu": "(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {}, w_scale);",
+    "_rope": _GEMV_CALL["_rope"].replace("bias});", "bias}, w_scale);"),
+}
+
+
 def _gemv() -> list[str]:
     out = []
-    forms = (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)
-    for i, (epi, form) in enumerate(zip(gemv.EPILOGUES, forms)):
-        tag = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epi]
-        for dt in KERNEL_TYPES:
-            for v in gemv.VARIANTS:
-                k = form[(dt, *v.key)]
-                extra = tag if v.warps == 8 else (tag or ", Epi::kPlain") + f", {v.warps}"
-                args = (f"{_t(dt)}, {v.tile // 8}, {v.unroll}, "
-                        f"{'true' if v.segments else 'false'}{extra}")
-                out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{_GEMV_CALL[epi]}",
-                                   _bounds(32 * v.warps, v.min_blocks[i])))
+    for fp8, variants, forms in (
+            (False, gemv.VARIANTS, (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)),
+            (True, gemv.F8_VARIANTS, (gemv.GEMV_F8, gemv.GEMV_F8_SILU, gemv.GEMV_F8_ROPE))):
+        for i, (epi, form) in enumerate(zip(gemv.EPILOGUES, forms)):
+            tag = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epi]
+            for dt in KERNEL_TYPES:
+                for v in variants:
+                    k = form[(dt, *v.key)]
+                    extra = tag if v.warps == 8 and not fp8 else \
+                        (tag or ", Epi::kPlain") + f", {v.warps}" + (", true" if fp8 else "")
+                    args = (f"{_t(dt)}, {v.tile // 8}, {v.unroll}, "
+                            f"{'true' if v.segments else 'false'}{extra}")
+                    call = (_GEMV_F8_CALL if fp8 else _GEMV_CALL)[epi]
+                    out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{call}",
+                                       _bounds(32 * v.warps, v.min_blocks[i])))
     return out
 
 

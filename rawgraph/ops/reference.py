@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rawgraph.dtypes import round_to
+from rawgraph.dtypes import e4m3_decode, round_to
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE
 
 
@@ -70,6 +70,14 @@ def linear(x: np.ndarray, w: np.ndarray, dtype: str,
     if residual is not None:
         y = y + residual
     return round_to(y.astype(np.float32), dtype)
+
+
+def linear_fp8(x: np.ndarray, codes: np.ndarray, scale: np.ndarray, dtype: str,
+               residual: np.ndarray | None = None) -> np.ndarray:
+    """`linear` through an FP8 weight (`ops.fp8`): its e4m3 codes (n, k) times each row's
+    scale (n,), in float64."""
+    w = e4m3_decode(codes).astype(np.float64) * np.asarray(scale, np.float64)[:, None]
+    return linear(x, w, dtype, residual)
 
 
 def embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:

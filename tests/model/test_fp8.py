@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from rawgraph import dtypes
 from rawgraph.dtypes import to_float32, to_storage
 from rawgraph.model import checkpoint, quant
 from rawgraph.model.config import preset
@@ -87,7 +88,7 @@ def _save(root, qc, *, scale_dtype="float32", tensors=None, edit=None):
 
 
 def test_e4m3_decodes_as_the_format_says_and_encodes_to_the_nearest():
-    e = quant.E4M3
+    e = dtypes.E4M3
     assert e[0x00] == 0 and e[0x38] == 1.0 and e[0x7E] == 448 and e[0x01] == 2.0**-9
     assert e[0xB8] == -1.0 and e[0x08] == 2.0**-6 and np.isnan(e[0x7F]) and np.isnan(e[0xFF])
     finite = np.array([c for c in range(256) if c not in (0x7F, 0xFF)], np.uint8)

@@ -13,7 +13,8 @@ from rawgraph.ops import attention, gemv, generate, norm
 from rawgraph.ops.matmul import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKINNY90_SILU
 
 _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
-TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE), "skinny.cu": (SKINNY,),
+TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE, gemv.GEMV_F8, gemv.GEMV_F8_SILU,
+                      gemv.GEMV_F8_ROPE), "skinny.cu": (SKINNY,),
           "skinny_sm90.cu": (SKINNY90, SKINNY90_SILU), "gemm.cu": (GEMM,),
           "gemm_sm90.cu": (GEMM90, GEMM90_SILU),
           "decode_attention.cu": (attention.ATTEND, attention.COMBINE),
@@ -38,8 +39,9 @@ def test_each_file_is_what_its_tables_generate(name):
     assert set(TABLES) == set(generate.GENERATED)
 
 
-def test_gemv_has_36_forms_and_variants():
-    assert sum(len(f) for f in TABLES["gemv.cu"]) == 36
+def test_gemv_has_36_forms_and_variants_and_30_of_fp8_weights():
+    assert sum(len(f) for f in TABLES["gemv.cu"][:3]) == 36
+    assert sum(len(f) for f in TABLES["gemv.cu"][3:]) == 30
 
 
 def test_wrappers_pass_parameters_on_and_wrap_at_100_columns():
@@ -61,6 +63,19 @@ def test_names_keys_and_signatures():
             assert k.sig == Signature.parse(gemv.signature(dt, epi))
             assert k.sig == Signature.from_source(KERNELS_DIR / "gemv.cu", k.name)
     assert {v.key[0] for v in gemv.VARIANTS} == set(gemv.M_TILES)
+    # FP8 weights: the codes, then their scales, where the 16-bit forms take w
+    v = gemv.F8_VARIANTS[1]
+    assert gemv.name("float16", v, "", fp8=True) == "gemv_f16_e4m3_n8_u4_t"
+    for form, epi in ((gemv.GEMV_F8, ""), (gemv.GEMV_F8_SILU, "_silu"),
+                      (gemv.GEMV_F8_ROPE, "_rope")):
+        for (dt, *_), k in form.items():
+            assert "_e4m3_" in k.name
+            assert k.name.endswith(epi) if epi else not k.name.endswith(("_silu", "_rope"))
+            params = [p.name for p in k.sig.params]
+            assert params[1:3] == ["w", "w_scale"] and params[:1] + params[3:] == \
+                [p.name for p in Signature.parse(gemv.signature(dt, epi)).params if p.name != "w"]
+            assert k.sig.params[1].ctype == "const unsigned char*"
+    assert {v.key[0] for v in gemv.F8_VARIANTS} == set(gemv.M_TILES)
 
 
 def test_every_launch_the_choice_makes_has_its_kernel():
@@ -72,6 +87,11 @@ def test_every_launch_the_choice_makes_has_its_kernel():
             assert tile >= top and threads == 32 * warps
             assert grid == -(-n // gemv.GEMV_ROWS)
     assert gemv.gemv_launch("float16", 3, 2048, 8192)[0] == ("float16", 8, 8, True, 16)
+    for top in (1, 5, 8, 9, 16):  # the FP8 weights' forms
+        for n, k in ((2048, 2048), (128256, 4096), (2048, 16384), (64, 272), (28672, 4096)):
+            key, grid, threads = gemv.gemv_launch("float16", top, n, k, fp8=True)
+            assert key in gemv.GEMV_F8 and key in gemv.GEMV_F8_SILU and key in gemv.GEMV_F8_ROPE
+            assert key[1] >= top and threads == 32 * key[4] and grid == -(-n // 16)
 
 
 def test_generate_writes_every_generated_file(tmp_path):

@@ -22,7 +22,7 @@ from rawgraph.ops.attention import (
     row_runs,
     row_splits,
 )
-from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_variant
+from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_f8_variant, gemv_variant
 from rawgraph.ops.matmul import (
     GEMM90_TILES,
     GEMM_SPLITS,
@@ -43,6 +43,16 @@ from rawgraph.ops.variant import DEFAULT, choose
 from rawgraph.symbols import Range, Symbols
 
 WARP_ROWS_FROM = DEFAULT.norm_warp_rows_from
+
+
+def test_fp8_gemv_variant_follows_the_16_bit_rule_by_a_rows_bytes():
+    # an FP8 row of k codes is k bytes: the 16-bit rule's thresholds at twice the k
+    assert gemv_f8_variant(2048, 16384) == (4, True, 16)  # 128 blocks, 16 KB rows
+    assert gemv_f8_variant(2048, 8192) == (4, True, 8)  # 8 KB rows: segments, 8 warps
+    assert gemv_f8_variant(2048, 2048) == (4, False, 8)  # short rows: 64-byte pieces
+    assert gemv_f8_variant(8192, 2048) == (4, True, 8)  # 512 blocks: segments
+    assert gemv_f8_variant(2048, 16384, 16) == (2, True, 16)
+    assert gemv_f8_variant(4096, 4096, 16) == (2, True, 8)
 
 
 def test_gemv_variant_for_long_rows_wide_blocks_and_waves():
