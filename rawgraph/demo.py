@@ -24,7 +24,7 @@ from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.ops.matmul import DECODE_ROWS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
-from rawgraph.options import at_least, check_model, positive
+from rawgraph.options import add_quantize, at_least, check_model, positive
 
 TEXT_PROMPTS = ["The capital of France is", "CUDA graphs make small kernels cheap because",
                 "Write a haiku about memory bandwidth:", "1, 2, 3, 4, 5,",
@@ -81,7 +81,7 @@ def setup(args: Any) -> tuple[Model, ModelConfig, Any]:
         tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
     model = Model(cfg, tensors, max_batch=args.max_batch, max_context=args.max_context,
                   max_chunk=args.chunk, max_chunk_seqs=min(8, args.max_batch), seed=args.seed,
-                  files=files)
+                  files=files, quantize=args.quantize)
     return model, cfg, tok
 
 
@@ -140,4 +140,5 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     q.add_argument("--streams", type=int, default=2, choices=(1, 2),
                    help="prefill beside decode on two streams, or one")
     q.add_argument("--seed", type=at_least(0), default=0, help="seed of the script and weights")
+    add_quantize(q)
     return q

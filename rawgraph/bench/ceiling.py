@@ -32,6 +32,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
 from rawgraph.model.config import ModelConfig
+from rawgraph.ops.fp8 import Fp8Weight
 
 STREAM_READ_CHAINED = Kernel("stream_read", "stream_read_chained",
                              "const uint4* p, long long n, const uint4* q, long long m, "
@@ -57,6 +58,14 @@ def _range(a: Any, nbytes: int | None = None, what: str = "") -> Range:
     return ptr, n
 
 
+def _weight(w: Any, what: str) -> Link:
+    """What a projection's kernel reads of weight `w`: the array, or an FP8 weight's codes
+    and scales (`ops.Fp8Weight`; the decode GEMV reads no 16-bit copy)."""
+    if isinstance(w, Fp8Weight):
+        return _range(w.codes, what=what), _range(w.scale, what=what + " scales")
+    return (_range(w, what=what),)
+
+
 def link_parts(cfg: ModelConfig) -> list[str]:
     """The step part each link of `step_reads` stands for, in its order: per layer "qkv",
     "attention", "o_proj", "gate_up", "down_proj"; then "lm_head"."""
@@ -68,21 +77,22 @@ def step_reads(cfg: ModelConfig, weights: Mapping[str, Any], k_layers: Sequence[
                v_layers: Sequence[Any], batch: int, ctx: int) -> list[Link]:
     """What each kernel of a decode step of `batch` rows at context `ctx` must read, in the
     step's order: per layer the QKV weight, K and V of batch x ctx tokens (one kernel: the
-    attention), the o, gate_up and down weights; then the LM head. `weights`: the model's
-    (`Model.w`), `k_layers[i]` / `v_layers[i]`: layer i's cache (its first batch x ctx token
-    rows are read: the bytes, not the blocks). The bytes are the floor's but for the norms'
-    weights (folded into the projections) and the embedding row."""
+    attention), the o, gate_up and down weights (an FP8 weight's codes and scales); then the
+    LM head. `weights`: the model's (`Model.w`), `k_layers[i]` / `v_layers[i]`: layer i's
+    cache (its first batch x ctx token rows are read: the bytes, not the blocks). The bytes
+    are the floor's but for the norms' weights (folded into the projections) and the
+    embedding row."""
     if batch < 1 or ctx < 1:
         raise ValueError(f"batch {batch}, ctx {ctx}: need at least one row and one token")
     kv = batch * ctx * cfg.kv_size * 2  # one layer's K (or V) bytes, 16-bit storage
     links: list[Link] = []
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
-        w = [_range(weights[p + n], what=p + n) for n in PROJECTIONS]
+        w = [_weight(weights[p + n], p + n) for n in PROJECTIONS]
         kv_read = (_range(k_layers[i], kv, f"layer {i} K"), _range(v_layers[i], kv,
                                                                     f"layer {i} V"))
-        links += [(w[0],), kv_read, (w[1],), (w[2],), (w[3],)]
-    links.append((_range(weights["lm_head"], what="lm_head"),))
+        links += [w[0], kv_read, w[1], w[2], w[3]]
+    links.append(_weight(weights["lm_head"], "lm_head"))
     return links
 
 

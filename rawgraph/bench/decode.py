@@ -39,6 +39,7 @@ from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece, Shape
+from rawgraph.ops.fp8 import Fp8Weight, takes_fp8
 from rawgraph.ops.sampling import SamplingParams
 
 BATCHES = (1, 8, 16, 32, 64, 128)
@@ -64,6 +65,12 @@ FULL = ("llama-1b", "llama-8b")
 STEPS = 15
 WARMUP = 5
 HOST_TARGET_US = 30  # patch + launch per decode step (the issue's host-overhead target)
+# FP8 weights (`--only fp8`, and in a full run after each of FULL): the decode GEMV's rows
+# (more rows read the 16-bit weights for now) at 1,024 tokens; #68's goals
+FP8_BATCHES = (1, 8, 16)
+FP8_CONTEXT = 1024
+GOAL_FP8_MS = {("llama-1b", 1, 1024): 0.45, ("llama-8b", 1, 1024): 2.15}
+FP8_SPEEDUP = 1.5  # each FP8 row at least this much faster than the same 16-bit row
 
 
 def fill_contexts(model: Model, batch: int, ctx: int) -> list[int]:
@@ -227,7 +234,9 @@ def _overlapped_tokens(runner: Runner, slots: list[int]) -> list[list[int]]:
 
 
 def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
-          floor_gbps: float) -> dict[str, Any]:
+          floor_gbps: float, weight_bytes: int | None = None) -> dict[str, Any]:
+    """One case's columns (module docstring); the floor counts `weight_bytes` of weights
+    (default: the config's 16-bit decode bytes) and the case's KV cache."""
     cfg, s = model.cfg, runner.decode_stream
     slots = fill_contexts(model, batch, ctx)
     tokens = [1] * batch
@@ -267,7 +276,8 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     fill_contexts(model, batch, ctx)
     eager_ms, _ = _median_step(eager_step, s)
     kv_bytes = batch * ctx * cfg.layers * 2 * cfg.kv_size * 2
-    floor = (cfg.decode_bytes() + kv_bytes) / floor_gbps / 1e6
+    weight_bytes = cfg.decode_bytes() if weight_bytes is None else weight_bytes
+    floor = (weight_bytes + kv_bytes) / floor_gbps / 1e6
     goal = goal_ms(name, batch, ctx, floor)
     pl = statistics.median(patch_launch_us)
     row = {"preset": name, "B": batch, "context": ctx, "eager ms": eager_ms,
@@ -283,6 +293,49 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     return row
 
 
+def fp8_bytes(model: Model) -> int:
+    """The weight bytes a decode step of up to 16 rows reads from a `quantize="fp8"` model:
+    the config's 16-bit decode bytes, each projection's FP8 codes and scales in place of
+    its 16-bit copy."""
+    fp8 = [w for w in {id(w): w for w in model.w.values()}.values()
+           if isinstance(w, Fp8Weight)]
+    return model.cfg.decode_bytes() - sum(w.wide.nbytes - w.nbytes for w in fp8)
+
+
+def _fp8(name: str, floor_gbps: float) -> list[dict[str, Any]]:
+    """FP8 weights (#68; `Model(quantize="fp8")`) at FP8_BATCHES x FP8_CONTEXT beside the
+    16-bit model's same cases, both measured here: the floor counts the FP8 bytes
+    (`fp8_bytes`); the goal is max(1.2 x floor, floor + 0.14 ms), or GOAL_FP8_MS's where
+    lower, and at least FP8_SPEEDUP x the 16-bit step."""
+    if not takes_fp8():
+        return []
+    cfg, out = preset(name), {}
+    for quantize in (None, "fp8"):
+        model = Model(cfg, None, max_batch=max(FP8_BATCHES), max_context=FP8_CONTEXT + 64,
+                      max_chunk=512, max_chunk_seqs=8, quantize=quantize)
+        model.kv.k.fill(0)
+        model.kv.v.fill(0)
+        runner = Runner(model, graphs=True, buckets=FP8_BATCHES, chunks=[512])
+        wb = fp8_bytes(model)
+        for b in FP8_BATCHES:
+            out[quantize, b] = _case(model, runner, name, b, FP8_CONTEXT, floor_gbps, wb)
+        runner.close()
+        model.close()
+        cupy.get_default_memory_pool().free_all_blocks()
+    rows = []
+    for b in FP8_BATCHES:
+        row, wide = out["fp8", b], out[None, b]["overlapped ms"]
+        goal = min(max(1.2 * row["floor ms"], row["floor ms"] + 0.14),
+                   GOAL_FP8_MS.get((name, b, FP8_CONTEXT), math.inf))
+        speedup = wide / row["overlapped ms"]
+        row.update({"weights": "fp8", "fp16 overlapped ms": wide, "x fp16": speedup,
+                    "goal ms": goal, "ok": row["overlapped ms"] <= goal
+                    and speedup >= FP8_SPEEDUP, "goal >= read chain": goal >= row[
+                        "read chain ms"]})
+        rows.append(row)
+    return rows
+
+
 def goal_ms(name: str, batch: int, ctx: int, floor: float) -> float:
     """A row's goal: max(1.2 x floor, floor + 0.14 ms), or GOAL_MS's where that is lower."""
     return min(max(1.2 * floor, floor + 0.14), GOAL_MS.get((name, batch, ctx), math.inf))
@@ -293,7 +346,7 @@ def with_peer(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     benchmarks/torch_reference.py; torch.compile'd too at B=1 and the shortest context for
     LLaMA's), and
     the speed-up (PyTorch's ms over our overlapped step's)."""
-    cases = [(r["B"], r["context"]) for r in rows if "overlapped ms" in r]
+    cases = list(dict.fromkeys((r["B"], r["context"]) for r in rows if "overlapped ms" in r))
     found, why = peer.measure("decode", cases, preset=name, compile_b1=name in FULL)
     theirs = peer.index(found, "B", "context")
     for r in rows:
@@ -466,12 +519,15 @@ def run(only: str = "") -> list[dict[str, Any]]:
     floor = copy_gbps(new_stream())
     rows = []
     for name in PRESETS:
-        if only and (only not in name if only != "long" else name not in FULL):
+        alone = only in ("long", "fp8")  # those rows of FULL's presets alone
+        if only and (only not in name if not alone else name not in FULL):
             continue
-        mine = [] if only == "long" else _preset(name, floor)
+        mine = [] if alone else _preset(name, floor)
         cupy.get_default_memory_pool().free_all_blocks()
-        if name in FULL:
+        if name in FULL and only != "fp8":
             mine += _long(name, floor)
-            cupy.get_default_memory_pool().free_all_blocks()  # the GPU is the peer's now
+            cupy.get_default_memory_pool().free_all_blocks()
+        if name in FULL and only != "long":
+            mine += _fp8(name, floor)  # the GPU is the peer's after these
         rows.extend(with_peer(mine, name))
     return rows

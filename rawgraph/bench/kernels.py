@@ -120,9 +120,8 @@ def _rand(shape: tuple, rng: np.random.Generator, scale: float = 1.0) -> cupy.nd
     return cupy.asarray((rng.standard_normal(shape) * scale).astype(np.float16))
 
 
-def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any,
-             linear: Callable = ops.linear) -> float:
-    return per_launch_us(lambda i: linear(x, ws[i % len(ws)], y, stream=s),
+def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
+    return per_launch_us(lambda i: ops.linear(x, ws[i % len(ws)], y, stream=s),
                          max(len(ws), 16), s)
 
 
@@ -138,9 +137,10 @@ def _fp8_weights(n: int, k: int, copies: int, rng: np.random.Generator) -> list:
 
 
 def _fp8(rows: list, row: Callable, s: Any, rng: np.random.Generator) -> None:
-    """The FP8 GEMV (ops.linear_fp8) at 1-16 rows through each weight shape: its bytes (codes,
-    scales, x and y) against the floor and a same-size read (target 85% where the 16-bit
-    GEMV has one), and the 16-bit GEMV of the same shape in the same run (x fp16)."""
+    """The FP8 GEMV (ops.linear of an ops.Fp8Weight) at 1-16 rows through each weight
+    shape: its bytes (codes, scales, x and y) against the floor and a same-size read (target
+    85% where the 16-bit GEMV has one), and the 16-bit GEMV of the same shape in the same
+    run (x fp16)."""
     if not takes_fp8():
         return
     for model, weights in SHAPES.items():
@@ -150,7 +150,7 @@ def _fp8(rows: list, row: Callable, s: Any, rng: np.random.Generator) -> None:
             w16 = [_rand((n, k), rng, k**-0.5) for _ in range(max(2, copies // 2))]
             x, y = _rand((16, k), rng), cupy.empty((16, n), np.float16)
             for m in (1, 2, 4, 8, 16):
-                us = _gemv_us(w8, x[:m], y[:m], s, ops.linear_fp8)
+                us = _gemv_us(w8, x[:m], y[:m], s)
                 ref_us = _gemv_us(w16, x[:m], y[:m], s)
                 big = n * k >= 2048 * 8192 and m <= 8
                 row(f"gemv fp8 {model} {name}", f"{n}x{k}", m, us,

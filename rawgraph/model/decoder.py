@@ -54,6 +54,11 @@ RUNS_UP_TO = 256
 # rows read W at the best rate this GEMM gives them), a chunk's for 2,048 (unsplit tiles)
 INVARIANT_STEP_ROWS, INVARIANT_CHUNK_ROWS = 128, 2048
 
+# what `Model(quantize=)` takes; "fp8": the projections' FP8 copies (weights.fp8_copies),
+# which the decode GEMV reads (1-16 rows; more rows read the 16-bit weights)
+QUANTIZE = (None, "fp8")
+
+
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
 # a chunk of n tokens runs the kernels of the smallest that holds it, planned for that size
 # (512: an 8B 512-token prompt takes 16.1 ms in the 1,024 graph, 13.1 in a 512 one; NOTES.md)
@@ -114,7 +119,7 @@ class Model:
                  num_blocks: int | None = None, seed: int = 0,
                  files: dict[str, Any] | None = None,
                  runs_up_to: int = RUNS_UP_TO, variants: Variants | None = None,
-                 batch_invariant: bool | None = None):
+                 batch_invariant: bool | None = None, quantize: str | None = None):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets).
         Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
@@ -124,7 +129,16 @@ class Model:
         those in force where it launches, the defaults unless a `choose` block says
         otherwise). `batch_invariant` (None: the environment's RAWGRAPH_BATCH_INVARIANT=1):
         every row's results the same whatever else is in its iteration
-        (`set_batch_invariant`)."""
+        (`set_batch_invariant`). `quantize` "fp8": each projection also as FP8 (its e4m3
+        codes and a scale per output row, quantized on the GPU once the norms are folded
+        in, `ops.fp8.quantize`), which the decode GEMV's rows read: half the bytes a step
+        reads at 1-16 rows; more rows read the 16-bit weights, kept beside
+        (`weights.fp8_copies`)."""
+        if quantize not in QUANTIZE:
+            raise ValueError(f"quantize = {quantize!r}: one of {QUANTIZE}")
+        if quantize == "fp8" and not ops.fp8.takes_fp8():
+            raise ValueError("quantize = 'fp8': FP8 kernels need compute capability 8.9 or "
+                             "newer")
         if not 1 <= max_batch <= DECODE_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
                              f"rows")
@@ -148,7 +162,7 @@ class Model:
                              f"a max_context of at most {cfg.sliding_window} runs exactly")
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
-        self.runs_up_to, self.variants = runs_up_to, variants
+        self.runs_up_to, self.variants, self.quantize = runs_up_to, variants, quantize
         if batch_invariant is None:
             batch_invariant = os.environ.get("RAWGRAPH_BATCH_INVARIANT") == "1"
         self.batch_invariant = bool(batch_invariant)
@@ -245,8 +259,10 @@ class Model:
         if tensors is not None:
             weights.check_tensors(cfg, tensors)
         lay = weights.layout(cfg)
-        self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + (1 << 20),
-                           "weights")
+        fp8 = weights.fp8_copies(cfg) if self.quantize == "fp8" else {}
+        extra = sum(n * k + 4 * n + 512 for n, k in fp8.values())  # codes, scales
+        self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + extra
+                           + (1 << 20), "weights")
         self.w = {}
         rng = cupy.random.default_rng(seed)
         checks: list[tuple[str, cupy.ndarray]] = []  # (source tensor, its device view)
@@ -271,9 +287,15 @@ class Model:
             p = f"model.layers.{i}."
             for norm, proj in weights.NORM_FOLDS:
                 ops.fold_norm(self.w[p + proj], self.w[p + norm])
-        cupy.cuda.get_current_stream().synchronize()
         if cfg.tie_embeddings:
             self.w["lm_head"] = self.w["embed"]
+        for name in fp8:  # of the weights as the projections read them: the norms folded in
+            w16 = self.w[name]
+            codes = self.arena.array(name + ".fp8", w16.shape, np.uint8)
+            scale = self.arena.array(name + ".scale", w16.shape[0], np.float32)
+            ops.fp8.quantize(w16, codes, scale)
+            self.w[name] = ops.fp8_weight(codes, scale, w16)
+        cupy.cuda.get_current_stream().synchronize()
 
     def _buffers(self, rows: int, seqs: int) -> dict[str, cupy.ndarray]:
         """Activations for `rows` tokens; the LM head's for `seqs` rows."""

@@ -25,11 +25,12 @@ infinities, largest 448).
   order with `desc_act`, sequential without). The `gptq` checkpoint format stores each zero
   point less one; `gptq_v2` stores it as it is.
 
-The model takes no FP8 or INT4 weights yet: `Fp8.weight` / `Int4.weight` dequantize each
-weight in float32 at load, and the model runs in the checkpoint's fp16/bf16 (the memory and
-speed of an unquantized model; FP8 activations are not quantized, so input scales are checked
-and not applied). The decode GEMV has an FP8 form (`rawgraph.ops.fp8`) the model does not
-use yet. Anything else in `quantization_config` is refused by name.
+`Fp8.weight` / `Int4.weight` dequantize each weight in float32 at load, and the model runs in
+the checkpoint's fp16/bf16 (FP8 activations are not quantized, so input scales are checked and
+not applied). `Model(quantize="fp8")` then keeps FP8 copies of its projections for the decode
+GEMV (quantized again from the loaded weights with the norms folded in: a per-column norm
+weight does not fold into a checkpoint's per-row scales). Anything else in
+`quantization_config` is refused by name.
 """
 from __future__ import annotations
 

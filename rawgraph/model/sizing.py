@@ -9,7 +9,7 @@ import math
 
 from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import ModelConfig
-from rawgraph.model.weights import layout
+from rawgraph.model.weights import fp8_copies, layout
 from rawgraph.ops.logits import BIAS_CAP, LP_STRIDE
 from rawgraph.ops.matmul import DECODE_ROWS
 
@@ -18,9 +18,12 @@ RESERVE = 2 << 30          # the CUDA context, graphs (the pool's 1 GiB budget),
 ELEMENT = 2                # bytes of a float16 / bfloat16 value
 
 
-def weight_bytes(cfg: ModelConfig) -> int:
-    """The weights' bytes on the device."""
-    return sum(ELEMENT * math.prod(shape) for shape, _ in layout(cfg).values())
+def weight_bytes(cfg: ModelConfig, quantize: str | None = None) -> int:
+    """The weights' bytes on the device (`quantize` "fp8": with the FP8 copies, codes and
+    a float32 scale a row)."""
+    fp8 = fp8_copies(cfg) if quantize == "fp8" else {}
+    return sum(ELEMENT * math.prod(shape) for shape, _ in layout(cfg).values()) + \
+        sum(n * k + 4 * n for n, k in fp8.values())
 
 
 def _row_bytes(cfg: ModelConfig) -> int:
@@ -39,16 +42,17 @@ def sequence_bytes(cfg: ModelConfig, max_context: int) -> int:
 
 
 def max_batch(cfg: ModelConfig, max_context: int, total: int, free: int, *,
-              max_chunk: int = 2048) -> int:
+              max_chunk: int = 2048, quantize: str | None = None) -> int:
     """The most sequences (at most DECODE_ROWS, a multiple of 8 from 8 up) that fit in
     UTILIZATION of a device with `total` bytes of which `free` are free now, beside the
     weights, a prefill chunk of `max_chunk` rows (twice: a mixed iteration's too) and
-    RESERVE. ValueError when not one fits."""
-    budget = int(UTILIZATION * total) - (total - free) - weight_bytes(cfg) - RESERVE \
+    RESERVE (`quantize` as for `weight_bytes`). ValueError when not one fits."""
+    weights = weight_bytes(cfg, quantize)
+    budget = int(UTILIZATION * total) - (total - free) - weights - RESERVE \
         - 2 * max_chunk * _row_bytes(cfg)
     n = budget // sequence_bytes(cfg, max_context)
     if n < 1:
-        need = sequence_bytes(cfg, max_context) + weight_bytes(cfg) + RESERVE
+        need = sequence_bytes(cfg, max_context) + weights + RESERVE
         raise ValueError(f"not one sequence of {max_context} tokens fits: the model needs "
                          f"about {need / 2**30:.1f} GiB, {UTILIZATION:.0%} of the device's "
                          f"{free / 2**30:.1f} GiB free leaves less")

@@ -13,6 +13,7 @@ import numpy as np
 from rawgraph.dtypes import storage_dtype, to_storage
 from rawgraph.model.config import ModelConfig
 from rawgraph.model.safetensors import CheckpointError
+from rawgraph.ops.fp8 import FP8_K
 
 
 def layer_shapes(cfg: ModelConfig, i: int) -> dict[str, tuple]:
@@ -100,6 +101,21 @@ def layout(cfg: ModelConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
     if not cfg.tie_embeddings:
         out["lm_head"] = ((cfg.vocab, cfg.hidden), ("lm_head.weight",))
     return out
+
+
+# the layout tensors a model quantizing to FP8 keeps an FP8 copy of (`Model(quantize="fp8")`):
+# each layer's projections and the LM head (the embedding's own when tied)
+FP8_WEIGHTS = ("qkv", "o_proj", "gate_up", "down_proj", "lm_head")
+
+
+def fp8_copies(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
+    """The tensors `Model(quantize="fp8")` keeps an FP8 copy of: name -> (n, k); those whose
+    rows are not a multiple of FP8_K codes keep none."""
+    dims = {name: shape for name, (shape, _) in layout(cfg).items()}
+    if cfg.tie_embeddings:  # the LM head is the embedding; its FP8 copy its own
+        dims["lm_head"] = dims["embed"]
+    return {n: s for n, s in dims.items()  # type: ignore[misc]
+            if n.rsplit(".", 1)[-1] in FP8_WEIGHTS and s[1] % FP8_K == 0}
 
 
 def random_fill(view: cupy.ndarray, rng: Any, dtype: str, bias: bool = False) -> None:

@@ -10,7 +10,7 @@ from rawgraph.ops.attention import (
 )
 from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
 from rawgraph.ops.embedding import embedding
-from rawgraph.ops.fp8 import Fp8Weight, fp8_weight, linear_fp8
+from rawgraph.ops.fp8 import Fp8Weight, fp8_weight
 from rawgraph.ops.fused import gate_up_silu, qkv_rope
 from rawgraph.ops.kv import Cache, Extras, kv_append, kv_gather, qkv_views, rope_append
 from rawgraph.ops.logits import (
@@ -68,7 +68,6 @@ __all__ = [
                                  "kv_append",
                                  "kv_gather",
                                  "linear",
-                                 "linear_fp8",
                                  "prefill_attention",
                                  "process",
                                  "qkv_rope",

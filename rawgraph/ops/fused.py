@@ -10,7 +10,15 @@ from typing import Any
 
 from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
-from rawgraph.ops.gemv import GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
+from rawgraph.ops.fp8 import Fp8Weight, wide
+from rawgraph.ops.gemv import (
+    GEMV_F8_ROPE,
+    GEMV_F8_SILU,
+    GEMV_ROPE,
+    GEMV_ROWS,
+    GEMV_SILU,
+    gemv_launch,
+)
 from rawgraph.ops.kv import (
     NO_EXTRAS,
     Cache,
@@ -124,13 +132,14 @@ def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: 
             rope_append(q, kn, vn, cache, seq_slots, positions, freqs, m, extras=extras,
                         stream=stream, symbols=symbols)
             return
-        key, grid, threads = gemv_launch(dt, rows, n, k)
-        GEMV_ROPE[key].launch(grid, threads, (xn, w, qkv, m, n, k, cache.k, cache.v,
-                                              cache.block_tables, seq_slots, positions, freqs,
-                                              heads * d, kn.shape[1], d, block_size,
-                                              max_blocks, eps, extras.bias), stream,
-                              symbols=symbols)
-    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k),
+        key, grid, threads = gemv_launch(dt, rows, n, k, fp8)
+        form, ws = (GEMV_F8_ROPE, (w.codes, w.scale)) if fp8 else (GEMV_ROPE, (w,))
+        form[key].launch(grid, threads, (xn, *ws, qkv, m, n, k, cache.k, cache.v,
+                                         cache.block_tables, seq_slots, positions, freqs,
+                                         heads * d, kn.shape[1], d, block_size, max_blocks,
+                                         eps, extras.bias), stream, symbols=symbols)
+    fp8 = isinstance(w, Fp8Weight)
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fp8),
              stream=stream, symbols=symbols)
 
 
@@ -160,18 +169,22 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
         xn, eps = _normed(x, norm_eps, normed, m, kind == "gemv", stream, symbols)
         fused = chosen().fused_silu
         if kind == "skinny" and skinny_wgmma(rows) and fused:
-            skinny_gemm(dt, rows, xn, w, None, out, m, cap, stream, symbols, silu=True)
+            skinny_gemm(dt, rows, xn, wide(w, rows), None, out, m, cap, stream, symbols,
+                        silu=True)
             return
         if kind == "gemm" and hopper() and fused:
             tile, c = device_plan(rows, n, k)
             if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
-                gemm90_launch(dt, tile, 1, xn, w, None, out, m, cap, stream, symbols, silu=True)
+                gemm90_launch(dt, tile, 1, xn, wide(w, rows), None, out, m, cap, stream,
+                              symbols, silu=True)
                 return
         if kind != "gemv":
             launch_linear(dt, rows, xn, w, None, gu, m, cap, None, stream, symbols)
             silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
             return
-        key, grid, threads = gemv_launch(dt, rows, n, k)
-        GEMV_SILU[key].launch(grid, threads, (xn, w, out, m, n, k, eps), stream, symbols=symbols)
-    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k),
+        key, grid, threads = gemv_launch(dt, rows, n, k, fp8)
+        form, ws = (GEMV_F8_SILU, (w.codes, w.scale)) if fp8 else (GEMV_SILU, (w,))
+        form[key].launch(grid, threads, (xn, *ws, out, m, n, k, eps), stream, symbols=symbols)
+    fp8 = isinstance(w, Fp8Weight)
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fp8),
              stream=stream, symbols=symbols)

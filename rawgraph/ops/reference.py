@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rawgraph.dtypes import e4m3_decode, round_to
+from rawgraph.dtypes import e4m3_decode, e4m3_encode, round_to
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE
 
 
@@ -78,6 +78,15 @@ def linear_fp8(x: np.ndarray, codes: np.ndarray, scale: np.ndarray, dtype: str,
     scale (n,), in float64."""
     w = e4m3_decode(codes).astype(np.float64) * np.asarray(scale, np.float64)[:, None]
     return linear(x, w, dtype, residual)
+
+
+def quantize_fp8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`ops.fp8.quantize`: (codes uint8 (n, k), scale float32 (n,)) of w (n, k): each row's
+    largest magnitude (at least 1e-12) over 448, then w / scale to the nearest e4m3."""
+    w = np.asarray(w, np.float32)
+    scale = (np.maximum(np.abs(w).max(1), np.float32(1e-12)) / np.float32(448)).astype(
+        np.float32)
+    return e4m3_encode(w / scale[:, None]), scale
 
 
 def embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:

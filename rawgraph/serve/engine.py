@@ -48,9 +48,11 @@ def _sized(cfg: ModelConfig, args: argparse.Namespace) -> int:
     import cupy
 
     free, total = cupy.cuda.runtime.memGetInfo()
-    n = sizing.max_batch(cfg, args.max_context, total, free, max_chunk=args.chunk)
+    n = sizing.max_batch(cfg, args.max_context, total, free, max_chunk=args.chunk,
+                         quantize=args.quantize)
     log.info("--max-batch %d: what %.0f GiB hold at context %d beside %.1f GiB of weights",
-             n, total / 2**30, args.max_context, sizing.weight_bytes(cfg) / 2**30)
+             n, total / 2**30, args.max_context,
+             sizing.weight_bytes(cfg, args.quantize) / 2**30)
     return n
 
 
@@ -75,7 +77,7 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
                                   prefix_cache=args.prefix_cache, **sizes)
     else:
         model = Model(cfg, tensors, seed=args.seed, files=files,
-                      batch_invariant=args.batch_invariant, **sizes)
+                      batch_invariant=args.batch_invariant, quantize=args.quantize, **sizes)
         engine = Engine(model, progress=False, mixed=args.mixed,
                         decode_chunk=args.decode_chunk, prefix_cache=args.prefix_cache)
     return engine, info

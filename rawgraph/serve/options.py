@@ -10,7 +10,7 @@ from typing import Any
 
 from rawgraph.model.config import PRESETS
 from rawgraph.ops.matmul import DECODE_ROWS
-from rawgraph.options import at_least, check_model, positive
+from rawgraph.options import add_quantize, at_least, check_model, positive
 
 
 def check(args: argparse.Namespace) -> None:
@@ -21,6 +21,13 @@ def check(args: argparse.Namespace) -> None:
                          "--model checkpoint small enough for it")
     if args.reference and args.mixed:
         raise ValueError("--mixed: the reference decoder (--reference) runs no graphs to mix")
+    if args.quantize and args.reference:
+        raise ValueError(f"--quantize {args.quantize}: the reference decoder (--reference) "
+                         f"computes in float32")
+    if args.quantize and args.batch_invariant:
+        raise ValueError(f"--quantize {args.quantize} with --batch-invariant: the invariant "
+                         f"mode's projections take the tiled GEMM, which reads the 16-bit "
+                         f"weights")
     if args.batch_invariant and args.mixed:
         raise ValueError("--mixed with --batch-invariant: a mixed iteration's decode rows "
                          "round as its chunk's tokens do")
@@ -93,4 +100,5 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="HTTP processes over the one engine, each with its own event loop on "
                    "the port (SO_REUSEPORT): an event loop spends ~40 us of CPU a streamed "
                    "token, a whole core at ~25k tokens/s")
+    add_quantize(q)
     return q

@@ -10,3 +10,9 @@ from rawgraph.model.decoder import Model
 def test_runs_up_to_must_be_a_chunk_size(bad):
     with pytest.raises(ValueError, match="runs_up_to"):
         Model(preset("tiny"), None, runs_up_to=bad)
+
+
+@pytest.mark.parametrize("bad", ["int4", "FP8", 8])
+def test_quantize_names_a_known_format(bad):
+    with pytest.raises(ValueError, match="quantize"):
+        Model(preset("tiny"), None, quantize=bad)
