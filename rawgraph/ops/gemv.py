@@ -1,9 +1,9 @@
 """The decode GEMV's variants: one table, from which come the kernels' names, their
-`extern "C"` wrappers in kernels_cu/gemv.cu (generated: `python -m rawgraph.ops.generate`
-rewrites them, and a test checks the file matches), the `Kernel` objects and their
-signatures, and the choice of variant for a weight.
+`extern "C"` wrappers in kernels_cu/gemv.cu and gemv_quant.cu (generated: `python -m
+rawgraph.ops.generate` rewrites them, and a test checks the files match), the `Kernel`
+objects and their signatures, and the choice of variant for a weight.
 
-A variant is a template instantiation of gemv.cu's gemv_impl: the x tile (8 or 16 rows), the
+A variant is a template instantiation of gemv.cuh's gemv_impl: the x tile (8 or 16 rows), the
 k chunks in flight per lane, whether W is read in 128-byte row segments through a transpose
 (`_t`), and the warps per block. Each exists plain (y = x W^T + residual, with the LM head's
 greedy keys), with SiLU(gate) * up in the epilogue (`_silu`), and with RoPE and the cache
@@ -93,7 +93,7 @@ def signature(dtype: str, epilogue: str = "", fp8: bool = False) -> str:
 
 def kernels(epilogue: str = "", fp8: bool = False) -> dict[tuple, Kernel]:
     """Every variant of one form: (dtype, tile, unroll, segments, warps) -> Kernel."""
-    return {(dt, *v.key): Kernel("gemv", name(dt, v, epilogue, fp8),
+    return {(dt, *v.key): Kernel("gemv_quant" if fp8 else "gemv", name(dt, v, epilogue, fp8),
                                  signature(dt, epilogue, fp8))
             for dt in KERNEL_TYPES for v in (F8_VARIANTS if fp8 else VARIANTS)}
 

@@ -54,24 +54,31 @@ _GEMV_F8_CALL = {  # the FP8 forms': the scales after the rope record
 }
 
 
-def _gemv() -> list[str]:
+def _gemv_forms(fp8: bool) -> list[str]:
+    variants, forms = (gemv.F8_VARIANTS, (gemv.GEMV_F8, gemv.GEMV_F8_SILU, gemv.GEMV_F8_ROPE)) \
+        if fp8 else (gemv.VARIANTS, (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE))
     out = []
-    for fp8, variants, forms in (
-            (False, gemv.VARIANTS, (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)),
-            (True, gemv.F8_VARIANTS, (gemv.GEMV_F8, gemv.GEMV_F8_SILU, gemv.GEMV_F8_ROPE))):
-        for i, (epi, form) in enumerate(zip(gemv.EPILOGUES, forms)):
-            tag = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epi]
-            for dt in KERNEL_TYPES:
-                for v in variants:
-                    k = form[(dt, *v.key)]
-                    extra = tag if v.warps == 8 and not fp8 else \
-                        (tag or ", Epi::kPlain") + f", {v.warps}" + (", true" if fp8 else "")
-                    args = (f"{_t(dt)}, {v.tile // 8}, {v.unroll}, "
-                            f"{'true' if v.segments else 'false'}{extra}")
-                    call = (_GEMV_F8_CALL if fp8 else _GEMV_CALL)[epi]
-                    out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{call}",
-                                       _bounds(32 * v.warps, v.min_blocks[i])))
+    for i, (epi, form) in enumerate(zip(gemv.EPILOGUES, forms)):
+        tag = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epi]
+        for dt in KERNEL_TYPES:
+            for v in variants:
+                k = form[(dt, *v.key)]
+                extra = tag if v.warps == 8 and not fp8 else \
+                    (tag or ", Epi::kPlain") + f", {v.warps}" + (", true" if fp8 else "")
+                args = (f"{_t(dt)}, {v.tile // 8}, {v.unroll}, "
+                        f"{'true' if v.segments else 'false'}{extra}")
+                call = (_GEMV_F8_CALL if fp8 else _GEMV_CALL)[epi]
+                out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{call}",
+                                   _bounds(32 * v.warps, v.min_blocks[i])))
     return out
+
+
+def _gemv() -> list[str]:
+    return _gemv_forms(False)
+
+
+def _gemv_quant() -> list[str]:
+    return _gemv_forms(True)
 
 
 def _skinny() -> list[str]:
@@ -163,7 +170,8 @@ def _rmsnorm() -> list[str]:  # a block a row, then a warp a row
 
 
 GENERATED: dict[str, Callable[[], list[str]]] = {
-    "gemv.cu": _gemv, "skinny.cu": _skinny, "skinny_sm90.cu": _skinny90, "gemm.cu": _gemm,
+    "gemv.cu": _gemv, "gemv_quant.cu": _gemv_quant, "skinny.cu": _skinny,
+    "skinny_sm90.cu": _skinny90, "gemm.cu": _gemm,
     "gemm_sm90.cu": _gemm90, "decode_attention.cu": _decode_attention,
     "prefill_attention.cu": _prefill_attention,
     "prefill_attention_sm90.cu": _prefill_attention90, "rmsnorm.cu": _rmsnorm,

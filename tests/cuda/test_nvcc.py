@@ -54,7 +54,7 @@ def test_nvrtc_rejects_what_only_nvcc_accepts(tmp_path):
 
 # files whose kernels read weights (never written after loading) through the read-only path,
 # and stream_read.cu, whose loads all come after its PDL wait (the GEMV's loads, as a ceiling)
-WEIGHT_READERS = {"gemv.cu", "gemm.cu", "embedding.cu", "rmsnorm.cu", "rope.cu",
+WEIGHT_READERS = {"gemv.cu", "gemv_quant.cu", "gemm.cu", "embedding.cu", "rmsnorm.cu", "rope.cu",
                   "rope_append.cu", "stream_read.cu"}
 
 
