@@ -149,6 +149,49 @@ template <typename T> __device__ __forceinline__ void e4m3x16(const uint4& v, ui
   out[1] = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
+// 4-bit W (rawgraph.ops.quantized): a 32-bit word holds 8 values in the nibble order
+// v0 v2 v4 v6 v1 v3 v5 v7 (bits 0-3 first), so that masking nibbles i and i + 4 leaves the
+// pair (v 2i, v 2i+1) in a half2's or bfloat162's low mantissa bits: OR'd into MAGIC (1024
+// and 128: a unit in the last place of 1) each is MAGIC + q exactly, and less MAGIC + z,
+// times the group's scale, it is T((q - z) scale), one rounding. A lane's 16 bytes are 32
+// values of one group (a group is a multiple of 32).
+template <typename T> struct I4Magic;
+template <> struct I4Magic<__half> { static constexpr unsigned kBits = 0x64006400u, kOne = 1024; };
+template <> struct I4Magic<__nv_bfloat16> {
+  static constexpr unsigned kBits = 0x43004300u, kOne = 128;
+};
+template <typename T> struct Pair2 { using type = __half2; };
+template <> struct Pair2<__nv_bfloat16> { using type = __nv_bfloat162; };
+template <typename T> __device__ __forceinline__ unsigned pair2(float v) {
+  return rg::pack2<T>(v, v);
+}
+// (MAGIC + z, scale) of a row's group, each as a pair of T; zeros for a row or group past W
+template <typename T> __device__ __forceinline__ uint2 i4_group(const T* scales,
+                                                               const unsigned char* zeros,
+                                                               long long at, bool in) {
+  if (!in) return make_uint2(pair2<T>(0.f), pair2<T>(0.f));
+  return make_uint2(pair2<T>(static_cast<float>(I4Magic<T>::kOne + zeros[at])),
+                    pair2<T>(rg::to_float(scales[at])));
+}
+template <typename T> __device__ __forceinline__ void i4x32(const uint4& v, uint2 group,
+                                                            uint4 (&out)[4]) {
+  using T2 = typename Pair2<T>::type;
+  const T2 bias = *reinterpret_cast<const T2*>(&group.x);
+  const T2 sc = *reinterpret_cast<const T2*>(&group.y);
+  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int wd = 0; wd < 4; ++wd) {
+    unsigned o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned q = ((words[wd] >> (4 * i)) & 0x000f000fu) | I4Magic<T>::kBits;
+      const T2 d = __hmul2(__hsub2(*reinterpret_cast<const T2*>(&q), bias), sc);
+      o[i] = *reinterpret_cast<const unsigned*>(&d);
+    }
+    out[wd] = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
 // The rope epilogue's arguments (see the header)
 template <typename T> struct Rope {
   T* k_cache;
@@ -219,16 +262,23 @@ __device__ void rope_store(const Rope<T>& r, T* y_row, int lo, int gap, bool pai
 // NT: tiles of 8 rows of x (m <= 8 NT); U: k chunks in flight per lane (registers: 8 (NT + 2)
 // each); ST: W read in 128-byte row segments through the warp's transpose buffer (U even); E:
 // the epilogue (kSilu: gate_up's, y is (m, n / 2); kRope: QKV's; both without residual); NW:
-// warps (k is split between them); F8: W is FP8 e4m3 with a float scale per row (w_scale)
-// (WT: W's element, T or FP8's byte)
-template <bool F8, typename T> struct WElem { using type = T; };
-template <typename T> struct WElem<true, T> { using type = unsigned char; };
-template <typename T, int NT, int U, bool ST, Epi E = Epi::kPlain, int NW = 8, bool F8 = false,
-          typename WT = typename WElem<F8, T>::type>
+// warps (k is split between them); F: W's storage (Wf), its scales (and zeros) in `quant`
+// (WT: W's element, T or a byte)
+enum class Wf { k16, kF8, kI4 };  // T; FP8 e4m3, a float scale a row; 4-bit, a group's scale, zero
+template <Wf F, typename T> struct WElem { using type = unsigned char; };
+template <typename T> struct WElem<Wf::k16, T> { using type = T; };
+template <typename T> struct Quant {
+  const float* row_scale;     // kF8: (n,)
+  const T* scales;            // kI4: (n, k / group)
+  const unsigned char* zeros; // kI4: (n, k / group), 0-15
+  int group;                  // kI4: values a scale and a zero cover, a multiple of 32
+};
+template <typename T, int NT, int U, bool ST, Epi E = Epi::kPlain, int NW = 8, Wf F = Wf::k16,
+          typename WT = typename WElem<F, T>::type>
 __device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residual, T* y,
                           int m, int n, int k, float norm_eps = -1.f,
                           unsigned long long* row_max = nullptr, Rope<T> rope = {},
-                          const float* __restrict__ w_scale = nullptr) {
+                          Quant<T> quant = {}) {
   constexpr bool kNorm = E != Epi::kPlain;  // x's sums of squares kept (see the header)
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int warp = threadIdx.x >> 5;  // this warp's share of k
@@ -244,10 +294,11 @@ __device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residua
   };
   // The lane's first W row and column: with ST lane (r, j) loads 16 bytes j of a 128-byte
   // segment of MMA rows 4q + r, q = 0..3; else lane (g, t) 16 bytes t of a 64-byte chunk
-  // of rows g (q = 0) and g + 8 (q = 2). MMA row 8 + i is W row row_of(i) + gap. FP8 W
-  // (WT a byte) has 16 values in those 16 bytes (P), a chunk 64: a lane's x is then 32
-  // bytes (XB pieces of 16).
-  constexpr int P = 16 / sizeof(WT), XB = F8 ? 2 : 1;
+  // of rows g (q = 0) and g + 8 (q = 2). MMA row 8 + i is W row row_of(i) + gap. W is
+  // walked in its elements (EL in 16 bytes, of VPE values each: a W row is kw of them);
+  // 16 bytes hold P values: 8 of T, 16 of FP8, 32 of 4-bit, matched by XB 16-byte pieces of x.
+  constexpr int VPE = F == Wf::kI4 ? 2 : 1, EL = 16 / sizeof(WT), P = EL * VPE, XB = P / 8;
+  const int kw = k / VPE;
   const int r = lane >> 3, j = lane & 7;
   const int row0 = ST ? row_of(0) + r : row_of(g);
   unsigned ok = 0;  // bit q: row q is inside W
@@ -257,11 +308,11 @@ __device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residua
   // without ST points them at row 0: ptxas then keeps all of a step's loads in flight
   // (124 registers, as before ST; 104 from wlo + gap k, and 1B down_proj ran 5% slower).
   constexpr bool kClamp = !ST && NT == 1;
-  const WT* wlo = kClamp ? w + static_cast<long long>(ok & 1 ? row0 : 0) * k + P * t
-                         : w + static_cast<long long>(row0) * k + P * (ST ? j : t);
-  const WT* whi = kClamp ? w + static_cast<long long>(ok >> 2 & 1 ? row0 + gap : 0) * k + P * t
-                         : wlo + static_cast<long long>(gap) * k;
-  const int chunks = (k + 4 * P - 1) / (4 * P), segs = (k + 8 * P - 1) / (8 * P);
+  const WT* wlo = kClamp ? w + static_cast<long long>(ok & 1 ? row0 : 0) * kw + EL * t
+                         : w + static_cast<long long>(row0) * kw + EL * (ST ? j : t);
+  const WT* whi = kClamp ? w + static_cast<long long>(ok >> 2 & 1 ? row0 + gap : 0) * kw + EL * t
+                         : wlo + static_cast<long long>(gap) * kw;
+  const int chunks = (kw + 4 * EL - 1) / (4 * EL), segs = (kw + 8 * EL - 1) / (8 * EL);
   __shared__ long long cache_row[8 * NT];
   __shared__ int token_pos[8 * NT];
   __shared__ float freq[8];
@@ -301,24 +352,38 @@ __device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residua
     return ST ? 2 * seg_of(st, u / 2) + u % 2 : warp + (st * U + u) * kStride;
   };
   uint4 a[U][2], b[NT][U][XB];
+  uint2 grp[F == Wf::kI4 ? U : 1][2];  // kI4: chunk u's groups of rows g, g + 8 (i4_group)
   auto load_w = [&](int st) {  // every load of the step before any mma
     if constexpr (ST) {
 #pragma unroll
       for (int i = 0; i < S; ++i) {  // segment i's row 4q + r into a[2i + q / 2][q % 2]
         const int seg = seg_of(st, i);
-        const bool in = seg * 8 * P + P * j < k;
+        const bool in = seg * 8 * EL + EL * j < kw;
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          a[2 * i + q / 2][q % 2] = load_w16((q < 2 ? wlo : whi) + (q & 1) * 4 * k + seg * 8 * P,
+          a[2 * i + q / 2][q % 2] = load_w16((q < 2 ? wlo : whi) + (q & 1) * 4 * kw + seg * 8 * EL,
                                              in && (ok >> q & 1));
       }
     } else {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = chunk_of(st, u);
-        const bool in = c * 4 * P + P * t < k;
-        a[u][0] = load_w16(wlo + c * 4 * P, in && (ok & 1));
-        a[u][1] = load_w16(whi + c * 4 * P, in && (ok >> 2 & 1));
+        const bool in = c * 4 * EL + EL * t < kw;
+        a[u][0] = load_w16(wlo + c * 4 * EL, in && (ok & 1));
+        a[u][1] = load_w16(whi + c * 4 * EL, in && (ok >> 2 & 1));
+      }
+    }
+    if constexpr (F == Wf::kI4) {  // the groups of the lane's fragments: rows g, g + 8
+      const int groups = k / quant.group, lo = row_of(g);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int col = chunk_of(st, u) * 4 * P + P * t;  // the lane's first value
+        const bool in = col < k;
+        const int gi = in ? col / quant.group : 0;
+        grp[u][0] = i4_group(quant.scales, quant.zeros, static_cast<long long>(lo) * groups + gi,
+                             in && lo < n);
+        grp[u][1] = i4_group(quant.scales, quant.zeros,
+                             static_cast<long long>(lo + gap) * groups + gi, in && lo + gap < n);
       }
     }
   };
@@ -353,10 +418,13 @@ __device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residua
   auto mma = [&] {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      uint4 lo[XB], hi[XB];  // rows g and g + 8 as T: the loads themselves, or FP8's widened
-      if constexpr (F8) {
+      uint4 lo[XB], hi[XB];  // rows g and g + 8 as T: the loads themselves, or widened
+      if constexpr (F == Wf::kF8) {
         e4m3x16<T>(a[u][0], lo);
         e4m3x16<T>(a[u][1], hi);
+      } else if constexpr (F == Wf::kI4) {
+        i4x32<T>(a[u][0], grp[u][0], lo);
+        i4x32<T>(a[u][1], grp[u][1], hi);
       } else {
         lo[0] = a[u][0];
         hi[0] = a[u][1];
@@ -431,9 +499,9 @@ __device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residua
   auto scale = [&](int col) {  // x row col's 1 / rms (norm_eps >= 0), else 1
     return !kNorm || norm_eps < 0.f ? 1.f : rsqrtf(sq_part[col] / k + norm_eps);
   };
-  // a sum of W row `row` (F8: of its e4m3 codes) as the row's dot product: times its scale
+  // a sum of W row `row` as the row's dot product: FP8's, of its codes, times its scale
   auto dot = [&](float sum, int row) {
-    if constexpr (F8) return sum * w_scale[row];
+    if constexpr (F == Wf::kF8) return sum * quant.row_scale[row];
     return sum;
   };
   // slot 4 j + e of lane (g, t): e = 0, 1: W row g, x rows 8 j + 2t, 2t + 1;

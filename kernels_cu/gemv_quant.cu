@@ -7,146 +7,146 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n8_u4(
     const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
     __half* y, int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__half, 1, 4, false, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max,
-      {}, w_scale);
+  gemv_impl<__half, 1, 4, false, Epi::kPlain, 8, Wf::kF8>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n8_u4_t(
     const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
     __half* y, int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__half, 1, 4, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max, {},
-      w_scale);
+  gemv_impl<__half, 1, 4, true, Epi::kPlain, 8, Wf::kF8>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_e4m3_n8_w16_u4_t(
     const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
     __half* y, int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__half, 1, 4, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f, row_max,
-      {}, w_scale);
+  gemv_impl<__half, 1, 4, true, Epi::kPlain, 16, Wf::kF8>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n16_u2_t(
     const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
     __half* y, int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__half, 2, 2, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f, row_max, {},
-      w_scale);
+  gemv_impl<__half, 2, 2, true, Epi::kPlain, 8, Wf::kF8>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_e4m3_n16_w16_u2_t(
     const __half* x, const unsigned char* w, const float* w_scale, const __half* residual,
     __half* y, int m, int n, int k, unsigned long long* row_max) {
-  gemv_impl<__half, 2, 2, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f, row_max,
-      {}, w_scale);
+  gemv_impl<__half, 2, 2, true, Epi::kPlain, 16, Wf::kF8>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n8_u4(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f,
-      row_max, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kPlain, 8, Wf::kF8>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n8_u4_t(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f,
-      row_max, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kPlain, 8, Wf::kF8>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_e4m3_n8_w16_u4_t(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f,
-      row_max, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kPlain, 16, Wf::kF8>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n16_u2_t(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 8, true>(x, w, residual, y, m, n, k, -1.f,
-      row_max, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 8, Wf::kF8>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_e4m3_n16_w16_u2_t(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale,
     const __nv_bfloat16* residual, __nv_bfloat16* y, int m, int n, int k,
     unsigned long long* row_max) {
-  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 16, true>(x, w, residual, y, m, n, k, -1.f,
-      row_max, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 16, Wf::kF8>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n8_u4_silu(
     const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__half, 1, 4, false, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {}, w_scale);
+  gemv_impl<__half, 1, 4, false, Epi::kSilu, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n8_u4_t_silu(
     const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__half, 1, 4, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {}, w_scale);
+  gemv_impl<__half, 1, 4, true, Epi::kSilu, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_e4m3_n8_w16_u4_t_silu(
     const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__half, 1, 4, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {}, w_scale);
+  gemv_impl<__half, 1, 4, true, Epi::kSilu, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n16_u2_t_silu(
     const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__half, 2, 2, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {}, w_scale);
+  gemv_impl<__half, 2, 2, true, Epi::kSilu, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_e4m3_n16_w16_u2_t_silu(
     const __half* x, const unsigned char* w, const float* w_scale, __half* y, int m, int n, int k,
     float norm_eps) {
-  gemv_impl<__half, 2, 2, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {}, w_scale);
+  gemv_impl<__half, 2, 2, true, Epi::kSilu, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n8_u4_silu(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
     int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
-      nullptr, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kSilu, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n8_u4_t_silu(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
     int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
-      nullptr, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kSilu, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_e4m3_n8_w16_u4_t_silu(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
     int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
-      nullptr, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kSilu, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n16_u2_t_silu(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
     int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
-      nullptr, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_e4m3_n16_w16_u2_t_silu(
     const __nv_bfloat16* x, const unsigned char* w, const float* w_scale, __nv_bfloat16* y, int m,
     int n, int k, float norm_eps) {
-  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
-      nullptr, {}, w_scale);
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n8_u4_rope(
@@ -154,9 +154,9 @@ gemv_f16_e4m3_n8_u4_rope(
     __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps, const __half* bias) {
-  gemv_impl<__half, 1, 4, false, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks, bias}, w_scale);
+  gemv_impl<__half, 1, 4, false, Epi::kRope, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n8_u4_t_rope(
@@ -164,9 +164,9 @@ gemv_f16_e4m3_n8_u4_t_rope(
     __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps, const __half* bias) {
-  gemv_impl<__half, 1, 4, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks, bias}, w_scale);
+  gemv_impl<__half, 1, 4, true, Epi::kRope, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_e4m3_n8_w16_u4_t_rope(
@@ -174,9 +174,9 @@ gemv_f16_e4m3_n8_w16_u4_t_rope(
     __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps, const __half* bias) {
-  gemv_impl<__half, 1, 4, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks, bias}, w_scale);
+  gemv_impl<__half, 1, 4, true, Epi::kRope, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_f16_e4m3_n16_u2_t_rope(
@@ -184,9 +184,9 @@ gemv_f16_e4m3_n16_u2_t_rope(
     __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps, const __half* bias) {
-  gemv_impl<__half, 2, 2, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks, bias}, w_scale);
+  gemv_impl<__half, 2, 2, true, Epi::kRope, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_f16_e4m3_n16_w16_u2_t_rope(
@@ -194,9 +194,9 @@ gemv_f16_e4m3_n16_w16_u2_t_rope(
     __half* k_cache, __half* v_cache, const int* block_tables, const int* seq_slots,
     const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
     int block_size, int max_blocks, float norm_eps, const __half* bias) {
-  gemv_impl<__half, 2, 2, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps, nullptr,
-      {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size, head_dim,
-      block_size, max_blocks, bias}, w_scale);
+  gemv_impl<__half, 2, 2, true, Epi::kRope, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n8_u4_rope(
@@ -204,9 +204,9 @@ gemv_bf16_e4m3_n8_u4_rope(
     int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
     int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
-  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kRope, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
       nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-      head_dim, block_size, max_blocks, bias}, w_scale);
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n8_u4_t_rope(
@@ -214,9 +214,9 @@ gemv_bf16_e4m3_n8_u4_t_rope(
     int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
     int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
-  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
       nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-      head_dim, block_size, max_blocks, bias}, w_scale);
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_e4m3_n8_w16_u4_t_rope(
@@ -224,9 +224,9 @@ gemv_bf16_e4m3_n8_w16_u4_t_rope(
     int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
     int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
-  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
+  gemv_impl<__nv_bfloat16, 1, 4, true, Epi::kRope, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
       nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-      head_dim, block_size, max_blocks, bias}, w_scale);
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(256, 2)
 gemv_bf16_e4m3_n16_u2_t_rope(
@@ -234,9 +234,9 @@ gemv_bf16_e4m3_n16_u2_t_rope(
     int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
     int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
-  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 8, true>(x, w, nullptr, y, m, n, k, norm_eps,
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 8, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
       nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-      head_dim, block_size, max_blocks, bias}, w_scale);
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
 }
 extern "C" __global__ void __launch_bounds__(512, 1)
 gemv_bf16_e4m3_n16_w16_u2_t_rope(
@@ -244,7 +244,272 @@ gemv_bf16_e4m3_n16_w16_u2_t_rope(
     int n, int k, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables,
     const int* seq_slots, const int* positions, const float* inv_freq, int q_size, int kv_size,
     int head_dim, int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
-  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 16, true>(x, w, nullptr, y, m, n, k, norm_eps,
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 16, Wf::kF8>(x, w, nullptr, y, m, n, k, norm_eps,
       nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
-      head_dim, block_size, max_blocks, bias}, w_scale);
+      head_dim, block_size, max_blocks, bias}, {w_scale, nullptr, nullptr, 0});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n8_u4(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 1, 4, false, Epi::kPlain, 8, Wf::kI4>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n8_u2_t(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 1, 2, true, Epi::kPlain, 8, Wf::kI4>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_i4_n8_w16_u2_t(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 1, 2, true, Epi::kPlain, 16, Wf::kI4>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n16_u2_t(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 2, 2, true, Epi::kPlain, 8, Wf::kI4>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_i4_n16_w16_u2_t(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, const __half* residual, __half* y, int m, int n, int k,
+    unsigned long long* row_max) {
+  gemv_impl<__half, 2, 2, true, Epi::kPlain, 16, Wf::kI4>(x, w, residual, y, m, n, k, -1.f, row_max,
+      {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n8_u4(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k, unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kPlain, 8, Wf::kI4>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n8_u2_t(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k, unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 2, true, Epi::kPlain, 8, Wf::kI4>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_i4_n8_w16_u2_t(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k, unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 1, 2, true, Epi::kPlain, 16, Wf::kI4>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n16_u2_t(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k, unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 8, Wf::kI4>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_i4_n16_w16_u2_t(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, const __nv_bfloat16* residual, __nv_bfloat16* y, int m,
+    int n, int k, unsigned long long* row_max) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kPlain, 16, Wf::kI4>(x, w, residual, y, m, n, k, -1.f,
+      row_max, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n8_u4_silu(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 4, false, Epi::kSilu, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n8_u2_t_silu(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 2, true, Epi::kSilu, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_i4_n8_w16_u2_t_silu(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 1, 2, true, Epi::kSilu, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n16_u2_t_silu(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 2, 2, true, Epi::kSilu, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_i4_n16_w16_u2_t_silu(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, float norm_eps) {
+  gemv_impl<__half, 2, 2, true, Epi::kSilu, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n8_u4_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kSilu, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n8_u2_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 2, true, Epi::kSilu, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_i4_n8_w16_u2_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__nv_bfloat16, 1, 2, true, Epi::kSilu, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n16_u2_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_i4_n16_w16_u2_t_silu(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    float norm_eps) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kSilu, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n8_u4_rope(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps,
+    const __half* bias) {
+  gemv_impl<__half, 1, 4, false, Epi::kRope, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n8_u2_t_rope(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps,
+    const __half* bias) {
+  gemv_impl<__half, 1, 2, true, Epi::kRope, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_i4_n8_w16_u2_t_rope(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps,
+    const __half* bias) {
+  gemv_impl<__half, 1, 2, true, Epi::kRope, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_f16_i4_n16_u2_t_rope(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps,
+    const __half* bias) {
+  gemv_impl<__half, 2, 2, true, Epi::kRope, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_f16_i4_n16_w16_u2_t_rope(
+    const __half* x, const unsigned char* w, const __half* w_scales, const unsigned char* w_zeros,
+    int group, __half* y, int m, int n, int k, __half* k_cache, __half* v_cache,
+    const int* block_tables, const int* seq_slots, const int* positions, const float* inv_freq,
+    int q_size, int kv_size, int head_dim, int block_size, int max_blocks, float norm_eps,
+    const __half* bias) {
+  gemv_impl<__half, 2, 2, true, Epi::kRope, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n8_u4_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 1, 4, false, Epi::kRope, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n8_u2_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 1, 2, true, Epi::kRope, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_i4_n8_w16_u2_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 1, 2, true, Epi::kRope, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(256, 2)
+gemv_bf16_i4_n16_u2_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 8, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
+}
+extern "C" __global__ void __launch_bounds__(512, 1)
+gemv_bf16_i4_n16_w16_u2_t_rope(
+    const __nv_bfloat16* x, const unsigned char* w, const __nv_bfloat16* w_scales,
+    const unsigned char* w_zeros, int group, __nv_bfloat16* y, int m, int n, int k,
+    __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const int* block_tables, const int* seq_slots,
+    const int* positions, const float* inv_freq, int q_size, int kv_size, int head_dim,
+    int block_size, int max_blocks, float norm_eps, const __nv_bfloat16* bias) {
+  gemv_impl<__nv_bfloat16, 2, 2, true, Epi::kRope, 16, Wf::kI4>(x, w, nullptr, y, m, n, k, norm_eps,
+      nullptr, {k_cache, v_cache, block_tables, seq_slots, positions, inv_freq, q_size, kv_size,
+      head_dim, block_size, max_blocks, bias}, {nullptr, w_scales, w_zeros, group});
 }

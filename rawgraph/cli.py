@@ -128,7 +128,7 @@ def check_only(name: str, only: str) -> None:
                                                                    name == "decode" else ""))
         return
     if (name in ("decode", "prefill") and only == "long") or (name, only) in (
-            ("serve", "closed"), ("decode", "fp8")):
+            ("serve", "closed"), ("decode", "fp8"), ("decode", "int4")):
         return
     if name == "prefill" and only.split(":")[0] == "prefix":
         bad = [n for n in only.split(":")[1:] if n not in names]
@@ -258,10 +258,11 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("name", choices=BENCHES, help="which benchmark")
     q.add_argument("--out", default=None, help="directory for the JSON (default: a full "
                    "run replaces benchmarks/NAME.json, a partial one goes to .scratch/bench/)")
-    q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,fp8,"
-                   "attention,elementwise,gemm,prefill,sample; model, decode, prefill, serve: "
-                   "a preset name; decode, prefill: long (16k-128k tokens); decode: fp8 (FP8 "
-                   "weights beside 16-bit at 1-16 rows), profile[:PRESET]:BATCH:CONTEXT, "
+    q.add_argument("--only", default="", help="kernels: comma-separated parts of gemv,"
+                   "quantized,attention,elementwise,gemm,prefill,sample; model, decode, prefill, "
+                   "serve: a preset name; decode, prefill: long (16k-128k tokens); decode: fp8, "
+                   "int4 (quantized weights beside 16-bit at 1-16 rows), "
+                   "profile[:PRESET]:BATCH:CONTEXT, "
                    "prefill: profile[:PRESET]:CHUNK:PAST for a per-kernel breakdown; prefill: "
                    "prefix[:PRESET]; serve: closed")
     q.set_defaults(fn=_bench)

@@ -41,8 +41,9 @@ def check_model(args: Any) -> None:
 
 def add_quantize(q: argparse.ArgumentParser) -> None:
     """The `--quantize` option of the commands that build a model on the GPU."""
-    q.add_argument("--quantize", choices=("fp8",), default=None,
-                   help="fp8: also keep each projection as FP8 (e4m3, a scale per output row, "
-                   "quantized at load on the GPU), read by decode steps of up to 16 rows: "
-                   "half the weight bytes of such a step (the 16-bit weights stay for larger "
-                   "batches and prefill; compute capability 8.9 or newer)")
+    q.add_argument("--quantize", choices=("fp8", "int4"), default=None,
+                   help="also keep each projection quantized at load on the GPU, read by decode "
+                   "steps of up to 16 rows: fp8 (e4m3, a scale per output row; half the "
+                   "weight bytes of such a step; compute capability 8.9 or newer) or int4 "
+                   "(4-bit, a scale and zero point per group of 128; a quarter). The 16-bit "
+                   "weights stay for larger batches and prefill")

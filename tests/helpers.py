@@ -90,6 +90,23 @@ def check_linear(stream, rng: np.random.Generator, dtype: str, m: int, n: int, k
     assert (cupy.asnumpy(y.view(np.uint16))[m:] == POISON[dtype]).all()
 
 
+def gate_up_both(stream, x, w, m: int, dtype: str):
+    """ops.gate_up_silu of x's first m rows through w (fused where the path fuses) beside
+    linear then silu_mul on fresh poisoned buffers: (its out on the device, the bits of its
+    gu and of the unfused out)."""
+    from rawgraph import ops
+
+    rows, inter = x.shape[0], w.shape[0] // 2
+    gu, out = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
+    gu2, out2 = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
+    cupy.cuda.Device().synchronize()
+    ops.gate_up_silu(x, w, gu, out, m=m, stream=stream)
+    ops.linear(x, w, gu2, m=m, stream=stream)
+    ops.silu_mul(gu2, out2, rows=m, stream=stream)
+    stream.synchronize()
+    return out, bits(gu), bits(out2)
+
+
 def drive(engine, requests) -> int:
     """Queue `requests` (arrivals counted from now) and step until they finish, carrying on
     after each exception a step raises (RuntimeError, KeyboardInterrupt); how many raised."""

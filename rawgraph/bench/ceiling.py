@@ -32,7 +32,7 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.timing import device_us
 from rawgraph.graph.capture import capture
 from rawgraph.model.config import ModelConfig
-from rawgraph.ops.fp8 import Fp8Weight
+from rawgraph.ops.quantized import Quantized
 
 STREAM_READ_CHAINED = Kernel("stream_read", "stream_read_chained",
                              "const uint4* p, long long n, const uint4* q, long long m, "
@@ -59,10 +59,12 @@ def _range(a: Any, nbytes: int | None = None, what: str = "") -> Range:
 
 
 def _weight(w: Any, what: str) -> Link:
-    """What a projection's kernel reads of weight `w`: the array, or an FP8 weight's codes
-    and scales (`ops.Fp8Weight`; the decode GEMV reads no 16-bit copy)."""
-    if isinstance(w, Fp8Weight):
-        return _range(w.codes, what=what), _range(w.scale, what=what + " scales")
+    """What a projection's kernel reads of weight `w`: the array, or a quantized record's
+    values and scales (`ops.quantized`; the decode GEMV reads no 16-bit copy; a link holds two
+    ranges, so a 4-bit weight's zero points, under 2% of its bytes, are left out)."""
+    if isinstance(w, Quantized):
+        values, scales = w.args()[:2]
+        return _range(values, what=what), _range(scales, what=what + " scales")
     return (_range(w, what=what),)
 
 
@@ -77,7 +79,7 @@ def step_reads(cfg: ModelConfig, weights: Mapping[str, Any], k_layers: Sequence[
                v_layers: Sequence[Any], batch: int, ctx: int) -> list[Link]:
     """What each kernel of a decode step of `batch` rows at context `ctx` must read, in the
     step's order: per layer the QKV weight, K and V of batch x ctx tokens (one kernel: the
-    attention), the o, gate_up and down weights (an FP8 weight's codes and scales); then the
+    attention), the o, gate_up and down weights (a quantized one's values and scales); then the
     LM head. `weights`: the model's (`Model.w`), `k_layers[i]` / `v_layers[i]`: layer i's
     cache (its first batch x ctx token rows are read: the bytes, not the blocks). The bytes
     are the floor's but for the norms' weights (folded into the projections) and the

@@ -39,7 +39,7 @@ from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.step import PrefillPiece, Shape
-from rawgraph.ops.fp8 import Fp8Weight, takes_fp8
+from rawgraph.ops.quantized import Quantized, takes_quantized
 from rawgraph.ops.sampling import SamplingParams
 
 BATCHES = (1, 8, 16, 32, 64, 128)
@@ -65,12 +65,14 @@ FULL = ("llama-1b", "llama-8b")
 STEPS = 15
 WARMUP = 5
 HOST_TARGET_US = 30  # patch + launch per decode step (the issue's host-overhead target)
-# FP8 weights (`--only fp8`, and in a full run after each of FULL): the decode GEMV's rows
-# (more rows read the 16-bit weights for now) at 1,024 tokens; #68's goals
-FP8_BATCHES = (1, 8, 16)
-FP8_CONTEXT = 1024
-GOAL_FP8_MS = {("llama-1b", 1, 1024): 0.45, ("llama-8b", 1, 1024): 2.15}
-FP8_SPEEDUP = 1.5  # each FP8 row at least this much faster than the same 16-bit row
+# quantized weights (`--only fp8` / `--only int4`, and in a full run after each of FULL): the
+# decode GEMV's rows (more rows read the 16-bit weights for now) at 1,024 tokens; the goals
+# of #68 (FP8: also at least 1.5x the 16-bit row) and #71 (int4)
+QUANT_BATCHES = (1, 8, 16)
+QUANT_CONTEXT = 1024
+QUANT_GOAL_MS = {"fp8": {("llama-1b", 1, 1024): 0.45, ("llama-8b", 1, 1024): 2.15},
+                 "int4": {("llama-1b", 1, 1024): 0.40, ("llama-8b", 1, 1024): 1.25}}
+QUANT_SPEEDUP = {"fp8": 1.5, "int4": 1.0}  # each row at least this much faster than 16-bit
 
 
 def fill_contexts(model: Model, batch: int, ctx: int) -> list[int]:
@@ -293,45 +295,43 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     return row
 
 
-def fp8_bytes(model: Model) -> int:
-    """The weight bytes a decode step of up to 16 rows reads from a `quantize="fp8"` model:
-    the config's 16-bit decode bytes, each projection's FP8 codes and scales in place of
-    its 16-bit copy."""
-    fp8 = [w for w in {id(w): w for w in model.w.values()}.values()
-           if isinstance(w, Fp8Weight)]
-    return model.cfg.decode_bytes() - sum(w.wide.nbytes - w.nbytes for w in fp8)
+def quantized_bytes(model: Model) -> int:
+    """The weight bytes a decode step of up to 16 rows reads from a quantizing model: the
+    config's 16-bit decode bytes, each quantized copy's bytes in place of its 16-bit one."""
+    q = [w for w in {id(w): w for w in model.w.values()}.values() if isinstance(w, Quantized)]
+    return model.cfg.decode_bytes() - sum(w.wide.nbytes - w.nbytes for w in q)
 
 
-def _fp8(name: str, floor_gbps: float) -> list[dict[str, Any]]:
-    """FP8 weights (#68; `Model(quantize="fp8")`) at FP8_BATCHES x FP8_CONTEXT beside the
-    16-bit model's same cases, both measured here: the floor counts the FP8 bytes
-    (`fp8_bytes`); the goal is max(1.2 x floor, floor + 0.14 ms), or GOAL_FP8_MS's where
-    lower, and at least FP8_SPEEDUP x the 16-bit step."""
-    if not takes_fp8():
+def _quantized(name: str, floor_gbps: float, quantize: str) -> list[dict[str, Any]]:
+    """Quantized weights (`Model(quantize=)`, "fp8" or "int4") at QUANT_BATCHES x
+    QUANT_CONTEXT beside the 16-bit model's same cases, both measured here: the floor counts
+    the quantized bytes (`quantized_bytes`); the goal is max(1.2 x floor, floor + 0.14 ms),
+    or QUANT_GOAL_MS's where lower, and at least QUANT_SPEEDUP x the 16-bit step."""
+    if not takes_quantized({"fp8": "e4m3", "int4": "i4"}[quantize]):
         return []
     cfg, out = preset(name), {}
-    for quantize in (None, "fp8"):
-        model = Model(cfg, None, max_batch=max(FP8_BATCHES), max_context=FP8_CONTEXT + 64,
-                      max_chunk=512, max_chunk_seqs=8, quantize=quantize)
+    for q in (None, quantize):
+        model = Model(cfg, None, max_batch=max(QUANT_BATCHES), max_context=QUANT_CONTEXT + 64,
+                      max_chunk=512, max_chunk_seqs=8, quantize=q)
         model.kv.k.fill(0)
         model.kv.v.fill(0)
-        runner = Runner(model, graphs=True, buckets=FP8_BATCHES, chunks=[512])
-        wb = fp8_bytes(model)
-        for b in FP8_BATCHES:
-            out[quantize, b] = _case(model, runner, name, b, FP8_CONTEXT, floor_gbps, wb)
+        runner = Runner(model, graphs=True, buckets=QUANT_BATCHES, chunks=[512])
+        wb = quantized_bytes(model)
+        for b in QUANT_BATCHES:
+            out[q, b] = _case(model, runner, name, b, QUANT_CONTEXT, floor_gbps, wb)
         runner.close()
         model.close()
         cupy.get_default_memory_pool().free_all_blocks()
     rows = []
-    for b in FP8_BATCHES:
-        row, wide = out["fp8", b], out[None, b]["overlapped ms"]
+    for b in QUANT_BATCHES:
+        row, wide = out[quantize, b], out[None, b]["overlapped ms"]
         goal = min(max(1.2 * row["floor ms"], row["floor ms"] + 0.14),
-                   GOAL_FP8_MS.get((name, b, FP8_CONTEXT), math.inf))
+                   QUANT_GOAL_MS[quantize].get((name, b, QUANT_CONTEXT), math.inf))
         speedup = wide / row["overlapped ms"]
-        row.update({"weights": "fp8", "fp16 overlapped ms": wide, "x fp16": speedup,
+        row.update({"weights": quantize, "fp16 overlapped ms": wide, "x fp16": speedup,
                     "goal ms": goal, "ok": row["overlapped ms"] <= goal
-                    and speedup >= FP8_SPEEDUP, "goal >= read chain": goal >= row[
-                        "read chain ms"]})
+                    and speedup >= QUANT_SPEEDUP[quantize],
+                    "goal >= read chain": goal >= row["read chain ms"]})
         rows.append(row)
     return rows
 
@@ -509,8 +509,9 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
 
 def run(only: str = "") -> list[dict[str, Any]]:
     """Measure PRESETS (or those whose names contain `only`; 'long' for LLaMA's long-context
-    rows alone; 'profile:B:CTX' or 'profile:PRESET:B:CTX' for a per-kernel
-    breakdown of one decode graph, llama-1b unless named)."""
+    rows alone, 'fp8' or 'int4' for their quantized rows alone; 'profile:B:CTX' or
+    'profile:PRESET:B:CTX' for a per-kernel breakdown of one decode graph, llama-1b unless
+    named)."""
     if only.startswith("profile"):
         parts = only.split(":")[1:]
         name = parts.pop(0) if parts and not parts[0].isdigit() else "llama-1b"
@@ -519,15 +520,16 @@ def run(only: str = "") -> list[dict[str, Any]]:
     floor = copy_gbps(new_stream())
     rows = []
     for name in PRESETS:
-        alone = only in ("long", "fp8")  # those rows of FULL's presets alone
+        alone = only in ("long", *QUANT_GOAL_MS)  # those rows of FULL's presets alone
         if only and (only not in name if not alone else name not in FULL):
             continue
         mine = [] if alone else _preset(name, floor)
         cupy.get_default_memory_pool().free_all_blocks()
-        if name in FULL and only != "fp8":
+        if name in FULL and only not in QUANT_GOAL_MS:
             mine += _long(name, floor)
             cupy.get_default_memory_pool().free_all_blocks()
-        if name in FULL and only != "long":
-            mine += _fp8(name, floor)  # the GPU is the peer's after these
+        for q in QUANT_GOAL_MS if name in FULL and only != "long" else ():
+            if only == q or not alone:
+                mine += _quantized(name, floor, q)  # the GPU is the peer's after these
         rows.extend(with_peer(mine, name))
     return rows

@@ -34,9 +34,9 @@ from rawgraph.graph.capture import capture
 from rawgraph.memory.paged import BLOCK_SIZE, PagedKVCache
 from rawgraph.ops import shapes
 from rawgraph.ops.attention import default_splits
-from rawgraph.ops.fp8 import takes_fp8
 from rawgraph.ops.matmul import SKINNY90_ROWS, SKINNY_MAX, hopper
 from rawgraph.ops.matmul import path as linear_path
+from rawgraph.ops.quantized import I4_GROUP, takes_quantized
 from rawgraph.ops.variant import choose
 
 GEMV_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # the rows of x `gemv` measures (decode steps')
@@ -125,37 +125,46 @@ def _gemv_us(ws: list, x: cupy.ndarray, y: cupy.ndarray, s: Any) -> float:
                          max(len(ws), 16), s)
 
 
-def _fp8_weights(n: int, k: int, copies: int, rng: np.random.Generator) -> list:
-    """`copies` FP8 weights (n, k) of random finite e4m3 codes, scales near k**-0.5 / 16."""
-    scale = cupy.asarray((rng.uniform(0.5, 2.0, n) * k**-0.5 / 16).astype(np.float32))
+def _quantized_weights(fmt: str, n: int, k: int, nbytes: int) -> list:
+    """Quantized weights (n, k) of random values, enough copies to cycle `nbytes`: FP8
+    (finite e4m3 codes, scales near k**-0.5 / 16), or 4-bit (scales near k**-0.5 / 8,
+    zeros 8, groups of 128)."""
     out = []
-    for _ in range(copies):
-        codes = cupy.random.randint(0, 256, (n, k), dtype=np.uint8)
-        codes[(codes & 0x7F) == 0x7F] ^= 1  # NaN (0x7F, 0xFF) to the largest finite value
-        out.append(ops.fp8_weight(codes, scale))
+    for _ in range(max(2, math.ceil(nbytes / (n * k)))):
+        if fmt == "e4m3":
+            codes = cupy.random.randint(0, 256, (n, k), dtype=np.uint8)
+            codes[(codes & 0x7F) == 0x7F] ^= 1  # NaN (0x7F, 0xFF) to the largest finite value
+            out.append(ops.fp8_weight(codes, cupy.full(n, k**-0.5 / 16, np.float32)))
+            continue
+        g = I4_GROUP
+        packed = cupy.random.randint(0, 256, (n, k // 2), dtype=np.uint8)
+        out.append(ops.int4_weight(packed, cupy.full((n, k // g), k**-0.5 / 8, F16),
+                                   cupy.full((n, k // g), 8, np.uint8), g))
     return out
 
 
-def _fp8(rows: list, row: Callable, s: Any, rng: np.random.Generator) -> None:
-    """The FP8 GEMV (ops.linear of an ops.Fp8Weight) at 1-16 rows through each weight
-    shape: its bytes (codes, scales, x and y) against the floor and a same-size read (target
-    85% where the 16-bit GEMV has one), and the 16-bit GEMV of the same shape in the same
-    run (x fp16)."""
-    if not takes_fp8():
-        return
+def _quantized(rows: list, row: Callable, s: Any) -> None:
+    """The quantized GEMVs (ops.linear of an ops.Fp8Weight or Int4Weight) at 1-16 rows
+    through each weight shape: their bytes (values, scales and zeros, x and y) against the
+    floor and a same-size read (target 85% where the 16-bit GEMV has one), and the 16-bit
+    GEMV of the same shape in the same run (x fp16)."""
+    rng = np.random.default_rng(0)
     for model, weights in SHAPES.items():
         for name, (n, k) in weights.items():
-            copies = max(2, math.ceil(ROTATE_BYTES / (n * k)))
-            w8 = _fp8_weights(n, k, copies, rng)
-            w16 = [_rand((n, k), rng, k**-0.5) for _ in range(max(2, copies // 2))]
+            copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))  # as the gemv part's
+            w16 = [_rand((n, k), rng, k**-0.5) for _ in range(copies)]
             x, y = _rand((16, k), rng), cupy.empty((16, n), np.float16)
-            for m in (1, 2, 4, 8, 16):
-                us = _gemv_us(w8, x[:m], y[:m], s)
-                ref_us = _gemv_us(w16, x[:m], y[:m], s)
-                big = n * k >= 2048 * 8192 and m <= 8
-                row(f"gemv fp8 {model} {name}", f"{n}x{k}", m, us,
-                    n * k + 4 * n + 2 * m * (k + n), 85 if big else 0)
-                rows[-1].update({"fp16 us": ref_us, "x fp16": ref_us / us})
+            for fmt in ("e4m3", "i4"):
+                if not takes_quantized(fmt):
+                    continue
+                wq = _quantized_weights(fmt, n, k, ROTATE_BYTES)
+                for m in (1, 2, 4, 8, 16):
+                    us = _gemv_us(wq, x[:m], y[:m], s)
+                    ref_us = _gemv_us(w16, x[:m], y[:m], s)
+                    big = n * k >= 2048 * 8192 and m <= 8
+                    row(f"gemv {fmt} {model} {name}", f"{n}x{k}", m, us,
+                        wq[0].nbytes + 2 * m * (k + n), 85 if big else 0)
+                    rows[-1].update({"fp16 us": ref_us, "x fp16": ref_us / us})
 
 
 def _skinny(wgmma: bool) -> contextlib.AbstractContextManager:
@@ -207,7 +216,7 @@ def _attention(rows: list, row: Callable, s: Any) -> None:
             del kv
 
 
-PARTS = ("gemv", "fp8", "attention", "elementwise", "gemm", "prefill", "sample")
+PARTS = ("gemv", "quantized", "attention", "elementwise", "gemm", "prefill", "sample")
 
 
 def run(only: str = "") -> list[dict[str, Any]]:
@@ -285,8 +294,8 @@ def run(only: str = "") -> list[dict[str, Any]]:
                         chained = _gemv_us(ws, x[:m], y[:m], s)
                     rows[-1]["% chained"] = 100 * nbytes / chained / 1e3 / floor
             del ws
-    if "fp8" in parts:
-        _fp8(rows, row, s, rng)
+    if "quantized" in parts:
+        _quantized(rows, row, s)
     if "attention" in parts:
         _attention(rows, row, s)
     if "gemm" in parts:

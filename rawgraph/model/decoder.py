@@ -54,9 +54,9 @@ RUNS_UP_TO = 256
 # rows read W at the best rate this GEMM gives them), a chunk's for 2,048 (unsplit tiles)
 INVARIANT_STEP_ROWS, INVARIANT_CHUNK_ROWS = 128, 2048
 
-# what `Model(quantize=)` takes; "fp8": the projections' FP8 copies (weights.fp8_copies),
+# what `Model(quantize=)` takes: the projections' quantized copies (weights.quantized_copies),
 # which the decode GEMV reads (1-16 rows; more rows read the 16-bit weights)
-QUANTIZE = (None, "fp8")
+QUANTIZE = (None, "fp8", "int4")
 
 
 # prefill chunk sizes the engine captures a graph for (those below max_chunk, then max_chunk):
@@ -129,16 +129,18 @@ class Model:
         those in force where it launches, the defaults unless a `choose` block says
         otherwise). `batch_invariant` (None: the environment's RAWGRAPH_BATCH_INVARIANT=1):
         every row's results the same whatever else is in its iteration
-        (`set_batch_invariant`). `quantize` "fp8": each projection also as FP8 (its e4m3
-        codes and a scale per output row, quantized on the GPU once the norms are folded
-        in, `ops.fp8.quantize`), which the decode GEMV's rows read: half the bytes a step
-        reads at 1-16 rows; more rows read the 16-bit weights, kept beside
-        (`weights.fp8_copies`)."""
+        (`set_batch_invariant`). `quantize`: each projection also quantized on the GPU once
+        the norms are folded in (`ops.quantized`): "fp8", e4m3 codes and a scale per output
+        row (half the bytes a decode step of 1-16 rows reads); "int4", 4-bit values with a
+        scale and zero point per group of 128 (a quarter). The decode GEMV's rows read the
+        copies; more rows read the 16-bit weights, kept beside
+        (`weights.quantized_copies`)."""
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize = {quantize!r}: one of {QUANTIZE}")
-        if quantize == "fp8" and not ops.fp8.takes_fp8():
-            raise ValueError("quantize = 'fp8': FP8 kernels need compute capability 8.9 or "
-                             "newer")
+        if quantize is not None and not ops.quantized.takes_quantized(
+                {"fp8": "e4m3", "int4": "i4"}[quantize]):
+            raise ValueError(f"quantize = {quantize!r}: its kernels need a newer GPU "
+                             f"(compute capability 8.9 for fp8, 8.0 for int4)")
         if not 1 <= max_batch <= DECODE_ROWS:
             raise ValueError(f"max_batch = {max_batch}: decode steps take 1 to {DECODE_ROWS} "
                              f"rows")
@@ -259,8 +261,10 @@ class Model:
         if tensors is not None:
             weights.check_tensors(cfg, tensors)
         lay = weights.layout(cfg)
-        fp8 = weights.fp8_copies(cfg) if self.quantize == "fp8" else {}
-        extra = sum(n * k + 4 * n + 512 for n, k in fp8.values())  # codes, scales
+        q = self.quantize
+        copies = weights.quantized_copies(cfg, q) if q else {}
+        extra = sum(weights.quantized_bytes(q, n, k) + 768  # type: ignore[arg-type]
+                    for n, k in copies.values())  # each array 256-aligned
         self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + extra
                            + (1 << 20), "weights")
         self.w = {}
@@ -289,13 +293,26 @@ class Model:
                 ops.fold_norm(self.w[p + proj], self.w[p + norm])
         if cfg.tie_embeddings:
             self.w["lm_head"] = self.w["embed"]
-        for name in fp8:  # of the weights as the projections read them: the norms folded in
-            w16 = self.w[name]
-            codes = self.arena.array(name + ".fp8", w16.shape, np.uint8)
-            scale = self.arena.array(name + ".scale", w16.shape[0], np.float32)
-            ops.fp8.quantize(w16, codes, scale)
-            self.w[name] = ops.fp8_weight(codes, scale, w16)
+        for name in copies:  # of the weights as the projections read them: norms folded in
+            self.w[name] = self._quantized(name, self.w[name])
         cupy.cuda.get_current_stream().synchronize()
+
+    def _quantized(self, name: str, w16: cupy.ndarray) -> Any:
+        """The quantized record of 16-bit weight `w16` (`self.quantize`'s format), in the
+        arena, with `w16` as its 16-bit copy."""
+        (n, k), a = w16.shape, self.arena
+        assert a is not None
+        if self.quantize == "fp8":
+            codes = a.array(name + ".fp8", (n, k), np.uint8)
+            scale = a.array(name + ".scale", n, np.float32)
+            ops.quantized.quantize_fp8(w16, codes, scale)
+            return ops.fp8_weight(codes, scale, w16)
+        g = ops.quantized.I4_GROUP
+        packed = a.array(name + ".int4", (n, k // 2), np.uint8)
+        scales = a.array(name + ".scales", (n, k // g), w16.dtype)
+        zeros = a.array(name + ".zeros", (n, k // g), np.uint8)
+        ops.quantized.quantize_int4(w16, packed, scales, zeros, g)
+        return ops.int4_weight(packed, scales, zeros, g, w16)
 
     def _buffers(self, rows: int, seqs: int) -> dict[str, cupy.ndarray]:
         """Activations for `rows` tokens; the LM head's for `seqs` rows."""

@@ -27,10 +27,10 @@ infinities, largest 448).
 
 `Fp8.weight` / `Int4.weight` dequantize each weight in float32 at load, and the model runs in
 the checkpoint's fp16/bf16 (FP8 activations are not quantized, so input scales are checked and
-not applied). `Model(quantize="fp8")` then keeps FP8 copies of its projections for the decode
-GEMV (quantized again from the loaded weights with the norms folded in: a per-column norm
-weight does not fold into a checkpoint's per-row scales). Anything else in
-`quantization_config` is refused by name.
+not applied). `Model(quantize="fp8" | "int4")` then keeps quantized copies of its projections
+for the decode GEMV (quantized again from the loaded weights with the norms folded in: a
+per-column norm weight does not fold into a checkpoint's per-row or per-group scales).
+Anything else in `quantization_config` is refused by name.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import math
 
 from rawgraph.memory.paged import BLOCK_SIZE
 from rawgraph.model.config import ModelConfig
-from rawgraph.model.weights import fp8_copies, layout
+from rawgraph.model.weights import layout, quantized_bytes, quantized_copies
 from rawgraph.ops.logits import BIAS_CAP, LP_STRIDE
 from rawgraph.ops.matmul import DECODE_ROWS
 
@@ -19,11 +19,11 @@ ELEMENT = 2                # bytes of a float16 / bfloat16 value
 
 
 def weight_bytes(cfg: ModelConfig, quantize: str | None = None) -> int:
-    """The weights' bytes on the device (`quantize` "fp8": with the FP8 copies, codes and
-    a float32 scale a row)."""
-    fp8 = fp8_copies(cfg) if quantize == "fp8" else {}
+    """The weights' bytes on the device (`quantize` "fp8" or "int4": with their quantized
+    copies, `weights.quantized_bytes`)."""
+    copies = quantized_copies(cfg, quantize) if quantize else {}
     return sum(ELEMENT * math.prod(shape) for shape, _ in layout(cfg).values()) + \
-        sum(n * k + 4 * n for n, k in fp8.values())
+        sum(quantized_bytes(quantize, n, k) for n, k in copies.values())  # type: ignore[arg-type]
 
 
 def _row_bytes(cfg: ModelConfig) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 from rawgraph.dtypes import storage_dtype, to_storage
 from rawgraph.model.config import ModelConfig
 from rawgraph.model.safetensors import CheckpointError
-from rawgraph.ops.fp8 import FP8_K
+from rawgraph.ops.quantized import FP8_K, I4_GROUP
 
 
 def layer_shapes(cfg: ModelConfig, i: int) -> dict[str, tuple]:
@@ -103,19 +103,28 @@ def layout(cfg: ModelConfig) -> dict[str, tuple[tuple, tuple[str, ...]]]:
     return out
 
 
-# the layout tensors a model quantizing to FP8 keeps an FP8 copy of (`Model(quantize="fp8")`):
-# each layer's projections and the LM head (the embedding's own when tied)
-FP8_WEIGHTS = ("qkv", "o_proj", "gate_up", "down_proj", "lm_head")
+# the layout tensors a quantizing model keeps a quantized copy of (`Model(quantize=)`): each
+# layer's projections and the LM head (the embedding's own when tied)
+QUANTIZED_WEIGHTS = ("qkv", "o_proj", "gate_up", "down_proj", "lm_head")
+QUANTIZE_K = {"fp8": FP8_K, "int4": I4_GROUP}  # a copy's k must be a multiple of this
 
 
-def fp8_copies(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
-    """The tensors `Model(quantize="fp8")` keeps an FP8 copy of: name -> (n, k); those whose
-    rows are not a multiple of FP8_K codes keep none."""
+def quantized_copies(cfg: ModelConfig, quantize: str) -> dict[str, tuple[int, int]]:
+    """The tensors `Model(quantize=quantize)` ("fp8", "int4") keeps a quantized copy of:
+    name -> (n, k); those whose rows are not a multiple of QUANTIZE_K keep none."""
     dims = {name: shape for name, (shape, _) in layout(cfg).items()}
-    if cfg.tie_embeddings:  # the LM head is the embedding; its FP8 copy its own
+    if cfg.tie_embeddings:  # the LM head is the embedding; its copy its own
         dims["lm_head"] = dims["embed"]
     return {n: s for n, s in dims.items()  # type: ignore[misc]
-            if n.rsplit(".", 1)[-1] in FP8_WEIGHTS and s[1] % FP8_K == 0}
+            if n.rsplit(".", 1)[-1] in QUANTIZED_WEIGHTS and s[1] % QUANTIZE_K[quantize] == 0}
+
+
+def quantized_bytes(quantize: str, n: int, k: int) -> int:
+    """The bytes of an (n, k) weight's quantized copy: FP8 codes and a float32 scale a row;
+    4-bit values, a 16-bit scale and a byte zero a group of I4_GROUP."""
+    if quantize == "fp8":
+        return n * k + 4 * n
+    return n * k // 2 + 3 * n * (k // I4_GROUP)
 
 
 def random_fill(view: cupy.ndarray, rng: Any, dtype: str, bias: bool = False) -> None:

@@ -10,7 +10,6 @@ from rawgraph.ops.attention import (
 )
 from rawgraph.ops.elementwise import add, silu_mul, stack_gate_up
 from rawgraph.ops.embedding import embedding
-from rawgraph.ops.fp8 import Fp8Weight, fp8_weight
 from rawgraph.ops.fused import gate_up_silu, qkv_rope
 from rawgraph.ops.kv import Cache, Extras, kv_append, kv_gather, qkv_views, rope_append
 from rawgraph.ops.logits import (
@@ -24,6 +23,7 @@ from rawgraph.ops.logits import (
 )
 from rawgraph.ops.matmul import linear
 from rawgraph.ops.norm import fold_norm, rmsnorm
+from rawgraph.ops.quantized import Fp8Weight, Int4Weight, fp8_weight, int4_weight
 from rawgraph.ops.rope import (
                                  DynamicScaling,
                                  LinearScaling,
@@ -45,6 +45,7 @@ __all__ = [
                                  "Extras",
                                  "Fp8Weight",
                                  "Handoff",
+                                 "Int4Weight",
                                  "LinearScaling",
                                  "Llama3Scaling",
                                  "Logprobs",
@@ -64,6 +65,7 @@ __all__ = [
                                  "fold_norm",
                                  "fp8_weight",
                                  "gate_up_silu",
+                                 "int4_weight",
                                  "inv_freq",
                                  "kv_append",
                                  "kv_gather",

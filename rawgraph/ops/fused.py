@@ -10,15 +10,7 @@ from typing import Any
 
 from rawgraph.ops import shapes
 from rawgraph.ops.elementwise import GATE_UP_GROUP, silu_mul
-from rawgraph.ops.fp8 import Fp8Weight, wide
-from rawgraph.ops.gemv import (
-    GEMV_F8_ROPE,
-    GEMV_F8_SILU,
-    GEMV_ROPE,
-    GEMV_ROWS,
-    GEMV_SILU,
-    gemv_launch,
-)
+from rawgraph.ops.gemv import GEMV_QUANT, GEMV_ROPE, GEMV_ROWS, GEMV_SILU, gemv_launch
 from rawgraph.ops.kv import (
     NO_EXTRAS,
     Cache,
@@ -40,6 +32,7 @@ from rawgraph.ops.matmul import (
     skinny_wgmma,
 )
 from rawgraph.ops.norm import rmsnorm
+from rawgraph.ops.quantized import Quantized, wide
 from rawgraph.ops.variant import by_count, chosen
 from rawgraph.symbols import Symbols
 
@@ -132,14 +125,14 @@ def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: 
             rope_append(q, kn, vn, cache, seq_slots, positions, freqs, m, extras=extras,
                         stream=stream, symbols=symbols)
             return
-        key, grid, threads = gemv_launch(dt, rows, n, k, fp8)
-        form, ws = (GEMV_F8_ROPE, (w.codes, w.scale)) if fp8 else (GEMV_ROPE, (w,))
+        key, grid, threads = gemv_launch(dt, rows, n, k, fmt)
+        form, ws = (GEMV_QUANT[fmt][2], w.args()) if fmt else (GEMV_ROPE, (w,))
         form[key].launch(grid, threads, (xn, *ws, qkv, m, n, k, cache.k, cache.v,
                                          cache.block_tables, seq_slots, positions, freqs,
                                          heads * d, kn.shape[1], d, block_size, max_blocks,
                                          eps, extras.bias), stream, symbols=symbols)
-    fp8 = isinstance(w, Fp8Weight)
-    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fp8),
+    fmt = w.fmt if isinstance(w, Quantized) else None
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fmt),
              stream=stream, symbols=symbols)
 
 
@@ -182,9 +175,9 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
             launch_linear(dt, rows, xn, w, None, gu, m, cap, None, stream, symbols)
             silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
             return
-        key, grid, threads = gemv_launch(dt, rows, n, k, fp8)
-        form, ws = (GEMV_F8_SILU, (w.codes, w.scale)) if fp8 else (GEMV_SILU, (w,))
+        key, grid, threads = gemv_launch(dt, rows, n, k, fmt)
+        form, ws = (GEMV_QUANT[fmt][1], w.args()) if fmt else (GEMV_SILU, (w,))
         form[key].launch(grid, threads, (xn, *ws, out, m, n, k, eps), stream, symbols=symbols)
-    fp8 = isinstance(w, Fp8Weight)
-    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fp8),
+    fmt = w.fmt if isinstance(w, Quantized) else None
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fmt),
              stream=stream, symbols=symbols)

@@ -10,10 +10,13 @@ greedy keys), with SiLU(gate) * up in the epilogue (`_silu`), and with RoPE and 
 append (`_rope`); the three differ only in the minimum blocks per SM their launch bounds ask
 ptxas to fit in registers.
 
-FP8 weights (`F8_VARIANTS`, kernels `gemv_{f16,bf16}_e4m3_...`): W holds e4m3 codes with a
-float32 scale per row (`w_scale`); a lane's 16 bytes of W are 16 values, widened to the
-activations' dtype in registers (exact), so each chunk of k is twice as wide and the lane
-reads twice the x: the variants hold half the chunks in flight for the same registers.
+Quantized weights (rawgraph.ops.quantized; kernels in gemv_quant.cu, `QUANT_VARIANTS` by
+format): `e4m3` (`gemv_{f16,bf16}_e4m3_...`), FP8 codes with a float32 scale per row
+(`w_scale`), a lane's 16 bytes of W 16 values widened to the activations' dtype in registers
+(exact); `i4` (`gemv_..._i4_...`), 4-bit values with a scale (in the activations' dtype) and
+a zero point per group of `group` values of a row, a lane's 16 bytes 32 values made T((q -
+z) scale) in registers. A chunk of k is then 2 or 4 times as wide and the lane reads as much
+more x: the variants hold fewer chunks in flight for the same registers.
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ VARIANTS = (  # registers are ptxas's on sm_90 under these launch bounds
     Variant(16, 4, True, 8, (2, 2, 2)),   # 103-120 registers: 2 blocks per SM
     Variant(16, 4, True, 16, (1, 1, 1)),  # the same registers x 16 warps, one block per SM
 )
-# FP8 W (ptxas on sm_90 under these bounds; not yet timed on a GPU: the choice below
-# follows the 16-bit table's rule by bytes of a W row)
+# quantized W (ptxas on sm_90 under these bounds; not yet timed on a GPU: the choices below
+# follow the 16-bit table's rule by bytes of a W row)
 F8_VARIANTS = (
     Variant(8, 4, False, 8, (2, 2, 2)),
     Variant(8, 4, True, 8, (2, 2, 2)),
@@ -65,6 +68,18 @@ F8_VARIANTS = (
     Variant(16, 2, True, 8, (2, 2, 2)),
     Variant(16, 2, True, 16, (1, 1, 1)),
 )
+I4_VARIANTS = (
+    Variant(8, 4, False, 8, (2, 2, 2)),
+    Variant(8, 2, True, 8, (2, 2, 2)),  # (4 in flight in segments spills under 128)
+    Variant(8, 2, True, 16, (1, 1, 1)),
+    Variant(16, 2, True, 8, (2, 2, 2)),
+    Variant(16, 2, True, 16, (1, 1, 1)),
+)
+QUANT_VARIANTS = {"e4m3": F8_VARIANTS, "i4": I4_VARIANTS}
+# a quantized weight's parameters in its kernels, in place of a 16-bit w
+_QUANT_PARAMS = {"e4m3": "const unsigned char* w, const float* w_scale, ",
+                 "i4": "const unsigned char* w, const {t}* w_scales, "
+                       "const unsigned char* w_zeros, int group, "}
 EPILOGUES = ("", "_silu", "_rope")
 _PARAMS = {
     "": "const {t}* x, const {t}* w, const {t}* residual, {t}* y, int m, int n, int k, "
@@ -77,34 +92,31 @@ _PARAMS = {
 }
 
 
-def name(dtype: str, v: Variant, epilogue: str = "", fp8: bool = False) -> str:
+def name(dtype: str, v: Variant, epilogue: str = "", fmt: str | None = None) -> str:
     """The kernel's name, e.g. gemv_bf16_n16_u4_t_silu (FP8 W: gemv_bf16_e4m3_n16_...)."""
-    return f"gemv_{KERNEL_TYPES[dtype][0]}{'_e4m3' if fp8 else ''}_{v.suffix}{epilogue}"
+    return f"gemv_{KERNEL_TYPES[dtype][0]}{'_' + fmt if fmt else ''}_{v.suffix}{epilogue}"
 
 
-def signature(dtype: str, epilogue: str = "", fp8: bool = False) -> str:
-    """The C parameter list of a form (FP8: W's codes, then their scales)."""
-    sig = _PARAMS[epilogue].format(t=KERNEL_TYPES[dtype][1])
-    if fp8:
-        t = KERNEL_TYPES[dtype][1]
-        sig = sig.replace(f"const {t}* w, ", "const unsigned char* w, const float* w_scale, ")
-    return sig
+def signature(dtype: str, epilogue: str = "", fmt: str | None = None) -> str:
+    """The C parameter list of a form (a quantized format's: its weight's parameters)."""
+    t = KERNEL_TYPES[dtype][1]
+    sig = _PARAMS[epilogue].format(t=t)
+    return sig.replace(f"const {t}* w, ", _QUANT_PARAMS[fmt].format(t=t)) if fmt else sig
 
 
-def kernels(epilogue: str = "", fp8: bool = False) -> dict[tuple, Kernel]:
+def kernels(epilogue: str = "", fmt: str | None = None) -> dict[tuple, Kernel]:
     """Every variant of one form: (dtype, tile, unroll, segments, warps) -> Kernel."""
-    return {(dt, *v.key): Kernel("gemv_quant" if fp8 else "gemv", name(dt, v, epilogue, fp8),
-                                 signature(dt, epilogue, fp8))
-            for dt in KERNEL_TYPES for v in (F8_VARIANTS if fp8 else VARIANTS)}
+    return {(dt, *v.key): Kernel("gemv_quant" if fmt else "gemv", name(dt, v, epilogue, fmt),
+                                 signature(dt, epilogue, fmt))
+            for dt in KERNEL_TYPES for v in (QUANT_VARIANTS[fmt] if fmt else VARIANTS)}
 
 
 M_TILES = (8, 16)  # GEMV x tiles; 17 to 64 rows take the skinny GEMM (ops.linear)
 GEMV = kernels()
 GEMV_SILU = kernels("_silu")  # the interleaved gate_up weight, SiLU(gate) * up
 GEMV_ROPE = kernels("_rope")  # the QKV weight, RoPE and the cache append
-GEMV_F8 = kernels(fp8=True)  # the same three forms over FP8 weights
-GEMV_F8_SILU = kernels("_silu", fp8=True)
-GEMV_F8_ROPE = kernels("_rope", fp8=True)
+# the same three forms (plain, _silu, _rope) over each quantized format's weights
+GEMV_QUANT = {fmt: tuple(kernels(epi, fmt) for epi in EPILOGUES) for fmt in QUANT_VARIANTS}
 
 SMS = 132  # H200; steers variant choices only (any value is correct)
 GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
@@ -153,10 +165,25 @@ def gemv_f8_variant(n: int, k: int, tile: int = 8) -> tuple[int, bool, int]:
     return 2, True, 16 if long_row else 8
 
 
-def gemv_launch(dt: str, top: int, n: int, k: int, fp8: bool = False
+def gemv_i4_variant(n: int, k: int, tile: int = 8) -> tuple[int, bool, int]:
+    """`gemv_variant` for 4-bit W (I4_VARIANTS): the 16-bit rule by a row's bytes (k / 2);
+    4 chunks in flight in 64-byte pieces at up to two blocks an SM, else 2. Not yet timed on
+    a GPU."""
+    blocks = -(-n // GEMV_ROWS)
+    long_row = blocks <= SMS and k >= 4 * LONG_ROWS
+    if tile == 8:
+        if long_row:
+            return 2, True, 16
+        seg = blocks > 2 * SMS or k >= 4 * MID_ROWS
+        return (2 if seg else 4), seg, 8
+    return 2, True, 16 if long_row else 8
+
+
+def gemv_launch(dt: str, top: int, n: int, k: int, fmt: str | None = None
                 ) -> tuple[tuple, int, int]:
-    """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows (`fp8`:
-    of an FP8 weight's kernels)."""
+    """(GEMV key (dtype, x tile, *gemv_variant), grid, threads) for up to `top` rows (`fmt`:
+    of a quantized format's kernels, GEMV_QUANT[fmt])."""
     tile = next(t for t in M_TILES if t >= top)
-    u, seg, warps = (gemv_f8_variant if fp8 else gemv_variant)(n, k, tile)
+    choose = {None: gemv_variant, "e4m3": gemv_f8_variant, "i4": gemv_i4_variant}[fmt]
+    u, seg, warps = choose(n, k, tile)
     return (dt, tile, u, seg, warps), -(-n // GEMV_ROWS), 32 * warps

@@ -47,38 +47,44 @@ def _call(k: Kernel, impl: str) -> str:
     return f"{impl}({forward(k.declaration)});"
 
 
-_GEMV_F8_CALL = {  # the FP8 forms': the scales after the rope record
-    "": "(x, w, residual, y, m, n, k, -1.f, row_max, {}, w_scale);",
-    "_silu": "(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {}, w_scale);",
-    "_rope": _GEMV_CALL["_rope"].replace("bias});", "bias}, w_scale);"),
-}
+# the quantized forms' calls: the weight's scales (and zeros) after the rope record (`Quant`)
+_QUANT = {"e4m3": "{w_scale, nullptr, nullptr, 0}", "i4": "{nullptr, w_scales, w_zeros, group}"}
 
 
-def _gemv_forms(fp8: bool) -> list[str]:
-    variants, forms = (gemv.F8_VARIANTS, (gemv.GEMV_F8, gemv.GEMV_F8_SILU, gemv.GEMV_F8_ROPE)) \
-        if fp8 else (gemv.VARIANTS, (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE))
+def _quant_call(epi: str, fmt: str) -> str:
+    q = _QUANT[fmt]
+    return {"": f"(x, w, residual, y, m, n, k, -1.f, row_max, {{}}, {q});",
+            "_silu": f"(x, w, nullptr, y, m, n, k, norm_eps, nullptr, {{}}, {q});",
+            "_rope": _GEMV_CALL["_rope"].replace("bias});", f"bias}}, {q});")}[epi]
+
+
+def _gemv_forms(fmt: str | None) -> list[str]:
+    """The GEMV's wrappers over 16-bit weights (`fmt` None) or a quantized format's."""
+    variants = gemv.QUANT_VARIANTS[fmt] if fmt else gemv.VARIANTS
+    forms = gemv.GEMV_QUANT[fmt] if fmt else (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE)
+    wf = {"e4m3": "Wf::kF8", "i4": "Wf::kI4"}.get(fmt or "")
     out = []
     for i, (epi, form) in enumerate(zip(gemv.EPILOGUES, forms)):
         tag = {"": "", "_silu": ", Epi::kSilu", "_rope": ", Epi::kRope"}[epi]
         for dt in KERNEL_TYPES:
             for v in variants:
                 k = form[(dt, *v.key)]
-                extra = tag if v.warps == 8 and not fp8 else \
-                    (tag or ", Epi::kPlain") + f", {v.warps}" + (", true" if fp8 else "")
+                extra = tag if v.warps == 8 and not wf else \
+                    (tag or ", Epi::kPlain") + f", {v.warps}" + (f", {wf}" if wf else "")
                 args = (f"{_t(dt)}, {v.tile // 8}, {v.unroll}, "
                         f"{'true' if v.segments else 'false'}{extra}")
-                call = (_GEMV_F8_CALL if fp8 else _GEMV_CALL)[epi]
+                call = _quant_call(epi, fmt) if fmt else _GEMV_CALL[epi]
                 out.append(wrapper(k.name, k.declaration, f"gemv_impl<{args}>{call}",
                                    _bounds(32 * v.warps, v.min_blocks[i])))
     return out
 
 
 def _gemv() -> list[str]:
-    return _gemv_forms(False)
+    return _gemv_forms(None)
 
 
 def _gemv_quant() -> list[str]:
-    return _gemv_forms(True)
+    return [w for fmt in gemv.QUANT_VARIANTS for w in _gemv_forms(fmt)]
 
 
 def _skinny() -> list[str]:

@@ -23,9 +23,9 @@ from rawgraph.cuda.kernel import Kernel
 from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
-from rawgraph.ops.fp8 import Fp8Weight, wide
-from rawgraph.ops.fp8 import check as check_weight
-from rawgraph.ops.gemv import GEMV, GEMV_F8, M_TILES, SMS, gemv_launch
+from rawgraph.ops.gemv import GEMV, GEMV_QUANT, M_TILES, SMS, gemv_launch
+from rawgraph.ops.quantized import Quantized, wide
+from rawgraph.ops.quantized import check as check_weight
 from rawgraph.ops.variant import by_count, chosen
 from rawgraph.symbols import Symbols, cdiv, smin
 
@@ -353,7 +353,7 @@ def operands(x: Any, w: Any, m: Any, m_max: int | None,
         if not top <= m_max <= cap:
             raise ValueError(f"m_max = {m_max} must lie in [{top}, {cap}] (m's bound, rows)")
         top = m_max
-    if isinstance(w, Fp8Weight) and w.wide is None and path(top, n) != "gemv":
+    if isinstance(w, Quantized) and w.wide is None and path(top, n) != "gemv":
         wide(w, top)  # raises: refused before any launch, not at the count that needs it
     return dt, cap, n, k, m, top
 
@@ -390,14 +390,14 @@ def keeps_row_max(rows: int, n: int) -> bool:
     return path(rows, n) == "gemv"
 
 
-def linear_key(rows: int, n: int, k: int, fp8: bool = False) -> tuple:
-    """What `linear` launches for `rows` rows of x through an (n, k) weight (`fp8`: an
-    `Fp8Weight`): the path and its variant (the GEMV's x tile and form, the skinny GEMM's
-    form and x tile, the GEMM's tile and split). Row counts with equal keys launch the same
-    kernels."""
+def linear_key(rows: int, n: int, k: int, fmt: str | None = None) -> tuple:
+    """What `linear` launches for `rows` rows of x through an (n, k) weight (`fmt`: a
+    quantized record's format, `ops.quantized`): the path and its variant (the GEMV's x tile
+    and form, the skinny GEMM's form and x tile, the GEMM's tile and split). Row counts with
+    equal keys launch the same kernels."""
     kind = path(rows, n)
     if kind == "gemv":
-        return kind, gemv_launch("float16", rows, n, k, fp8)[0][1:]
+        return kind, gemv_launch("float16", rows, n, k, fmt)[0][1:]
     if kind == "skinny":
         wgmma = skinny_wgmma(rows)
         return kind, wgmma, skinny_tile(rows) if wgmma else 0
@@ -408,7 +408,8 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
            m_max: int | None = None, row_max: Any = None, stream: Any = None,
            symbols: Symbols | None = None) -> None:
     """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n); w 16-bit
-    as x, or an `ops.Fp8Weight` (its FP8 GEMV on the GEMV path, its 16-bit copy elsewhere).
+    as x, or a quantized record (`ops.Fp8Weight`, `ops.Int4Weight`: its GEMV form on the
+    GEMV path, its 16-bit copy elsewhere).
 
     `m` (default: all rows) may be symbolic. The kernel (GEMV, skinny GEMM or GEMM), its row
     tile and split are chosen for `m_max` rows when given (the bound the engine's graphs
@@ -438,8 +439,8 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
 
     def run(rows: int) -> None:
         launch_linear(dt, rows, x, w, residual, y, m, cap, row_max, stream, symbols)
-    fp8 = isinstance(w, Fp8Weight)
-    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fp8),
+    fmt = w.fmt if isinstance(w, Quantized) else None
+    by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fmt),
              stream=stream, symbols=symbols)
 
 
@@ -449,10 +450,10 @@ def launch_linear(dt: str, rows: int, x: Any, w: Any, residual: Any, y: Any, m: 
     `linear`)."""
     n, k = w.shape
     kind = path(rows, n)
-    if kind == "gemv" and isinstance(w, Fp8Weight):
-        key, grid, threads = gemv_launch(dt, rows, n, k, fp8=True)
-        GEMV_F8[key].launch(grid, threads, (x, w.codes, w.scale, residual, y, m, n, k, row_max),
-                            stream, symbols=symbols)
+    if kind == "gemv" and isinstance(w, Quantized):
+        key, grid, threads = gemv_launch(dt, rows, n, k, w.fmt)
+        GEMV_QUANT[w.fmt][0][key].launch(grid, threads, (x, *w.args(), residual, y, m, n, k,
+                                                         row_max), stream, symbols=symbols)
         return
     w = wide(w, rows)
     if kind == "gemm":

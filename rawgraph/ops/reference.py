@@ -72,21 +72,54 @@ def linear(x: np.ndarray, w: np.ndarray, dtype: str,
     return round_to(y.astype(np.float32), dtype)
 
 
+def dequantize_fp8(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """An FP8 weight's values (`ops.Fp8Weight`): e4m3 codes (n, k) times each row's scale
+    (n,), in float64 (the GEMV sums the codes and scales the sum: the same product)."""
+    return e4m3_decode(codes).astype(np.float64) * np.asarray(scale, np.float64)[:, None]
+
+
+def dequantize_int4(q: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group: int,
+                    dtype: str) -> np.ndarray:
+    """A 4-bit weight's values (`ops.Int4Weight`, unpacked: q (n, k)) as the GEMV makes
+    them: T((q - zero) * scale) per group of `group` values of a row, as float32."""
+    q = np.asarray(q, np.float32)
+    z = np.repeat(np.asarray(zeros, np.float32), group, axis=1)
+    s = np.repeat(np.asarray(scales, np.float32), group, axis=1)
+    return round_to((q - z) * s, dtype)
+
+
 def linear_fp8(x: np.ndarray, codes: np.ndarray, scale: np.ndarray, dtype: str,
                residual: np.ndarray | None = None) -> np.ndarray:
-    """`linear` through an FP8 weight (`ops.fp8`): its e4m3 codes (n, k) times each row's
-    scale (n,), in float64."""
-    w = e4m3_decode(codes).astype(np.float64) * np.asarray(scale, np.float64)[:, None]
-    return linear(x, w, dtype, residual)
+    """`linear` through an FP8 weight (`dequantize_fp8`)."""
+    return linear(x, dequantize_fp8(codes, scale), dtype, residual)
 
 
 def quantize_fp8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`ops.fp8.quantize`: (codes uint8 (n, k), scale float32 (n,)) of w (n, k): each row's
-    largest magnitude (at least 1e-12) over 448, then w / scale to the nearest e4m3."""
+    """`ops.quantized.quantize_fp8`: (codes uint8 (n, k), scale float32 (n,)) of w (n, k):
+    each row's largest magnitude (at least 1e-12) over 448, then w / scale to the nearest
+    e4m3."""
     w = np.asarray(w, np.float32)
     scale = (np.maximum(np.abs(w).max(1), np.float32(1e-12)) / np.float32(448)).astype(
         np.float32)
     return e4m3_encode(w / scale[:, None]), scale
+
+
+def quantize_int4(w: np.ndarray, group: int, dtype: str
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`ops.quantized.quantize_int4` (unpacked): (q uint8 (n, k), scales float32 (n, k /
+    group) holding `dtype` values, zeros uint8) of w (n, k): per group, lo and hi its least
+    and largest value with 0 among them, scale = dtype((hi - lo) / 15) (1 where that is 0),
+    zero = clip(rint(-lo / scale), 0, 15), q = clip(rint(w / scale) + zero, 0, 15)."""
+    w = np.asarray(w, np.float32)
+    n, k = w.shape
+    g = w.reshape(n, k // group, group)
+    lo = np.minimum(g.min(-1), np.float32(0))
+    hi = np.maximum(g.max(-1), np.float32(0))
+    s = round_to(((hi - lo) / np.float32(15)).astype(np.float32), dtype)
+    s = np.where(s == 0, np.float32(1), s).astype(np.float32)
+    z = np.clip(np.rint(-lo / s), 0, 15).astype(np.float32)
+    q = np.clip(np.rint(g / s[..., None]) + z[..., None], 0, 15)
+    return q.reshape(n, k).astype(np.uint8), s, z.astype(np.uint8)
 
 
 def embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:

@@ -42,8 +42,8 @@ SHARED = ("requests", "prompt_tokens", "running", "waiting", "batch", "kv_blocks
           "kv_blocks_total", "iterations", "decode_steps", "decode_rows", "nodes_patched",
           "step_failures", "graphs", "graph_bytes", "graph_captures", "graph_evictions",
           "iteration", "host", "period", "continued", "fed", "gc_pause", "gc_frozen")
-# seconds: a link whose jobs had no events in an iteration gets the metrics at most this
-# often (one with events gets them with its events: its view is never a step old)
+# seconds: while jobs stream and none ends, a link whose jobs had no events in an iteration
+# gets the metrics at most this often (one with events gets them with its events)
 SNAPSHOT_S = 0.01
 
 
@@ -89,9 +89,12 @@ class _Links:
     def post(self, events: list[tuple[Job, tuple]], metrics: Metrics,
              load: tuple[int, int]) -> None:
         """An iteration's events (the worker's `post`), each to its job's link with the
-        engine's metrics and load; a link with no events gets those at most every
-        `SNAPSHOT_S` (at 128 rows a send costs the engine tens of us a link)."""
+        engine's metrics and load. Every link gets the metrics when a job ends (the request
+        counters move), when there are no events (an idle engine's last state), or when
+        they are SNAPSHOT_S old; otherwise only the links with events do (at 128 rows a
+        send costs the engine tens of us a link)."""
         mine: dict[int, list] = {}
+        ended = False
         for job, event in events:
             i = self.of.get(job)
             if i is None:
@@ -99,10 +102,11 @@ class _Links:
             if event[0] in ("finish", "error"):
                 del self.of[job]
                 self.jobs.pop((i, job.id), None)
+                ended = True
             mine.setdefault(i, []).append((job.id, _wire(event)))
         now = time.monotonic()
         with self.lock:
-            every = now - self._all_told >= SNAPSHOT_S
+            every = ended or not mine or now - self._all_told >= SNAPSHOT_S
             to = list(self.live) if every else [i for i in mine if i in self.live]
         if not to:
             return

@@ -12,7 +12,7 @@ def test_runs_up_to_must_be_a_chunk_size(bad):
         Model(preset("tiny"), None, runs_up_to=bad)
 
 
-@pytest.mark.parametrize("bad", ["int4", "FP8", 8])
+@pytest.mark.parametrize("bad", ["int3", "FP8", 8])
 def test_quantize_names_a_known_format(bad):
     with pytest.raises(ValueError, match="quantize"):
         Model(preset("tiny"), None, quantize=bad)

@@ -36,3 +36,19 @@ def test_batches_are_multiples_of_8_from_8_up():
     for ctx in (4096, 8192, 16384, 32768, 65536):
         n = sizing.max_batch(cfg, ctx, H200, H200)
         assert n < 8 or n % 8 == 0
+
+
+def test_a_quantizing_model_counts_its_copies_beside_the_16_bit_weights():
+    # llama-8b: every projection and the LM head (k 4096 or 14336, multiples of 16 and 128)
+    cfg = preset("llama-8b")
+    plain = sizing.weight_bytes(cfg)
+    params = cfg.layers * cfg._layer_params() + cfg.vocab * cfg.hidden  # the copies' values
+    rows = cfg.layers * (cfg.q_size + 2 * cfg.kv_size + cfg.hidden + 2 * cfg.intermediate
+                         + cfg.hidden) + cfg.vocab
+    fp8 = sizing.weight_bytes(cfg, "fp8") - plain
+    int4 = sizing.weight_bytes(cfg, "int4") - plain
+    norms = cfg.layers * 2 * cfg.hidden  # the layers' norm weights are not projections
+    assert fp8 == params - norms + 4 * rows
+    assert int4 == (params - norms) // 2 + 3 * (params - norms) // 128
+    assert sizing.max_batch(cfg, 8192, H200, H200, quantize="int4") <= \
+        sizing.max_batch(cfg, 8192, H200, H200)

@@ -14,7 +14,7 @@ from rawgraph.ops.matmul import GEMM, GEMM90, GEMM90_SILU, SKINNY, SKINNY90, SKI
 
 _DEFINED = re.compile(r'extern "C" __global__ void(?:\s+__\w+__\([^)]*\))*\s+(\w+)\s*\(')
 TABLES = {"gemv.cu": (gemv.GEMV, gemv.GEMV_SILU, gemv.GEMV_ROPE),
-          "gemv_quant.cu": (gemv.GEMV_F8, gemv.GEMV_F8_SILU, gemv.GEMV_F8_ROPE),
+          "gemv_quant.cu": tuple(f for forms in gemv.GEMV_QUANT.values() for f in forms),
           "skinny.cu": (SKINNY,),
           "skinny_sm90.cu": (SKINNY90, SKINNY90_SILU), "gemm.cu": (GEMM,),
           "gemm_sm90.cu": (GEMM90, GEMM90_SILU),
@@ -40,9 +40,10 @@ def test_each_file_is_what_its_tables_generate(name):
     assert set(TABLES) == set(generate.GENERATED)
 
 
-def test_gemv_has_36_forms_and_variants_and_30_of_fp8_weights():
+def test_gemv_has_36_forms_and_variants_and_60_of_quantized_weights():
     assert sum(len(f) for f in TABLES["gemv.cu"]) == 36
-    assert sum(len(f) for f in TABLES["gemv_quant.cu"]) == 30
+    assert sum(len(f) for f in gemv.GEMV_QUANT["e4m3"]) == 30
+    assert sum(len(f) for f in gemv.GEMV_QUANT["i4"]) == 30
 
 
 def test_wrappers_pass_parameters_on_and_wrap_at_100_columns():
@@ -65,19 +66,21 @@ def test_names_keys_and_signatures():
             assert k.sig == Signature.from_source(KERNELS_DIR / "gemv.cu", k.name)
     assert {v.key[0] for v in gemv.VARIANTS} == set(gemv.M_TILES)
     assert all(k.op == "gemv_quant" for f in TABLES["gemv_quant.cu"] for k in f.values())
-    # FP8 weights: the codes, then their scales, where the 16-bit forms take w
-    v = gemv.F8_VARIANTS[1]
-    assert gemv.name("float16", v, "", fp8=True) == "gemv_f16_e4m3_n8_u4_t"
-    for form, epi in ((gemv.GEMV_F8, ""), (gemv.GEMV_F8_SILU, "_silu"),
-                      (gemv.GEMV_F8_ROPE, "_rope")):
-        for (dt, *_), k in form.items():
-            assert "_e4m3_" in k.name
-            assert k.name.endswith(epi) if epi else not k.name.endswith(("_silu", "_rope"))
-            params = [p.name for p in k.sig.params]
-            assert params[1:3] == ["w", "w_scale"] and params[:1] + params[3:] == \
-                [p.name for p in Signature.parse(gemv.signature(dt, epi)).params if p.name != "w"]
-            assert k.sig.params[1].ctype == "const unsigned char*"
-    assert {v.key[0] for v in gemv.F8_VARIANTS} == set(gemv.M_TILES)
+    # quantized weights: their arrays (and the group) where the 16-bit forms take w
+    assert gemv.name("float16", gemv.F8_VARIANTS[1], "", "e4m3") == "gemv_f16_e4m3_n8_u4_t"
+    assert gemv.name("bfloat16", gemv.I4_VARIANTS[0], "_silu", "i4") == "gemv_bf16_i4_n8_u4_silu"
+    takes = {"e4m3": ["w", "w_scale"], "i4": ["w", "w_scales", "w_zeros", "group"]}
+    for fmt, forms in gemv.GEMV_QUANT.items():
+        for form, epi in zip(forms, gemv.EPILOGUES):
+            for (dt, *_), k in form.items():
+                assert f"_{fmt}_" in k.name
+                assert k.name.endswith(epi) if epi else not k.name.endswith(("_silu", "_rope"))
+                params, t = [p.name for p in k.sig.params], len(takes[fmt])
+                assert params[1:1 + t] == takes[fmt] and params[:1] + params[1 + t:] == \
+                    [p.name for p in Signature.parse(gemv.signature(dt, epi)).params
+                     if p.name != "w"]
+                assert k.sig.params[1].ctype == "const unsigned char*"
+        assert {v.key[0] for v in gemv.QUANT_VARIANTS[fmt]} == set(gemv.M_TILES)
 
 
 def test_every_launch_the_choice_makes_has_its_kernel():
@@ -89,11 +92,13 @@ def test_every_launch_the_choice_makes_has_its_kernel():
             assert tile >= top and threads == 32 * warps
             assert grid == -(-n // gemv.GEMV_ROWS)
     assert gemv.gemv_launch("float16", 3, 2048, 8192)[0] == ("float16", 8, 8, True, 16)
-    for top in (1, 5, 8, 9, 16):  # the FP8 weights' forms
-        for n, k in ((2048, 2048), (128256, 4096), (2048, 16384), (64, 272), (28672, 4096)):
-            key, grid, threads = gemv.gemv_launch("float16", top, n, k, fp8=True)
-            assert key in gemv.GEMV_F8 and key in gemv.GEMV_F8_SILU and key in gemv.GEMV_F8_ROPE
-            assert key[1] >= top and threads == 32 * key[4] and grid == -(-n // 16)
+    for fmt, forms in gemv.GEMV_QUANT.items():  # the quantized weights' forms
+        for top in (1, 5, 8, 9, 16):
+            for n, k in ((2048, 2048), (128256, 4096), (2048, 16384), (64, 256), (28672, 4096),
+                         (4096, 14336), (2048, 65536)):
+                key, grid, threads = gemv.gemv_launch("float16", top, n, k, fmt)
+                assert all(key in form for form in forms), (fmt, top, n, k)
+                assert key[1] >= top and threads == 32 * key[4] and grid == -(-n // 16)
 
 
 def test_generate_writes_every_generated_file(tmp_path):

@@ -9,7 +9,17 @@ from rawgraph import Range, Symbols, capture, ops
 from rawgraph.ops import matmul
 from rawgraph.ops import reference as ref
 from rawgraph.ops.matmul import path as linear_path
-from tests.helpers import DTYPES, POISON, ULP, bits, check_linear, host, poisoned, randn
+from tests.helpers import (
+    DTYPES,
+    POISON,
+    ULP,
+    bits,
+    check_linear,
+    gate_up_both,
+    host,
+    poisoned,
+    randn,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -62,14 +72,7 @@ def _gate_up(stream, rng, dtype, m, inter, k):
     g, gh = randn(rng, (inter, k), dtype, k**-0.5)
     u, uh = randn(rng, (inter, k), dtype, k**-0.5)
     w = cupy.asarray(ops.stack_gate_up(cupy.asnumpy(g), cupy.asnumpy(u)))
-    gu, out = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
-    gu2, out2 = poisoned((rows, 2 * inter), dtype), poisoned((rows, inter), dtype)
-    cupy.cuda.Device().synchronize()
-    ops.gate_up_silu(x, w, gu, out, m=m, stream=stream)
-    ops.linear(x, w, gu2, m=m, stream=stream)
-    ops.silu_mul(gu2, out2, rows=m, stream=stream)
-    stream.synchronize()
-    return out, bits(gu), bits(out2), (xh, gh, uh)
+    return (*gate_up_both(stream, x, w, m, dtype), (xh, gh, uh))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -22,7 +22,7 @@ from rawgraph.ops.attention import (
     row_runs,
     row_splits,
 )
-from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_f8_variant, gemv_variant
+from rawgraph.ops.gemv import M_TILES, VARIANTS, gemv_f8_variant, gemv_i4_variant, gemv_variant
 from rawgraph.ops.matmul import (
     GEMM90_TILES,
     GEMM_SPLITS,
@@ -53,6 +53,15 @@ def test_fp8_gemv_variant_follows_the_16_bit_rule_by_a_rows_bytes():
     assert gemv_f8_variant(8192, 2048) == (4, True, 8)  # 512 blocks: segments
     assert gemv_f8_variant(2048, 16384, 16) == (2, True, 16)
     assert gemv_f8_variant(4096, 4096, 16) == (2, True, 8)
+
+
+def test_int4_gemv_variant_follows_the_16_bit_rule_by_a_rows_bytes():
+    # a 4-bit row of k values is k / 2 bytes; 4 chunks in flight in pieces, 2 in segments
+    assert gemv_i4_variant(2048, 2048) == (4, False, 8)  # 128 blocks, 1 KB rows
+    assert gemv_i4_variant(2048, 16384) == (2, True, 8)  # 8 KB rows: segments
+    assert gemv_i4_variant(2048, 32768) == (2, True, 16)  # 16 KB rows, one block an SM
+    assert gemv_i4_variant(8192, 2048) == (2, True, 8)  # 512 blocks: segments
+    assert gemv_i4_variant(4096, 4096, 16) == (2, True, 8)
 
 
 def test_gemv_variant_for_long_rows_wide_blocks_and_waves():

@@ -638,8 +638,8 @@ def test_an_engine_link_follows_the_engine_draining_and_ending():
 
 def test_the_engine_process_sends_a_link_its_events_and_the_metrics_when_due(monkeypatch):
     # each iteration's events go to the link their job came by, with the engine's metrics
-    # pickled once; a link whose jobs had no events gets the metrics only when they are
-    # SNAPSHOT_S old; a job's finish forgets it
+    # pickled once; a link whose jobs had no events gets the metrics when a job ends, when
+    # nothing happened (idle), or when they are SNAPSHOT_S old; a job's finish forgets it
     import multiprocessing
     import pickle
 
@@ -662,17 +662,18 @@ def test_the_engine_process_sends_a_link_its_events_and_the_metrics_when_due(mon
     assert sorted(first) == [0, 1, 2]
     assert first[0][1] == [(a.id, ("tokens", [7], None))] and first[1][1] == first[2][1] == []
     assert pickle.loads(first[1][2])["running"] == 2 and first[1][3] == (2, 0)
-    m.running = 1
-    links.post([(b, ("finish", "length", 0)), (Job(Request([1], 1), None), ("tokens", [1]))],
-               m, (1, 0))  # the unknown job's event goes nowhere
+    links.post([(a, ("tokens", [8], None)),
+                (Job(Request([1], 1), None), ("tokens", [1]))],  # an unknown job: nowhere
+               m, (2, 0))
     second = got()
-    assert list(second) == [2] and second[2][1] == [(b.id, ("finish", "length", 0))]
-    assert pickle.loads(second[2][2])["running"] == 1
+    assert list(second) == [0] and second[0][1] == [(a.id, ("tokens", [8], None))]
+    m.running = 1
+    links.post([(b, ("finish", "length", 0))], m, (1, 0))  # a job ends: every link
+    third = got()
+    assert sorted(third) == [0, 1, 2] and third[2][1] == [(b.id, ("finish", "length", 0))]
+    assert third[0][1] == [] and pickle.loads(third[1][2])["running"] == 1
     assert b not in links.of and (2, b.id) not in links.jobs and a in links.of
-    links.post([], m, (1, 0))  # nothing new and the metrics fresh: no send
-    assert got() == {}
-    monkeypatch.setattr(process, "SNAPSHOT_S", 0.0)
-    links.post([], m, (1, 0))
+    links.post([], m, (1, 0))  # nothing happened: the idle engine's state, everywhere
     assert sorted(got()) == [0, 1, 2]
     for ours, theirs in pipes:
         ours.close()

@@ -1,34 +1,36 @@
-"""A model with FP8 projections (`Model(quantize="fp8")`): its codes and scales are the GPU
-quantizer's of the weights the projections read (norms folded in); with every projection on
-the FP8 GEMV (chunks and steps of at most 16 rows) its logits follow the NumPy reference of
-those dequantized weights; its decode steps stay close to the 16-bit model's; graphs give
-the eager tokens."""
+"""A model with quantized projections (`Model(quantize="fp8")` / `"int4"`): its copies are the
+GPU quantizer's of the weights the projections read (norms folded in); with every projection
+on the quantized GEMV (chunks and steps of at most 16 rows) its logits follow the NumPy
+reference of those dequantized weights; its decode steps stay close to the 16-bit model's;
+graphs replay its eager launches."""
 
 import numpy as np
 import pytest
 
-from rawgraph.dtypes import e4m3_decode, to_float32
+from rawgraph.dtypes import to_float32
 from rawgraph.engine.runner import Runner
 from rawgraph.model.config import preset
 from rawgraph.model.decoder import Model
 from rawgraph.model.reference import KVState, float_weights, forward
 from rawgraph.model.step import PrefillPiece
-from rawgraph.model.weights import fp8_copies, random_weights
-from rawgraph.ops import Fp8Weight
+from rawgraph.model.weights import quantized_copies, random_weights
+from rawgraph.ops import Fp8Weight, Int4Weight
 from rawgraph.ops import reference as ref
 from rawgraph.ops.elementwise import GATE_UP_GROUP
-from rawgraph.ops.fp8 import takes_fp8
+from rawgraph.ops.quantized import I4_GROUP, pack_int4, takes_quantized, unpack_int4
 
 pytestmark = pytest.mark.gpu
 TOL = {"float16": 0.02, "bfloat16": 0.08}  # as the 16-bit model's against its reference
-# the FP8 model's decode logits from the 16-bit model's (relative L2): e4m3's 3 mantissa bits
-# on every projection; the checkpoint loader measured 0.045-0.054 for one rounding of tiny
-QUANTIZATION_L2 = 0.1
+# the quantized model's decode logits from the 16-bit model's (relative L2), bounds of what
+# its rounding gives: e4m3's 3 mantissa bits (the checkpoint loader measured 0.045-0.054 for
+# one rounding of tiny), 15 levels a group of 128 (about 10% of a weight's spread)
+QUANTIZATION_L2 = {"fp8": 0.1, "int4": 0.35}
+QUANTIZE = ("fp8", "int4")
 
 
 @pytest.fixture(autouse=True)
 def _ada_or_newer():
-    if not takes_fp8():
+    if not takes_quantized("e4m3"):
         pytest.skip("FP8 kernels need compute capability 8.9")
 
 
@@ -37,7 +39,7 @@ def _err(got, want) -> float:
 
 
 def _dequantized(model: Model) -> dict[str, np.ndarray]:
-    """The float32 checkpoint tensors the FP8 model computes with: each FP8 copy dequantized,
+    """The float32 checkpoint tensors a quantized model computes with: each copy dequantized,
     its folded norm divided out (the reference applies the norm weight to x), gate and up
     taken apart."""
     cfg, w = model.cfg, model.w
@@ -45,8 +47,12 @@ def _dequantized(model: Model) -> dict[str, np.ndarray]:
 
     def deq(name):
         f = w[name]
-        assert isinstance(f, Fp8Weight)
-        return e4m3_decode(f.codes.get()) * f.scale.get()[:, None]
+        if isinstance(f, Fp8Weight):
+            return ref.dequantize_fp8(f.codes.get(), f.scale.get())
+        assert isinstance(f, Int4Weight)
+        return ref.dequantize_int4(unpack_int4(f.packed.get()),
+                                   to_float32(f.scales.get(), cfg.dtype), f.zeros.get(),
+                                   f.group, cfg.dtype)
 
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
@@ -67,30 +73,41 @@ def _dequantized(model: Model) -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.parametrize("quantize", QUANTIZE)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_the_fp8_copies_are_the_quantizers_of_the_folded_weights(dtype):
+def test_the_copies_are_the_quantizers_of_the_folded_weights(quantize, dtype):
     cfg = preset("tiny").replace(dtype=dtype)
     model = Model(cfg, random_weights(cfg, 5), max_batch=4, max_context=256, max_chunk=16,
-                  max_chunk_seqs=4, quantize="fp8")
+                  max_chunk_seqs=4, quantize=quantize)
     try:
-        assert set(fp8_copies(cfg)) == {n for n, w in model.w.items()
-                                        if isinstance(w, Fp8Weight)}
-        for name in fp8_copies(cfg):
+        copies = quantized_copies(cfg, quantize)
+        assert set(copies) == {n for n, w in model.w.items()
+                               if isinstance(w, (Fp8Weight, Int4Weight))}
+        for name in copies:
             w = model.w[name]
-            codes, scale = ref.quantize_fp8(to_float32(w.wide.get(), dtype))
-            np.testing.assert_array_equal(w.codes.get(), codes, err_msg=name)
-            np.testing.assert_array_equal(w.scale.get(), scale, err_msg=name)
+            wide = to_float32(w.wide.get(), dtype)
+            if quantize == "fp8":
+                codes, scale = ref.quantize_fp8(wide)
+                np.testing.assert_array_equal(w.codes.get(), codes, err_msg=name)
+                np.testing.assert_array_equal(w.scale.get(), scale, err_msg=name)
+                continue
+            q, s, z = ref.quantize_int4(wide, I4_GROUP, dtype)
+            np.testing.assert_array_equal(w.packed.get(), pack_int4(q), err_msg=name)
+            np.testing.assert_array_equal(to_float32(w.scales.get(), dtype), s, err_msg=name)
+            np.testing.assert_array_equal(w.zeros.get(), z, err_msg=name)
     finally:
         model.close()
 
 
+@pytest.mark.parametrize("quantize", QUANTIZE)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_an_fp8_model_on_the_gemv_follows_the_reference_of_its_weights(stream, dtype):
-    # chunks of 16 tokens and steps of 1 row: every projection reads the FP8 copies; the
-    # logits after each chunk and step against the reference of the dequantized weights
+def test_a_quantized_model_on_the_gemv_follows_the_reference_of_its_weights(stream, quantize,
+                                                                            dtype):
+    # chunks of 16 tokens and steps of 1 row: every projection reads the quantized copies;
+    # the logits after each chunk and step against the reference of the dequantized weights
     cfg = preset("tiny").replace(dtype=dtype)
     model = Model(cfg, random_weights(cfg, 7), max_batch=2, max_context=256, max_chunk=16,
-                  max_chunk_seqs=2, quantize="fp8")
+                  max_chunk_seqs=2, quantize=quantize)
     try:
         tokens = [int(t) for t in np.random.default_rng(1).integers(0, cfg.vocab, 48)]
         want = forward(cfg, _dequantized(model), np.array(tokens), KVState())
@@ -106,39 +123,40 @@ def test_an_fp8_model_on_the_gemv_follows_the_reference_of_its_weights(stream, d
         model.close()
 
 
-def test_an_fp8_models_steps_stay_near_the_16_bit_models(stream):
+@pytest.mark.parametrize("quantize", QUANTIZE)
+def test_a_quantized_models_steps_stay_near_the_16_bit_models(stream, quantize):
     # prefill with the 16-bit weights (chunks of 64 take the tiled paths), then 16 decode
-    # steps on the FP8 GEMV beside the 16-bit model's: relative L2 of the logits
+    # steps on the quantized GEMV beside the 16-bit model's: relative L2 of the logits
     cfg = preset("tiny")  # fp16: its own rounding well under the quantization's
     tensors = random_weights(cfg, 9)
     tokens = [int(t) for t in np.random.default_rng(2).integers(0, cfg.vocab, 80)]
     logits = {}
-    for quantize in (None, "fp8"):
+    for q in (None, quantize):
         model = Model(cfg, tensors, max_batch=2, max_context=256, max_chunk=64,
-                      max_chunk_seqs=2, quantize=quantize)
+                      max_chunk_seqs=2, quantize=q)
         model.prefill([PrefillPiece(0, tokens[:64], 0)], stream)
         steps = []
         for i in range(64, 80):
             model.decode([0], [tokens[i]], stream)
             steps.append(to_float32(model.dec["logits"][0].get(), cfg.dtype))
-        logits[quantize] = np.stack(steps)
+        logits[q] = np.stack(steps)
         model.close()
-    a, b = logits["fp8"], logits[None]
+    a, b = logits[quantize], logits[None]
     l2 = float(np.linalg.norm(a - b) / np.linalg.norm(b))
-    assert 0 < l2 < QUANTIZATION_L2, l2
-    print(f"FP8 vs 16-bit decode logits: relative L2 {l2:.4f}, top-1 agreement "
+    assert 0 < l2 < QUANTIZATION_L2[quantize], l2
+    print(f"{quantize} vs 16-bit decode logits: relative L2 {l2:.4f}, top-1 agreement "
           f"{(a.argmax(1) == b.argmax(1)).mean():.2f}")
     # the reference of the 16-bit weights sees the same distance (the quantization's, not a bug)
     want = forward(cfg, float_weights(cfg, tensors), np.array(tokens), KVState())[64:80]
     assert float(np.linalg.norm(b - want) / np.linalg.norm(want)) < l2
 
 
-def _run(tensors, graphs: bool):
-    """Prefill three prompts, then 12 decode steps of all three (the FP8 GEMV at 4 rows):
+def _run(tensors, graphs: bool, quantize: str):
+    """Prefill three prompts, then 12 decode steps of all three (the quantized GEMV at 4 rows):
     every iteration's tokens and the last step's logits."""
     cfg = preset("tiny")
     model = Model(cfg, tensors, max_batch=4, max_context=256, max_chunk=64, max_chunk_seqs=4,
-                  quantize="fp8")
+                  quantize=quantize)
     runner = Runner(model, graphs=graphs, buckets=[4], chunks=[64])
     prompts = [[5, 9, 11], [6, 9, 12, 40], [7, 1]]
     toks, _, _ = runner.run([PrefillPiece(s, p, 0) for s, p in enumerate(prompts)], [], [])
@@ -152,8 +170,9 @@ def _run(tensors, graphs: bool):
     return out, logits
 
 
-def test_an_fp8_models_graphs_replay_its_eager_launches():
+@pytest.mark.parametrize("quantize", QUANTIZE)
+def test_a_quantized_models_graphs_replay_its_eager_launches(quantize):
     tensors = random_weights(preset("tiny"), 3)
-    (eager, a), (graph, b) = _run(tensors, False), _run(tensors, True)
+    (eager, a), (graph, b) = _run(tensors, False, quantize), _run(tensors, True, quantize)
     assert eager == graph
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
