@@ -17,11 +17,33 @@
 //   zero, 0, 15), packed 8 a 32-bit word in the nibble order of ops.quantized.pack_int4
 //   (values 0 2 4 6 1 3 5 7, bits 0-3 first). packed (n, k / 2), scales and zeros
 //   (n, k / group). grid (n), block (256): a thread a group (a one-time pass at load).
+//
+//   extern "C" fp8_dequantize_{f16,bf16}(const unsigned char* codes, const float* scale, T* w,
+//                                        int n, int k)
+//   extern "C" int4_dequantize_{f16,bf16}(const unsigned char* packed, const T* scales,
+//                                         const unsigned char* zeros, T* w, int n, int k,
+//                                         int group)
+//   The other way, for the paths with no quantized kernel (a model that keeps no 16-bit
+//   weights dequantizes a projection into a scratch buffer before the GEMM reads it):
+//   w[r][j] = T(e4m3(codes[r][j]) * scale[r]), or T((q - zero) * scale) (the GEMV's values).
+//   grid (cdiv(n k / 8, 256)), block (256): a thread 8 values of a row (k % 16 == 0).
 #include <common.cuh>
 
 namespace {
 
 constexpr int kThreads = 256;
+
+// two e4m3 codes (the low byte first) as a half2's bits: exact
+__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short v) {
+#if __CUDA_ARCH__ >= 890
+  unsigned r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  return r;
+#else
+  __trap();
+  return v;
+#endif
+}
 
 // two floats to e4m3 codes: a in the low byte, b in the high byte
 __device__ __forceinline__ unsigned short e4m3x2(float a, float b) {
@@ -94,6 +116,44 @@ __device__ void int4_impl(const T* w, unsigned char* packed, T* scales, unsigned
   }
 }
 
+// 8 values of row r from value j on: FP8's, or 4-bit's (one 32-bit word)
+template <typename T>
+__device__ void fp8_dequantize_impl(const unsigned char* codes, const float* scale, T* w, int n,
+                                    int k) {
+  const long long i = 8ll * (static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x);
+  if (i >= static_cast<long long>(n) * k) return;
+  const float s = scale[i / k];
+  const uint2 c = *reinterpret_cast<const uint2*>(codes + i);
+  const unsigned words[2] = {c.x, c.y};
+  T out[8];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const unsigned pair = e4m3x2_f16x2(static_cast<unsigned short>(words[h] >> (16 * p)));
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+      out[4 * h + 2 * p] = rg::from_float<T>(f.x * s);
+      out[4 * h + 2 * p + 1] = rg::from_float<T>(f.y * s);
+    }
+  *reinterpret_cast<uint4*>(w + i) = *reinterpret_cast<const uint4*>(out);
+}
+
+template <typename T>
+__device__ void int4_dequantize_impl(const unsigned char* packed, const T* scales,
+                                     const unsigned char* zeros, T* w, int n, int k,
+                                     int group) {
+  const long long i = 8ll * (static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x);
+  if (i >= static_cast<long long>(n) * k) return;
+  const long long at = i / k * (k / group) + i % k / group;  // the 8 values' group
+  const float s = rg::to_float(scales[at]), z = zeros[at];
+  const unsigned word = *reinterpret_cast<const unsigned*>(packed + i / 2);
+  T out[8];
+#pragma unroll
+  for (int v = 0; v < 8; ++v)
+    out[v] = rg::from_float<T>((static_cast<float>(word >> (4 * nibble(v)) & 0xf) - z) * s);
+  *reinterpret_cast<uint4*>(w + i) = *reinterpret_cast<const uint4*>(out);
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -113,4 +173,23 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 int4_quantize_bf16(const __nv_bfloat16* w, unsigned char* packed, __nv_bfloat16* scales,
                    unsigned char* zeros, int n, int k, int group) {
   int4_impl(w, packed, scales, zeros, k, group);
+}
+extern "C" __global__ void __launch_bounds__(kThreads)
+fp8_dequantize_f16(const unsigned char* codes, const float* scale, __half* w, int n, int k) {
+  fp8_dequantize_impl(codes, scale, w, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads)
+fp8_dequantize_bf16(const unsigned char* codes, const float* scale, __nv_bfloat16* w, int n,
+                    int k) {
+  fp8_dequantize_impl(codes, scale, w, n, k);
+}
+extern "C" __global__ void __launch_bounds__(kThreads)
+int4_dequantize_f16(const unsigned char* packed, const __half* scales,
+                    const unsigned char* zeros, __half* w, int n, int k, int group) {
+  int4_dequantize_impl(packed, scales, zeros, w, n, k, group);
+}
+extern "C" __global__ void __launch_bounds__(kThreads)
+int4_dequantize_bf16(const unsigned char* packed, const __nv_bfloat16* scales,
+                     const unsigned char* zeros, __nv_bfloat16* w, int n, int k, int group) {
+  int4_dequantize_impl(packed, scales, zeros, w, n, k, group);
 }

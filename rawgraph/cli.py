@@ -110,6 +110,7 @@ def check_only(name: str, only: str) -> None:
                              f"{','.join(PARTS)}")
         return
     from rawgraph.bench.decode import PRESETS as DECODE_PRESETS
+    from rawgraph.bench.decode import QUANT_ONLY
 
     names = (DECODE_PRESETS if name == "decode" else ("llama-1b", "llama-8b")
              if name in ("prefill", "serve") else tuple(PRESETS))
@@ -136,6 +137,8 @@ def check_only(name: str, only: str) -> None:
             raise UsageError(f"bench prefill --only {only!r}: prefix[:PRESET] with a preset "
                              f"of {list(names)}")
         return
+    if name == "decode":  # QUANT_ONLY's presets too: measured quantized alone
+        names = (*names, *QUANT_ONLY)
     if not any(only in n for n in names):
         raise UsageError(f"bench {name} --only {only!r} matches no preset of {list(names)}")
 

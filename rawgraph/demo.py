@@ -24,7 +24,7 @@ from rawgraph.model.tokenizer import Tokenizer
 from rawgraph.model.weights import random_weights
 from rawgraph.ops.matmul import DECODE_ROWS
 from rawgraph.ops.sampling import GREEDY_TEMPERATURE, SamplingParams
-from rawgraph.options import add_quantize, at_least, check_model, positive
+from rawgraph.options import add_quantize, at_least, check_model, check_quantize, positive
 
 TEXT_PROMPTS = ["The capital of France is", "CUDA graphs make small kernels cheap because",
                 "Write a haiku about memory bandwidth:", "1, 2, 3, 4, 5,",
@@ -58,6 +58,7 @@ def check(args: Any) -> None:
     """ValueError naming the option unless the demo's options make sense (no GPU needed):
     a known preset, a checkpoint directory whose config.json rawgraph reads, sizes in range."""
     check_model(args)
+    check_quantize(args)
     if not 1 <= args.max_batch <= DECODE_ROWS:
         raise ValueError(f"--max-batch {args.max_batch}: 1 to {DECODE_ROWS}")
     if args.chunk > args.max_context:
@@ -81,7 +82,7 @@ def setup(args: Any) -> tuple[Model, ModelConfig, Any]:
         tensors = random_weights(cfg, args.seed) if args.preset == "tiny" else None
     model = Model(cfg, tensors, max_batch=args.max_batch, max_context=args.max_context,
                   max_chunk=args.chunk, max_chunk_seqs=min(8, args.max_batch), seed=args.seed,
-                  files=files, quantize=args.quantize)
+                  files=files, quantize=args.quantize, keep_16bit=not args.quantized_only)
     return model, cfg, tok
 
 

@@ -46,4 +46,14 @@ def add_quantize(q: argparse.ArgumentParser) -> None:
                    "steps of up to 16 rows: fp8 (e4m3, a scale per output row; half the "
                    "weight bytes of such a step; compute capability 8.9 or newer) or int4 "
                    "(4-bit, a scale and zero point per group of 128; a quarter). The 16-bit "
-                   "weights stay for larger batches and prefill")
+                   "weights stay for larger batches and prefill (see --quantized-only)")
+    q.add_argument("--quantized-only", action="store_true",
+                   help="with --quantize: keep the layers' projections quantized alone (the "
+                   "memory of the format: a 70B model in FP8 on one 141 GB GPU); prefill and "
+                   "batches past 16 rows dequantize each projection into a scratch first")
+
+
+def check_quantize(args: Any) -> None:
+    """ValueError unless --quantized-only comes with --quantize."""
+    if args.quantized_only and not args.quantize:
+        raise ValueError("--quantized-only: with --quantize fp8 or int4")

@@ -73,6 +73,8 @@ QUANT_CONTEXT = 1024
 QUANT_GOAL_MS = {"fp8": {("llama-1b", 1, 1024): 0.45, ("llama-8b", 1, 1024): 2.15},
                  "int4": {("llama-1b", 1, 1024): 0.40, ("llama-8b", 1, 1024): 1.25}}
 QUANT_SPEEDUP = {"fp8": 1.5, "int4": 1.0}  # each row at least this much faster than 16-bit
+# presets measured only quantized alone (`keep_16bit=False`): their 16-bit weights do not fit
+QUANT_ONLY = ("llama-70b",)
 
 
 def fill_contexts(model: Model, batch: int, ctx: int) -> list[int]:
@@ -299,20 +301,21 @@ def quantized_bytes(model: Model) -> int:
     """The weight bytes a decode step of up to 16 rows reads from a quantizing model: the
     config's 16-bit decode bytes, each quantized copy's bytes in place of its 16-bit one."""
     q = [w for w in {id(w): w for w in model.w.values()}.values() if isinstance(w, Quantized)]
-    return model.cfg.decode_bytes() - sum(w.wide.nbytes - w.nbytes for w in q)
+    return model.cfg.decode_bytes() - sum(2 * w.shape[0] * w.shape[1] - w.nbytes for w in q)
 
 
 def _quantized(name: str, floor_gbps: float, quantize: str) -> list[dict[str, Any]]:
     """Quantized weights (`Model(quantize=)`, "fp8" or "int4") at QUANT_BATCHES x
     QUANT_CONTEXT beside the 16-bit model's same cases, both measured here: the floor counts
     the quantized bytes (`quantized_bytes`); the goal is max(1.2 x floor, floor + 0.14 ms),
-    or QUANT_GOAL_MS's where lower, and at least QUANT_SPEEDUP x the 16-bit step."""
+    or QUANT_GOAL_MS's where lower, and at least QUANT_SPEEDUP x the 16-bit step. A preset of
+    QUANT_ONLY runs quantized alone (`keep_16bit=False`), with no 16-bit row beside."""
     if not takes_quantized({"fp8": "e4m3", "int4": "i4"}[quantize]):
         return []
-    cfg, out = preset(name), {}
-    for q in (None, quantize):
+    cfg, out, alone = preset(name), {}, name in QUANT_ONLY
+    for q in (quantize,) if alone else (None, quantize):
         model = Model(cfg, None, max_batch=max(QUANT_BATCHES), max_context=QUANT_CONTEXT + 64,
-                      max_chunk=512, max_chunk_seqs=8, quantize=q)
+                      max_chunk=512, max_chunk_seqs=8, quantize=q, keep_16bit=not alone)
         model.kv.k.fill(0)
         model.kv.v.fill(0)
         runner = Runner(model, graphs=True, buckets=QUANT_BATCHES, chunks=[512])
@@ -324,14 +327,17 @@ def _quantized(name: str, floor_gbps: float, quantize: str) -> list[dict[str, An
         cupy.get_default_memory_pool().free_all_blocks()
     rows = []
     for b in QUANT_BATCHES:
-        row, wide = out[quantize, b], out[None, b]["overlapped ms"]
+        row = out[quantize, b]
         goal = min(max(1.2 * row["floor ms"], row["floor ms"] + 0.14),
                    QUANT_GOAL_MS[quantize].get((name, b, QUANT_CONTEXT), math.inf))
-        speedup = wide / row["overlapped ms"]
-        row.update({"weights": quantize, "fp16 overlapped ms": wide, "x fp16": speedup,
-                    "goal ms": goal, "ok": row["overlapped ms"] <= goal
-                    and speedup >= QUANT_SPEEDUP[quantize],
+        row.update({"weights": quantize + (" alone" if alone else ""), "goal ms": goal,
+                    "ok": row["overlapped ms"] <= goal,
                     "goal >= read chain": goal >= row["read chain ms"]})
+        if not alone:
+            wide = out[None, b]["overlapped ms"]
+            speedup = wide / row["overlapped ms"]
+            row.update({"fp16 overlapped ms": wide, "x fp16": speedup,
+                        "ok": row["ok"] and speedup >= QUANT_SPEEDUP[quantize]})
         rows.append(row)
     return rows
 
@@ -509,9 +515,9 @@ def profile(name: str = "llama-1b", batch: int = 1, ctx: int = 1024) -> list[dic
 
 def run(only: str = "") -> list[dict[str, Any]]:
     """Measure PRESETS (or those whose names contain `only`; 'long' for LLaMA's long-context
-    rows alone, 'fp8' or 'int4' for their quantized rows alone; 'profile:B:CTX' or
-    'profile:PRESET:B:CTX' for a per-kernel breakdown of one decode graph, llama-1b unless
-    named)."""
+    rows alone, 'fp8' or 'int4' for their quantized rows alone, QUANT_ONLY's too), then
+    QUANT_ONLY quantized alone; 'profile:B:CTX' or 'profile:PRESET:B:CTX' for a per-kernel
+    breakdown of one decode graph, llama-1b unless named)."""
     if only.startswith("profile"):
         parts = only.split(":")[1:]
         name = parts.pop(0) if parts and not parts[0].isdigit() else "llama-1b"
@@ -532,4 +538,9 @@ def run(only: str = "") -> list[dict[str, Any]]:
             if only == q or not alone:
                 mine += _quantized(name, floor, q)  # the GPU is the peer's after these
         rows.extend(with_peer(mine, name))
+    for name in QUANT_ONLY:  # no peer: PyTorch's 16-bit step does not fit either
+        for q in QUANT_GOAL_MS:
+            if only in ("", q) or (only not in ("long", *QUANT_GOAL_MS) and only in name):
+                rows.extend(_quantized(name, floor, q))
+                cupy.get_default_memory_pool().free_all_blocks()
     return rows

@@ -135,6 +135,12 @@ PRESETS: dict[str, ModelConfig] = {
                             head_dim=128, intermediate=14336, rope_theta=500000.0,
                             rope_scaling=Llama3Scaling(factor=8.0), max_position=131072,
                             dtype="bfloat16", name="llama-8b"),
+    # Llama-3.1-70B's shape: its 16-bit weights (141 GB) do not fit one H200; quantized alone
+    # (`Model(quantize=..., keep_16bit=False)`) they do: 70 GB in FP8, 35 GB in 4-bit
+    "llama-70b": ModelConfig(vocab=128256, hidden=8192, layers=80, heads=64, kv_heads=8,
+                             head_dim=128, intermediate=28672, rope_theta=500000.0,
+                             rope_scaling=Llama3Scaling(factor=8.0), max_position=131072,
+                             dtype="bfloat16", name="llama-70b"),
     # the other families' shapes users run (Qwen2.5-1.5B-Instruct, Qwen3-8B, Mistral-7B v0.3)
     "qwen2.5-1.5b": ModelConfig(vocab=151936, hidden=1536, layers=28, heads=12, kv_heads=2,
                                 head_dim=128, intermediate=8960, rope_theta=1000000.0,

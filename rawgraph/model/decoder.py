@@ -119,7 +119,8 @@ class Model:
                  num_blocks: int | None = None, seed: int = 0,
                  files: dict[str, Any] | None = None,
                  runs_up_to: int = RUNS_UP_TO, variants: Variants | None = None,
-                 batch_invariant: bool | None = None, quantize: str | None = None):
+                 batch_invariant: bool | None = None, quantize: str | None = None,
+                 keep_16bit: bool = True):
         """`tensors`: checkpoint tensors in cfg.dtype storage (see rawgraph.model.checkpoint);
         None: seeded random weights made on the device (benchmarks of large presets).
         Tensors holding NaN or infinities are refused (CheckpointError naming the tensor,
@@ -134,9 +135,17 @@ class Model:
         row (half the bytes a decode step of 1-16 rows reads); "int4", 4-bit values with a
         scale and zero point per group of 128 (a quarter). The decode GEMV's rows read the
         copies; more rows read the 16-bit weights, kept beside
-        (`weights.quantized_copies`)."""
+        (`weights.quantized_copies`). `keep_16bit` False (with `quantize`): the layers'
+        projections are kept quantized alone (each staged, folded and quantized at load), the
+        memory of the format; the paths with no quantized kernel (prefill, more than 16
+        rows) dequantize a projection into a scratch buffer before reading it (one scratch
+        per buffer set, as large as the largest projection). The LM head keeps its 16-bit
+        copy (a scratch as large would cost as much)."""
         if quantize not in QUANTIZE:
             raise ValueError(f"quantize = {quantize!r}: one of {QUANTIZE}")
+        if not keep_16bit and quantize is None:
+            raise ValueError("keep_16bit = False: only with quantize (the 16-bit weights are "
+                             "all a model without it has)")
         if quantize is not None and not ops.quantized.takes_quantized(
                 {"fp8": "e4m3", "int4": "i4"}[quantize]):
             raise ValueError(f"quantize = {quantize!r}: its kernels need a newer GPU "
@@ -165,6 +174,7 @@ class Model:
         self.cfg, self.max_batch, self.max_context = cfg, max_batch, max_context
         self.max_chunk, self.max_chunk_seqs = max_chunk, max_chunk_seqs
         self.runs_up_to, self.variants, self.quantize = runs_up_to, variants, quantize
+        self.keep_16bit = bool(keep_16bit)
         if batch_invariant is None:
             batch_invariant = os.environ.get("RAWGRAPH_BATCH_INVARIANT") == "1"
         self.batch_invariant = bool(batch_invariant)
@@ -263,56 +273,89 @@ class Model:
         lay = weights.layout(cfg)
         q = self.quantize
         copies = weights.quantized_copies(cfg, q) if q else {}
+        alone = self._alone(copies)  # kept quantized alone: staged one at a time
         extra = sum(weights.quantized_bytes(q, n, k) + 768  # type: ignore[arg-type]
                     for n, k in copies.values())  # each array 256-aligned
-        self.arena = Arena(sum(2 * math.prod(s) + 256 for s, _ in lay.values()) + extra
-                           + (1 << 20), "weights")
+        self.arena = Arena(sum(2 * math.prod(s) + 256 for n, (s, _) in lay.items()
+                               if n not in alone) + extra + (1 << 20), "weights")
+        stage = cupy.empty(max(n * k for n, k in alone.values()), st) if alone else None
         self.w = {}
         rng = cupy.random.default_rng(seed)
         checks: list[tuple[str, cupy.ndarray]] = []  # (source tensor, its device view)
         for name, (shape, sources) in lay.items():  # stream each tensor into its region
-            view = self.w[name] = self.arena.array(name, shape, st)
-            if tensors is None:
-                weights.random_fill(view, rng, cfg.dtype, bias=name.endswith("bias"))
+            if name not in alone:
+                view = self.w[name] = self.arena.array(name, shape, st)
+                checks += self._fill(view, name, sources, tensors, rng)
                 continue
-            if name.endswith("gate_up"):
-                view.set(ops.stack_gate_up(*(np.asarray(tensors[src], st) for src in sources)))
-                pair = view.reshape(-1, 2, ops.elementwise.GATE_UP_GROUP, shape[1])
-                checks += [(sources[0], pair[:, 0]), (sources[1], pair[:, 1])]
-                continue
-            row = 0
-            for src in sources:
-                a = np.ascontiguousarray(tensors[src], st)
-                view[row:row + a.shape[0]].set(a)
-                checks.append((src, view[row:row + a.shape[0]]))
-                row += a.shape[0]
+            assert stage is not None
+            view = stage[:math.prod(shape)].reshape(shape)
+            # checked now (the stage is the next one's), folded, quantized; its norm came
+            # before it in the layout, and is checked with the rest below
+            weights.check_finite(self._fill(view, name, sources, tensors, rng), cfg.dtype,
+                                 files)
+            self._fold(name, view)
+            self.w[name] = self._quantized(name, view, keep=False)
         weights.check_finite(checks, cfg.dtype, files)  # before the norms fold into projections
-        for i in range(cfg.layers):
-            p = f"model.layers.{i}."
-            for norm, proj in weights.NORM_FOLDS:
-                ops.fold_norm(self.w[p + proj], self.w[p + norm])
+        for name in lay:
+            if name not in alone:
+                self._fold(name, self.w[name])
         if cfg.tie_embeddings:
             self.w["lm_head"] = self.w["embed"]
         for name in copies:  # of the weights as the projections read them: norms folded in
-            self.w[name] = self._quantized(name, self.w[name])
+            if name not in alone:
+                self.w[name] = self._quantized(name, self.w[name])
         cupy.cuda.get_current_stream().synchronize()
+        del stage
 
-    def _quantized(self, name: str, w16: cupy.ndarray) -> Any:
+    def _alone(self, copies: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        """Of the quantized copies, those kept without their 16-bit weight (`keep_16bit`
+        False): the layers' projections, not the LM head."""
+        return {} if self.keep_16bit else {n: s for n, s in copies.items() if n != "lm_head"}
+
+    def _fill(self, view: cupy.ndarray, name: str, sources: tuple[str, ...],
+              tensors: dict[str, np.ndarray] | None, rng: Any) -> list[tuple[str, Any]]:
+        """Layout tensor `name` into `view`: seeded random values, or its checkpoint tensors
+        (gate and up interleaved); (source tensor, its view) of each, to check finite."""
+        cfg, st = self.cfg, storage_dtype(self.cfg.dtype)
+        if tensors is None:
+            weights.random_fill(view, rng, cfg.dtype, bias=name.endswith("bias"))
+            return []
+        if name.endswith("gate_up"):
+            view.set(ops.stack_gate_up(*(np.asarray(tensors[src], st) for src in sources)))
+            pair = view.reshape(-1, 2, ops.elementwise.GATE_UP_GROUP, view.shape[1])
+            return [(sources[0], pair[:, 0]), (sources[1], pair[:, 1])]
+        out, row = [], 0
+        for src in sources:
+            a = np.ascontiguousarray(tensors[src], st)
+            view[row:row + a.shape[0]].set(a)
+            out.append((src, view[row:row + a.shape[0]]))
+            row += a.shape[0]
+        return out
+
+    def _fold(self, name: str, view: cupy.ndarray) -> None:
+        """The norm whose output projection `name` reads, folded into it (weights.NORM_FOLDS;
+        other tensors: nothing)."""
+        layer, _, part = name.rpartition(".")
+        for norm, proj in weights.NORM_FOLDS:
+            if part == proj and layer:
+                ops.fold_norm(view, self.w[f"{layer}.{norm}"])
+
+    def _quantized(self, name: str, w16: cupy.ndarray, keep: bool = True) -> Any:
         """The quantized record of 16-bit weight `w16` (`self.quantize`'s format), in the
-        arena, with `w16` as its 16-bit copy."""
+        arena, with `w16` as its 16-bit copy (`keep`; else none)."""
         (n, k), a = w16.shape, self.arena
         assert a is not None
         if self.quantize == "fp8":
             codes = a.array(name + ".fp8", (n, k), np.uint8)
             scale = a.array(name + ".scale", n, np.float32)
             ops.quantized.quantize_fp8(w16, codes, scale)
-            return ops.fp8_weight(codes, scale, w16)
+            return ops.fp8_weight(codes, scale, w16 if keep else None)
         g = ops.quantized.I4_GROUP
         packed = a.array(name + ".int4", (n, k // 2), np.uint8)
         scales = a.array(name + ".scales", (n, k // g), w16.dtype)
         zeros = a.array(name + ".zeros", (n, k // g), np.uint8)
         ops.quantized.quantize_int4(w16, packed, scales, zeros, g)
-        return ops.int4_weight(packed, scales, zeros, g, w16)
+        return ops.int4_weight(packed, scales, zeros, g, w16 if keep else None)
 
     def _buffers(self, rows: int, seqs: int) -> dict[str, cupy.ndarray]:
         """Activations for `rows` tokens; the LM head's for `seqs` rows."""
@@ -330,6 +373,9 @@ class Model:
         out["lse"] = cupy.zeros(seqs, np.float32)
         out["lp"] = cupy.zeros((seqs, ops.LP_STRIDE), np.float32)
         out["lp_ids"] = cupy.zeros((seqs, ops.LP_STRIDE), np.int32)
+        alone = [w.shape for w in self.w.values() if getattr(w, "wide", 0) is None]
+        if alone:  # the projections kept quantized alone are dequantized here where needed
+            out["wq"] = cupy.empty(max(n * k for n, k in alone), st)
         return out
 
     def mixed_buffers(self) -> dict[str, cupy.ndarray]:
@@ -350,7 +396,7 @@ class Model:
         projection has appended to. Launches go to the current stream with the current symbols
         (`_on`)."""
         cfg, w, p = self.cfg, self.w, f"model.layers.{i}."
-        lin = {"m": n, "m_max": m_max}
+        lin = {"m": n, "m_max": m_max, "scratch": a.get("wq")}
         # each norm: its weight folded into the projection after it, its scale per row
         # applied by the decode GEMV (or, on the other paths, a weightless rmsnorm into h)
         norm = {"norm_eps": cfg.rms_eps, "normed": a["h"]}

@@ -18,12 +18,18 @@ RESERVE = 2 << 30          # the CUDA context, graphs (the pool's 1 GiB budget),
 ELEMENT = 2                # bytes of a float16 / bfloat16 value
 
 
-def weight_bytes(cfg: ModelConfig, quantize: str | None = None) -> int:
+def weight_bytes(cfg: ModelConfig, quantize: str | None = None, keep_16bit: bool = True
+                 ) -> int:
     """The weights' bytes on the device (`quantize` "fp8" or "int4": with their quantized
-    copies, `weights.quantized_bytes`)."""
+    copies, `weights.quantized_bytes`; `keep_16bit` False: the layers' projections quantized
+    alone, and three scratches as large as the largest, `Model(keep_16bit=)`)."""
     copies = quantized_copies(cfg, quantize) if quantize else {}
-    return sum(ELEMENT * math.prod(shape) for shape, _ in layout(cfg).values()) + \
-        sum(quantized_bytes(quantize, n, k) for n, k in copies.values())  # type: ignore[arg-type]
+    alone = {} if keep_16bit else {n: s for n, s in copies.items() if n != "lm_head"}
+    sixteen = sum(ELEMENT * math.prod(shape) for name, (shape, _) in layout(cfg).items()
+                  if name not in alone)
+    scratch = 3 * ELEMENT * max((n * k for n, k in alone.values()), default=0)
+    return sixteen + scratch + sum(quantized_bytes(quantize, n, k)  # type: ignore[arg-type]
+                                   for n, k in copies.values())
 
 
 def _row_bytes(cfg: ModelConfig) -> int:
@@ -42,12 +48,14 @@ def sequence_bytes(cfg: ModelConfig, max_context: int) -> int:
 
 
 def max_batch(cfg: ModelConfig, max_context: int, total: int, free: int, *,
-              max_chunk: int = 2048, quantize: str | None = None) -> int:
+              max_chunk: int = 2048, quantize: str | None = None,
+              keep_16bit: bool = True) -> int:
     """The most sequences (at most DECODE_ROWS, a multiple of 8 from 8 up) that fit in
     UTILIZATION of a device with `total` bytes of which `free` are free now, beside the
     weights, a prefill chunk of `max_chunk` rows (twice: a mixed iteration's too) and
-    RESERVE (`quantize` as for `weight_bytes`). ValueError when not one fits."""
-    weights = weight_bytes(cfg, quantize)
+    RESERVE (`quantize`, `keep_16bit` as for `weight_bytes`). ValueError when not one
+    fits."""
+    weights = weight_bytes(cfg, quantize, keep_16bit)
     budget = int(UTILIZATION * total) - (total - free) - weights - RESERVE \
         - 2 * max_chunk * _row_bytes(cfg)
     n = budget // sequence_bytes(cfg, max_context)

@@ -74,7 +74,7 @@ def _normed(x: Any, norm_eps: float | None, normed: Any, m: Any, gemv: bool, str
 def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: Any,
              freqs: Any, *, head_dim: int, m: Any = None, m_max: int | None = None,
              norm_eps: float | None = None, normed: Any = None, extras: Extras = NO_EXTRAS,
-             stream: Any = None, symbols: Symbols | None = None) -> None:
+             scratch: Any = None, stream: Any = None, symbols: Symbols | None = None) -> None:
     """The attention's input projection with RoPE and the cache append of its m tokens:
     qkv[:m] = x[:m] @ w.T for the stacked q, k, v weight w ((heads + 2 kv_heads) * head_dim,
     k) (kv_heads from the cache's rows, heads from w's), then `rope_append` on qkv's q, k, v
@@ -93,9 +93,9 @@ def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: 
 
     `extras`: a family's q, k, v biases and head norms, as `rope_append` applies them (the
     GEMV's epilogue adds a bias the same way; a head norm needs a token's heads whole, so
-    with one the GEMV is followed by rope_append).
+    with one the GEMV is followed by rope_append). `scratch`: as `linear`'s.
     """
-    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
+    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols, scratch)
     if not isinstance(cache, Cache):
         raise TypeError(f"cache must be an ops.Cache, got {type(cache).__name__}")
     kv_size = getattr(cache.k, "shape", (0,))[-1]  # the cache's row: kv_heads * head_dim
@@ -121,7 +121,7 @@ def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: 
         gemv = fits and path(rows, n) == "gemv"
         xn, eps = _normed(x, norm_eps, normed, m, gemv, stream, symbols)
         if not gemv:
-            launch_linear(dt, rows, xn, w, None, qkv, m, cap, None, stream, symbols)
+            launch_linear(dt, rows, xn, w, None, qkv, m, cap, None, stream, symbols, scratch)
             rope_append(q, kn, vn, cache, seq_slots, positions, freqs, m, extras=extras,
                         stream=stream, symbols=symbols)
             return
@@ -137,8 +137,8 @@ def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: 
 
 
 def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int | None = None,
-                 norm_eps: float | None = None, normed: Any = None, stream: Any = None,
-                 symbols: Symbols | None = None) -> None:
+                 norm_eps: float | None = None, normed: Any = None, scratch: Any = None,
+                 stream: Any = None, symbols: Symbols | None = None) -> None:
     """out[:m] = silu(x W_gate^T) * (x W_up^T) for the MLP's fused gate_up weight w
     (2 * inter, k), rows interleaved as `stack_gate_up` stacks them; out (rows, inter).
 
@@ -147,9 +147,9 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     kernel, and `gu` is not touched. Otherwise the projection goes to `gu` (rows, 2 *
     inter) and silu_mul follows. Either way the same bits (both round the projection to the
     storage type first). `m`, `m_max` as for `linear`; `norm_eps`, `normed` as for
-    `qkv_rope` (the post-attention norm's weight folded into w).
+    `qkv_rope` (the post-attention norm's weight folded into w); `scratch` as `linear`'s.
     """
-    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
+    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols, scratch)
     shapes.multiple(n, 2 * GATE_UP_GROUP, "gate_up rows")
     shapes.tensor(gu, "gu", (cap, n), dt)
     shapes.tensor(out, "out", (cap, n // 2), dt)
@@ -162,17 +162,18 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
         xn, eps = _normed(x, norm_eps, normed, m, kind == "gemv", stream, symbols)
         fused = chosen().fused_silu
         if kind == "skinny" and skinny_wgmma(rows) and fused:
-            skinny_gemm(dt, rows, xn, wide(w, rows), None, out, m, cap, stream, symbols,
-                        silu=True)
+            w16 = wide(w, rows, scratch, stream=stream, symbols=symbols)
+            skinny_gemm(dt, rows, xn, w16, None, out, m, cap, stream, symbols, silu=True)
             return
         if kind == "gemm" and hopper() and fused:
             tile, c = device_plan(rows, n, k)
             if c == 1:  # the tile finishes its outputs itself: one kernel, gu untouched
-                gemm90_launch(dt, tile, 1, xn, wide(w, rows), None, out, m, cap, stream,
-                              symbols, silu=True)
+                w16 = wide(w, rows, scratch, stream=stream, symbols=symbols)
+                gemm90_launch(dt, tile, 1, xn, w16, None, out, m, cap, stream, symbols,
+                              silu=True)
                 return
         if kind != "gemv":
-            launch_linear(dt, rows, xn, w, None, gu, m, cap, None, stream, symbols)
+            launch_linear(dt, rows, xn, w, None, gu, m, cap, None, stream, symbols, scratch)
             silu_mul(gu, out, rows=m, stream=stream, symbols=symbols)
             return
         key, grid, threads = gemv_launch(dt, rows, n, k, fmt)

@@ -24,7 +24,7 @@ from rawgraph.cuda.tensormap import tile_map
 from rawgraph.dtypes import KERNEL_TYPES
 from rawgraph.ops import shapes
 from rawgraph.ops.gemv import GEMV, GEMV_QUANT, M_TILES, SMS, gemv_launch
-from rawgraph.ops.quantized import Quantized, wide
+from rawgraph.ops.quantized import Quantized, check_scratch, wide
 from rawgraph.ops.quantized import check as check_weight
 from rawgraph.ops.variant import by_count, chosen
 from rawgraph.symbols import Symbols, cdiv, smin
@@ -334,10 +334,10 @@ def gemm_launch(dt: str, tile: tuple[int, int], c: int, wgmma: bool, silu: bool 
     return GEMM[dt, tile], GEMM_THREADS, gemm_smem(tile)
 
 
-def operands(x: Any, w: Any, m: Any, m_max: int | None,
-              symbols: Symbols | None) -> tuple[str, int, int, int, Any, int]:
+def operands(x: Any, w: Any, m: Any, m_max: int | None, symbols: Symbols | None,
+             scratch: Any = None) -> tuple[str, int, int, int, Any, int]:
     """Checks shared by the linear ops: (dtype, rows, n, k, m, the rows kernels are chosen
-    for)."""
+    for); `scratch` as `linear`'s."""
     if getattr(x, "ndim", 0) != 2 or getattr(w, "ndim", 0) != 2:
         raise ValueError(f"x must be (rows, k) and w (n, k); got {getattr(x, 'shape', '?')} and "
                          f"{getattr(w, 'shape', '?')}")
@@ -353,8 +353,10 @@ def operands(x: Any, w: Any, m: Any, m_max: int | None,
         if not top <= m_max <= cap:
             raise ValueError(f"m_max = {m_max} must lie in [{top}, {cap}] (m's bound, rows)")
         top = m_max
-    if isinstance(w, Quantized) and w.wide is None and path(top, n) != "gemv":
-        wide(w, top)  # raises: refused before any launch, not at the count that needs it
+    if isinstance(w, Quantized):
+        check_scratch(w, scratch, dt)
+        if w.wide is None and scratch is None and path(top, n) != "gemv":
+            wide(w, top)  # raises: refused before any launch, not at the count that needs it
     return dt, cap, n, k, m, top
 
 
@@ -405,11 +407,12 @@ def linear_key(rows: int, n: int, k: int, fmt: str | None = None) -> tuple:
 
 
 def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
-           m_max: int | None = None, row_max: Any = None, stream: Any = None,
-           symbols: Symbols | None = None) -> None:
+           m_max: int | None = None, row_max: Any = None, scratch: Any = None,
+           stream: Any = None, symbols: Symbols | None = None) -> None:
     """y[:m] = x[:m] @ w.T (+ residual[:m]); x (rows, k), w (n, k), y (rows, n); w 16-bit
     as x, or a quantized record (`ops.Fp8Weight`, `ops.Int4Weight`: its GEMV form on the
-    GEMV path, its 16-bit copy elsewhere).
+    GEMV path; elsewhere its 16-bit copy, or without one the weight dequantized into
+    `scratch`, a 1-D array of x's dtype of at least n k values, `ops.quantized.wide`).
 
     `m` (default: all rows) may be symbolic. The kernel (GEMV, skinny GEMM or GEMM), its row
     tile and split are chosen for `m_max` rows when given (the bound the engine's graphs
@@ -422,7 +425,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
     row's greedy pick of y, merged by the blocks as they finish (an LM head whose `sample`
     then needs no pass over the logits for greedy rows; gemv.cu).
     """
-    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols)
+    dt, cap, n, k, m, top = operands(x, w, m, m_max, symbols, scratch)
     shapes.tensor(y, "y", (cap, n), dt, align=2)
     if residual is not None:
         shapes.tensor(residual, "residual", (cap, n), dt, align=2)
@@ -438,14 +441,15 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
 
     def run(rows: int) -> None:
-        launch_linear(dt, rows, x, w, residual, y, m, cap, row_max, stream, symbols)
+        launch_linear(dt, rows, x, w, residual, y, m, cap, row_max, stream, symbols, scratch)
     fmt = w.fmt if isinstance(w, Quantized) else None
     by_count(m if m_max is None else m_max, run, lambda v: linear_key(v, n, k, fmt),
              stream=stream, symbols=symbols)
 
 
 def launch_linear(dt: str, rows: int, x: Any, w: Any, residual: Any, y: Any, m: Any, cap: int,
-                  row_max: Any, stream: Any, symbols: Symbols | None) -> None:
+                  row_max: Any, stream: Any, symbols: Symbols | None,
+                  scratch: Any = None) -> None:
     """Launch what `linear` takes for `rows` rows (m of x's cap rows used; checked by
     `linear`)."""
     n, k = w.shape
@@ -455,7 +459,7 @@ def launch_linear(dt: str, rows: int, x: Any, w: Any, residual: Any, y: Any, m: 
         GEMV_QUANT[w.fmt][0][key].launch(grid, threads, (x, *w.args(), residual, y, m, n, k,
                                                          row_max), stream, symbols=symbols)
         return
-    w = wide(w, rows)
+    w = wide(w, rows, scratch, stream=stream, symbols=symbols)
     if kind == "gemm":
         tile, c = device_plan(rows, n, k)
         if hopper():

@@ -15,8 +15,10 @@ them.
 
 At one row a decode step reads its weights once, so FP8 halves the step's floor and 4-bit
 quarters it. Only the GEMV's rows (decode, up to 16) have quantized kernels; the other paths
-(the skinny GEMM, the tiled GEMM) take the record's 16-bit copy (`wide`), which a model keeps
-beside for now. A per-tensor scale is a per-row scale repeated.
+(the skinny GEMM, the tiled GEMM) take the record's 16-bit copy (`wide`) where it keeps one,
+else the projection's `scratch`: the weight is dequantized into it first (`dequantize`), one
+more kernel reading the quantized bytes and writing the 16-bit ones. A per-tensor scale is a
+per-row scale repeated.
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ QUANTIZE = {dt: Kernel("quantize", f"fp8_quantize_{s}", _QUANTIZE.format(t=t))
             for dt, (s, t) in KERNEL_TYPES.items()}
 QUANTIZE4 = {dt: Kernel("quantize", f"int4_quantize_{s}", _QUANTIZE4.format(t=t))
              for dt, (s, t) in KERNEL_TYPES.items()}
-QUANTIZE_THREADS = 256  # quantize.cu: a block a row
+QUANTIZE_THREADS = 256  # quantize.cu: a block a row; its dequantizers a thread 8 values
+_DEQUANTIZE = "const unsigned char* codes, const float* scale, {t}* w, int n, int k"
+_DEQUANTIZE4 = ("const unsigned char* packed, const {t}* scales, const unsigned char* zeros, "
+                "{t}* w, int n, int k, int group")
+DEQUANTIZE = {(fmt, dt): Kernel("quantize", f"{name}_dequantize_{s}", sig.format(t=t))
+              for fmt, name, sig in (("e4m3", "fp8", _DEQUANTIZE), ("i4", "int4", _DEQUANTIZE4))
+              for dt, (s, t) in KERNEL_TYPES.items()}
 # a 32-bit word's nibbles (bits 0-3 first) hold values 0 2 4 6 1 3 5 7 of its 8: nibbles i and
 # i + 4 are the pair (2i, 2i + 1) gemv.cuh's i4x32 unpacks into a half2
 I4_NIBBLE = (0, 4, 1, 5, 2, 6, 3, 7)  # value v's nibble
@@ -155,16 +163,51 @@ def takes_quantized(fmt: str = "e4m3") -> bool:
     return compute_capability() >= ((8, 0) if fmt == "i4" else (8, 9))
 
 
-def wide(w: Any, rows: int) -> Any:
-    """The 16-bit weight a path with no quantized form takes for `rows` rows: `w` itself, or
-    a quantized record's copy (ValueError when it keeps none)."""
+def wide(w: Any, rows: int, scratch: Any = None, *, stream: Any = None,
+         symbols: Any = None) -> Any:
+    """The 16-bit weight a path with no quantized form takes for `rows` rows: `w` itself, a
+    quantized record's copy, or the record dequantized into `scratch` (a 1-D array of the
+    activations' dtype, at least n k long; the launch goes to `stream`). ValueError when it
+    has neither copy nor scratch."""
     if not isinstance(w, Quantized):
         return w
-    if w.wide is None:
-        raise ValueError(f"{rows} rows: a quantized weight without a 16-bit copy (wide) takes "
-                         f"only the GEMV's rows (at most {QUANT_ROWS}, fewer for wide "
-                         f"weights)")
-    return w.wide
+    if w.wide is not None:
+        return w.wide
+    if scratch is None:
+        raise ValueError(f"{rows} rows: a quantized weight without a 16-bit copy (wide) or a "
+                         f"scratch takes only the GEMV's rows (at most {QUANT_ROWS}, fewer "
+                         f"for wide weights)")
+    n, k = w.shape
+    out = scratch[:n * k].reshape(n, k)
+    dequantize(w, out, stream=stream, symbols=symbols)
+    return out
+
+
+def check_scratch(w: Any, scratch: Any, dt: str) -> None:
+    """A projection's `scratch` (None, or a 1-D array of `dt` that holds weight w) checked."""
+    if scratch is None:
+        return
+    shapes.tensor(scratch, "scratch", dtype=dt)
+    if scratch.ndim != 1 or scratch.size < w.shape[0] * w.shape[1]:
+        raise ValueError(f"scratch {tuple(scratch.shape)}: one dimension of at least "
+                         f"{w.shape[0] * w.shape[1]} values (the weight's)")
+
+
+def dequantize(w: Any, out: Any, *, stream: Any = None, symbols: Any = None) -> None:
+    """out = quantized weight w as 16-bit values (n, k): FP8's T(float32(code x scale)),
+    4-bit's T((q - zero) x scale) (the GEMV's own values); `reference.dequantize_*`."""
+    if not isinstance(w, Quantized):
+        raise TypeError(f"w must be an Fp8Weight or Int4Weight, got {type(w).__name__}")
+    dt = shapes.tensor(out, "out", w.shape)
+    if isinstance(w, Int4Weight):
+        shapes.tensor(w.scales, "w.scales", dtype=dt, align=2)
+    if not takes_quantized(w.fmt):
+        raise ValueError(f"{type(w).__name__}: this GPU's compute capability is too old")
+    n, k = w.shape
+    args = (w.packed, w.scales, w.zeros, out, n, k, w.group) if isinstance(w, Int4Weight) \
+        else (w.codes, w.scale, out, n, k)
+    DEQUANTIZE[w.fmt, dt].launch(-(-n * k // (8 * QUANTIZE_THREADS)), QUANTIZE_THREADS, args,
+                                 stream, symbols=symbols)
 
 
 def check(w: Any, dt: str) -> None:

@@ -78,6 +78,12 @@ def dequantize_fp8(codes: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return e4m3_decode(codes).astype(np.float64) * np.asarray(scale, np.float64)[:, None]
 
 
+def dequantize_fp8_to(codes: np.ndarray, scale: np.ndarray, dtype: str) -> np.ndarray:
+    """`ops.quantized.dequantize` of an FP8 weight: T(float32(code x scale)), as float32."""
+    prod = e4m3_decode(codes) * np.asarray(scale, np.float32)[:, None]
+    return round_to(prod.astype(np.float32), dtype)
+
+
 def dequantize_int4(q: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group: int,
                     dtype: str) -> np.ndarray:
     """A 4-bit weight's values (`ops.Int4Weight`, unpacked: q (n, k)) as the GEMV makes

@@ -49,10 +49,10 @@ def _sized(cfg: ModelConfig, args: argparse.Namespace) -> int:
 
     free, total = cupy.cuda.runtime.memGetInfo()
     n = sizing.max_batch(cfg, args.max_context, total, free, max_chunk=args.chunk,
-                         quantize=args.quantize)
+                         quantize=args.quantize, keep_16bit=not args.quantized_only)
     log.info("--max-batch %d: what %.0f GiB hold at context %d beside %.1f GiB of weights",
              n, total / 2**30, args.max_context,
-             sizing.weight_bytes(cfg, args.quantize) / 2**30)
+             sizing.weight_bytes(cfg, args.quantize, not args.quantized_only) / 2**30)
     return n
 
 
@@ -77,7 +77,8 @@ def build(args: argparse.Namespace) -> tuple[Engine, ModelInfo]:
                                   prefix_cache=args.prefix_cache, **sizes)
     else:
         model = Model(cfg, tensors, seed=args.seed, files=files,
-                      batch_invariant=args.batch_invariant, quantize=args.quantize, **sizes)
+                      batch_invariant=args.batch_invariant, quantize=args.quantize,
+                      keep_16bit=not args.quantized_only, **sizes)
         engine = Engine(model, progress=False, mixed=args.mixed,
                         decode_chunk=args.decode_chunk, prefix_cache=args.prefix_cache)
     return engine, info

@@ -10,7 +10,7 @@ from typing import Any
 
 from rawgraph.model.config import PRESETS
 from rawgraph.ops.matmul import DECODE_ROWS
-from rawgraph.options import add_quantize, at_least, check_model, positive
+from rawgraph.options import add_quantize, at_least, check_model, check_quantize, positive
 
 
 def check(args: argparse.Namespace) -> None:
@@ -21,6 +21,7 @@ def check(args: argparse.Namespace) -> None:
                          "--model checkpoint small enough for it")
     if args.reference and args.mixed:
         raise ValueError("--mixed: the reference decoder (--reference) runs no graphs to mix")
+    check_quantize(args)
     if args.quantize and args.reference:
         raise ValueError(f"--quantize {args.quantize}: the reference decoder (--reference) "
                          f"computes in float32")

@@ -151,12 +151,12 @@ def test_a_quantized_models_steps_stay_near_the_16_bit_models(stream, quantize):
     assert float(np.linalg.norm(b - want) / np.linalg.norm(want)) < l2
 
 
-def _run(tensors, graphs: bool, quantize: str):
+def _run(tensors, graphs: bool, quantize: str, keep_16bit: bool = True):
     """Prefill three prompts, then 12 decode steps of all three (the quantized GEMV at 4 rows):
     every iteration's tokens and the last step's logits."""
     cfg = preset("tiny")
     model = Model(cfg, tensors, max_batch=4, max_context=256, max_chunk=64, max_chunk_seqs=4,
-                  quantize=quantize)
+                  quantize=quantize, keep_16bit=keep_16bit)
     runner = Runner(model, graphs=graphs, buckets=[4], chunks=[64])
     prompts = [[5, 9, 11], [6, 9, 12, 40], [7, 1]]
     toks, _, _ = runner.run([PrefillPiece(s, p, 0) for s, p in enumerate(prompts)], [], [])
@@ -176,3 +176,33 @@ def test_a_quantized_models_graphs_replay_its_eager_launches(quantize):
     (eager, a), (graph, b) = _run(tensors, False, quantize), _run(tensors, True, quantize)
     assert eager == graph
     assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+@pytest.mark.parametrize("quantize", QUANTIZE)
+def test_a_model_kept_quantized_alone_follows_the_reference_of_its_weights(stream, quantize):
+    # keep_16bit=False: the layers' projections exist only quantized; chunks of 64 tokens
+    # dequantize each into the scratch (the tiled paths), steps of 1 row read them on the
+    # GEMV; the logits after each chunk and step against the reference of the dequantized
+    # weights, and greedy tokens eager and in graphs alike
+    cfg = preset("tiny")  # fp16, as _run's
+    tensors = random_weights(cfg, 8)
+    model = Model(cfg, tensors, max_batch=2, max_context=256, max_chunk=64, max_chunk_seqs=2,
+                  quantize=quantize, keep_16bit=False)
+    try:
+        kinds = {n: (type(w).__name__, getattr(w, "wide", 0) is None)
+                 for n, w in model.w.items() if hasattr(w, "fmt")}
+        assert all(alone for n, (_, alone) in kinds.items() if n != "lm_head")
+        assert not kinds["lm_head"][1] and "wq" in model.dec and "wq" in model.pre
+        tokens = [int(t) for t in np.random.default_rng(4).integers(0, cfg.vocab, 80)]
+        want = forward(cfg, _dequantized(model), np.array(tokens), KVState())
+        model.prefill([PrefillPiece(0, tokens[:64], 0)], stream)
+        got = to_float32(model.pre["logits"][0].get(), cfg.dtype)
+        assert _err(got, want[63]) < TOL[cfg.dtype]
+        for i in range(64, 80):
+            model.decode([0], [tokens[i]], stream)
+            err = _err(to_float32(model.dec["logits"][0].get(), cfg.dtype), want[i])
+            assert err < TOL[cfg.dtype], f"step {i}: {err:.3g}"
+    finally:
+        model.close()
+    (eager, a), (graph, b) = (_run(tensors, g, quantize, False) for g in (False, True))
+    assert eager == graph and np.array_equal(a.view(np.uint16), b.view(np.uint16))

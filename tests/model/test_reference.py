@@ -15,8 +15,9 @@ TINY = preset("tiny")
 def test_presets_and_sizes():
     assert preset("llama-1b").decode_bytes() == 2_471_628_800  # DESIGN's 2.47 GB per step
     assert preset("llama-8b").kv_size == 1024 and preset("tiny").q_size == 256
+    assert preset("llama-70b").weight_bytes() > 140e9  # 16-bit: more than one H200 holds
     with pytest.raises(ValueError, match="unknown preset"):
-        preset("llama-70b")
+        preset("llama-405b")
     with pytest.raises(ValueError, match="multiple of kv_heads"):
         TINY.replace(kv_heads=3)
 

@@ -52,3 +52,14 @@ def test_a_quantizing_model_counts_its_copies_beside_the_16_bit_weights():
     assert int4 == (params - norms) // 2 + 3 * (params - norms) // 128
     assert sizing.max_batch(cfg, 8192, H200, H200, quantize="int4") <= \
         sizing.max_batch(cfg, 8192, H200, H200)
+
+
+def test_a_70b_model_fits_one_h200_quantized_alone():
+    # 141 GB of 16-bit weights do not; FP8 (70 GB) and 4-bit ones do, with a batch of 8 at 8k
+    cfg = preset("llama-70b")
+    with pytest.raises(ValueError, match="not one sequence"):
+        sizing.max_batch(cfg, 8192, H200, H200)
+    fp8 = sizing.weight_bytes(cfg, "fp8", keep_16bit=False)
+    assert 70 * GIB < fp8 < 80 * GIB  # + the 16-bit embedding and LM head and 3 scratches
+    assert sizing.weight_bytes(cfg, "int4", keep_16bit=False) < 0.6 * fp8
+    assert sizing.max_batch(cfg, 8192, H200, H200, quantize="fp8", keep_16bit=False) >= 8

@@ -1,8 +1,9 @@
 """Quantized weights (ops.Fp8Weight, ops.Int4Weight) in the projections: the decode GEMV
 against the float64 reference of the weight its kernel computes with (every variant, the
 residual, rows past m unwritten), the LM head's greedy keys, the fused _silu and _rope forms
-against the projection then the kernel, a 16-bit copy for more rows, graph replay with the
-rows patched, the GPU quantizers against their references, refused input."""
+against the projection then the kernel, a 16-bit copy or a scratch for more rows, graph
+replay with the rows patched, the GPU quantizers and dequantizers against their references,
+refused input."""
 
 import cupy
 import numpy as np
@@ -11,7 +12,14 @@ import pytest
 from rawgraph import Range, Symbols, capture, ops
 from rawgraph.dtypes import to_float32, to_storage
 from rawgraph.ops import reference as ref
-from rawgraph.ops.quantized import pack_int4, quantize_fp8, quantize_int4, takes_quantized
+from rawgraph.ops.quantized import (
+    dequantize,
+    pack_int4,
+    quantize_fp8,
+    quantize_int4,
+    takes_quantized,
+    unpack_int4,
+)
 from tests.helpers import DTYPES, POISON, ULP, bits, gate_up_both, host, poisoned, randn
 from tests.ops.test_quantized import CASES, FORMATS
 
@@ -259,3 +267,65 @@ def test_a_quantized_projection_refuses_bad_input(rng, fmt):
     if fmt == "i4":  # its scales are the activations' dtype
         with pytest.raises(ValueError, match=r"w\.scales is float16, expected bfloat16"):
             ops.linear(x.view(np.uint16), w, y.view(np.uint16))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dequantize_gives_the_references_values(stream, rng, fmt, dtype):
+    # FP8's T(float32(code x scale)), 4-bit's T((q - zero) x scale): the references' bits
+    n, k = 300, 1024
+    w, _ = make(rng, fmt, n, k, dtype)
+    out = poisoned((n, k), dtype)
+    cupy.cuda.Device().synchronize()
+    dequantize(w, out, stream=stream)
+    stream.synchronize()
+    want = _values16(w, dtype)
+    np.testing.assert_array_equal(bits(out), to_storage(want, dtype).view(np.uint16))
+
+
+def _values16(w, dtype: str) -> np.ndarray:
+    """A quantized record's values as `dequantize` rounds them, on the host (float32)."""
+    if w.fmt == "e4m3":
+        return ref.dequantize_fp8_to(w.codes.get(), w.scale.get(), dtype)
+    return ref.dequantize_int4(unpack_int4(w.packed.get()), to_float32(w.scales.get(), dtype),
+                               w.zeros.get(), w.group, dtype)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_quantized_weight_alone_takes_more_rows_through_its_scratch(stream, rng, fmt, dtype):
+    # no 16-bit copy: past the GEMV's rows the projection is dequantized into the scratch and
+    # read by the 16-bit path, whose bits it then gives (linear and gate_up_silu); captured
+    # over 1-64 rows and patched, each count gives the eager bits
+    n, k = 1024, 2048
+    w, _ = make(rng, fmt, n, k, dtype)
+    w16 = cupy.asarray(to_storage(_values16(w, dtype), dtype))
+    scratch = cupy.empty(n * k + 100, w16.dtype)
+    x, _ = randn(rng, (64, k), dtype)
+    y, y16 = cupy.empty((64, n), x.dtype), cupy.empty((64, n), x.dtype)
+    cupy.cuda.Device().synchronize()
+    for m in (17, 40, 64):
+        ops.linear(x, w, y, m=m, scratch=scratch, stream=stream)
+        ops.linear(x, w16, y16, m=m, stream=stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(bits(y)[:m], bits(y16)[:m])
+        want = gate_up_both(stream, x, w16, m, dtype)[0]  # the 16-bit weight's, fused
+        got = poisoned((64, n // 2), dtype)
+        ops.gate_up_silu(x, w, poisoned((64, n), dtype), got, m=m, scratch=scratch,
+                         stream=stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(bits(got)[:m], bits(want)[:m])
+    S = Symbols(b=Range(1, 64))
+    S.set(b=1)
+    g_out = cupy.empty((64, n), x.dtype)
+    with capture(stream) as cap:
+        ops.linear(x, w, g_out, m=S.b, scratch=scratch, stream=stream, symbols=S)
+    with cap.graph as g, g.instantiate() as ex:
+        for m in (3, 16, 30, 64):
+            ex.set(b=m)
+            ex.launch(stream)
+            ops.linear(x, w, y, m=m, scratch=scratch, stream=stream)
+            stream.synchronize()
+            np.testing.assert_array_equal(bits(g_out)[:m], bits(y)[:m])
+    with pytest.raises(ValueError, match="scratch"):
+        ops.linear(x, w, y, scratch=cupy.empty(n * k - 1, w16.dtype))
