@@ -1,6 +1,15 @@
 // gemv.cuh: y = x W^T (+ residual) for decode-sized M (<= 16 rows), streaming W once at
 // memory bandwidth, the products on tensor cores. The kernels are gemv.cu's (16-bit W) and
-// gemv_quant.cu's (FP8 W), each an instantiation of gemv_impl below.
+// gemv_quant.cu's (quantized W), each an instantiation of gemv_impl below.
+//
+//   Quantized W (gemv_quant.cu, the template's Wf): gemv_{f16,bf16}_e4m3_... take
+//   `const unsigned char* w, const float* w_scale` in place of w: e4m3 codes (n, k) and a
+//   scale a row, y = T(w_scale[r] * sum_j x[i][j] e4m3(w[r][j]) (+ residual)); and
+//   gemv_{f16,bf16}_i4_... `const unsigned char* w, const T* w_scales,
+//   const unsigned char* w_zeros, int group`: 4-bit values (n, k / 2 bytes, the nibble order
+//   of rawgraph.ops.quantized.pack_int4) with a scale and zero point a group, y = T(sum_j
+//   x[i][j] T((q - zero) scale) (+ residual)); k % 16 and group % 32 == 0. A lane's 16 bytes
+//   of W are then 16 or 32 values, widened in registers (Wf below); the rest is the same.
 //
 //   extern "C" gemv_{f16,bf16}_n{8,16}[_w16]_uU[_t](  (the variants below)
 //       const T* x,          // (m, k)

@@ -373,7 +373,8 @@ class Model:
         out["lse"] = cupy.zeros(seqs, np.float32)
         out["lp"] = cupy.zeros((seqs, ops.LP_STRIDE), np.float32)
         out["lp_ids"] = cupy.zeros((seqs, ops.LP_STRIDE), np.int32)
-        alone = [w.shape for w in self.w.values() if getattr(w, "wide", 0) is None]
+        alone = [w.shape for w in self.w.values()
+                 if isinstance(w, ops.quantized.Quantized) and w.wide is None]
         if alone:  # the projections kept quantized alone are dequantized here where needed
             out["wq"] = cupy.empty(max(n * k for n, k in alone), st)
         return out

@@ -119,7 +119,7 @@ GEMV_ROPE = kernels("_rope")  # the QKV weight, RoPE and the cache append
 GEMV_QUANT = {fmt: tuple(kernels(epi, fmt) for epi in EPILOGUES) for fmt in QUANT_VARIANTS}
 
 SMS = 132  # H200; steers variant choices only (any value is correct)
-GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cu)
+GEMV_ROWS = 16  # rows of W per GEMV block (gemv.cuh)
 LONG_ROWS = 8192  # measured on the H200: from here grids of at most one block per SM split
 # k between 16 warps
 MID_ROWS = 4096  # rows from which one to two GEMV blocks per SM read W in segments

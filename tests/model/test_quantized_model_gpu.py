@@ -189,10 +189,11 @@ def test_a_model_kept_quantized_alone_follows_the_reference_of_its_weights(strea
     model = Model(cfg, tensors, max_batch=2, max_context=256, max_chunk=64, max_chunk_seqs=2,
                   quantize=quantize, keep_16bit=False)
     try:
-        kinds = {n: (type(w).__name__, getattr(w, "wide", 0) is None)
-                 for n, w in model.w.items() if hasattr(w, "fmt")}
-        assert all(alone for n, (_, alone) in kinds.items() if n != "lm_head")
-        assert not kinds["lm_head"][1] and "wq" in model.dec and "wq" in model.pre
+        alone = {n: w.wide is None for n, w in model.w.items()
+                 if isinstance(w, (Fp8Weight, Int4Weight))}
+        assert set(alone) == set(quantized_copies(cfg, quantize))
+        assert all(a for n, a in alone.items() if n != "lm_head") and not alone["lm_head"]
+        assert "wq" in model.dec and "wq" in model.pre
         tokens = [int(t) for t in np.random.default_rng(4).integers(0, cfg.vocab, 80)]
         want = forward(cfg, _dequantized(model), np.array(tokens), KVState())
         model.prefill([PrefillPiece(0, tokens[:64], 0)], stream)
