@@ -228,29 +228,30 @@ class Worker:
     def _publish(self) -> None:
         """Each job's new tokens; the end of those that finished."""
         m, sch = self.metrics, self.engine.scheduler
-        sent = 0
+        sent, ended = 0, False
         out: list[tuple[Job, tuple]] = []
-        for job in self._jobs:
+        for job in self._jobs:  # every running row, every iteration: kept lean
             r = job.request
             if (not job.prompt_sent and r.sampling.prompt_logprobs is not None
                     and len(r.prompt_logprobs) == len(r.prompt)):
                 job.prompt_sent = True
                 out.append((job, ("prompt", r.prompt_logprobs)))
-            new = r.output[job.sent:]
-            if new:
-                lps = None if r.sampling.logprobs is None else \
-                    r.logprobs[job.sent:job.sent + len(new)]
-                job.sent += len(new)
-                sent += len(new)
+            k, n = job.sent, len(r.output)
+            if n > k:
+                new = r.output[k:]
+                lps = None if r.sampling.logprobs is None else r.logprobs[k:n]
+                job.sent = n
+                sent += n - k
                 out.append((job, ("tokens", new, lps)))
             if r.finish and r not in sch.running:  # retired: its slot and blocks are free
-                job.done = True
+                job.done = ended = True
                 out.append((job, ("finish", r.finish, r.cached)))
                 with m.lock:
                     m.requests["aborted" if r.finish == "abort" else "completed"] += 1
                     m.cached_tokens.observe(r.cached)
-        with self._lock:
-            self._jobs = [j for j in self._jobs if not j.done]
+        if ended:
+            with self._lock:
+                self._jobs = [j for j in self._jobs if not j.done]
         if sent:
             m.tokens_out(sent)
         st, last = self.engine.stats, self.engine.stats.iters
