@@ -416,7 +416,7 @@ class Model:
         gate_up, down = w[p + "gate_up"], w[p + "down_proj"]
         with labelled("gate_up"):
             ops.gate_up_silu(a["r"], gate_up, a["gu"], a["act"], **norm, **lin)
-        plain = plain_after(m_max, *gate_up.shape)
+        plain = plain_after(m_max, *gate_up.shape, isinstance(gate_up, ops.quantized.Quantized))
         with labelled("down_proj"), programmatic(False) if plain else contextlib.nullcontext():
             ops.linear(a["act"], down, a["r"], residual=a["r"], **lin)
 
@@ -431,7 +431,8 @@ class Model:
         cfg, w = self.cfg, self.w
         # on the GEMV path the LM head also merges each row's greedy pick as its blocks end,
         # and sample's greedy rows read that instead of passing over the vocabulary
-        best = a["best"] if keeps_row_max(a["last"].shape[0], cfg.vocab) else None
+        quantized = isinstance(w["lm_head"], ops.quantized.Quantized)
+        best = a["best"] if keeps_row_max(a["last"].shape[0], cfg.vocab, quantized) else None
         with labelled("lm_head"):
             ops.rmsnorm(x, w["norm"], a["last"], rows=rows, eps=cfg.rms_eps, gather=gather)
             ops.linear(a["last"], w["lm_head"], a["logits"], m=rows, m_max=a["last"].shape[0],

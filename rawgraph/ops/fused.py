@@ -27,7 +27,7 @@ from rawgraph.ops.matmul import (
     launch_linear,
     linear_key,
     operands,
-    path,
+    path_of,
     skinny_gemm,
     skinny_wgmma,
 )
@@ -113,12 +113,12 @@ def qkv_rope(x: Any, w: Any, qkv: Any, cache: Cache, seq_slots: Any, positions: 
         raise ValueError("qkv must not overlap x (other blocks still read x while it is written)")
     # the GEMV's epilogue rotates whole heads of its 16-row blocks, and normalizes none
     fits = d % GEMV_ROWS == 0 and extras.qk_norm is None
-    _check_normed(x, dt, norm_eps, normed, fits and path(top, n) == "gemv")
-    if path(top, n) == "gemm":
+    _check_normed(x, dt, norm_eps, normed, fits and path_of(w, top) == "gemv")
+    if path_of(w, top) == "gemm":
         shapes.multiple(n, 2, "n")  # the GEMM stores pairs of outputs
 
     def run(rows: int) -> None:
-        gemv = fits and path(rows, n) == "gemv"
+        gemv = fits and path_of(w, rows) == "gemv"
         xn, eps = _normed(x, norm_eps, normed, m, gemv, stream, symbols)
         if not gemv:
             launch_linear(dt, rows, xn, w, None, qkv, m, cap, None, stream, symbols, scratch)
@@ -155,10 +155,10 @@ def gate_up_silu(x: Any, w: Any, gu: Any, out: Any, *, m: Any = None, m_max: int
     shapes.tensor(out, "out", (cap, n // 2), dt)
     if shapes.overlap(x, out):
         raise ValueError("out must not overlap x (other blocks still read x while it is written)")
-    _check_normed(x, dt, norm_eps, normed, path(top, n) == "gemv")
+    _check_normed(x, dt, norm_eps, normed, path_of(w, top) == "gemv")
 
     def run(rows: int) -> None:
-        kind = path(rows, n)
+        kind = path_of(w, rows)
         xn, eps = _normed(x, norm_eps, normed, m, kind == "gemv", stream, symbols)
         fused = chosen().fused_silu
         if kind == "skinny" and skinny_wgmma(rows) and fused:

@@ -355,41 +355,51 @@ def operands(x: Any, w: Any, m: Any, m_max: int | None, symbols: Symbols | None,
         top = m_max
     if isinstance(w, Quantized):
         check_scratch(w, scratch, dt)
-        if w.wide is None and scratch is None and path(top, n) != "gemv":
+        if w.wide is None and scratch is None and path(top, n, True) != "gemv":
             wide(w, top)  # raises: refused before any launch, not at the count that needs it
     return dt, cap, n, k, m, top
 
 
-def plain_after(rows: int, n: int, k: int) -> bool:
+def plain_after(rows: int, n: int, k: int, quantized: bool = False) -> bool:
     """Whether the kernel launched right after the projection of up to `rows` rows through
     an (n, k) weight should launch plainly (not programmatically): behind a wgmma skinny
     GEMM whose grid runs past one wave (two blocks an SM), a programmatic launch costs the
     step more than it saves (8B gate_up's 448 blocks, LM heads), and behind one wave or less
     it pays (1B gate_up's 256 blocks, clustered grids): same-run A/B in benchmarks/NOTES.md,
-    "The programmatic chain". Behind the other kernels the chain pays."""
-    if path(rows, n) != "skinny" or not skinny_wgmma(rows):
+    "The programmatic chain". Behind the other kernels the chain pays. (`quantized`: of a
+    quantized weight, `path`'s.)"""
+    if path(rows, n, quantized) != "skinny" or not skinny_wgmma(rows):
         return False
     return -(-n // SKINNY_ROWS) * skinny_cluster(n, k) > 2 * SMS  # its launch bounds' 2
 
 
-def path(rows: int, n: int) -> str:
+def path(rows: int, n: int, quantized: bool = False) -> str:
     """The kernel family for up to `rows` rows of x through an n-row weight: 'gemv',
     'skinny' or 'gemm' (always, where `Variants.gemm_rows` is set), or 'skinny' always on
-    Hopper under `Variants.skinny_always`."""
+    Hopper under `Variants.skinny_always`. A `quantized` weight (`ops.quantized`) takes the
+    GEMV up to 16 rows whatever its width: the skinny GEMM would read its 16-bit copy, or
+    dequantize it first, 2-4x the bytes its GEMV reads."""
     if chosen().skinny_always and hopper():
         return "skinny"
     if chosen().gemm_rows is not None:
         return "gemm"
     if rows > SKINNY_MAX and not (rows <= chosen().wgmma_skinny_to and hopper()):
         return "gemm"
+    if quantized and rows <= M_TILES[-1]:
+        return "gemv"
     return "skinny" if takes_skinny(rows, n) else "gemv"
 
 
-def keeps_row_max(rows: int, n: int) -> bool:
+def path_of(w: Any, rows: int) -> str:
+    """`path` for weight w (16-bit, or a quantized record)."""
+    return path(rows, w.shape[0], isinstance(w, Quantized))
+
+
+def keeps_row_max(rows: int, n: int, quantized: bool = False) -> bool:
     """Whether `linear(..., row_max=)` can keep each row's greedy pick for up to `rows` rows
-    through an n-row weight (the GEMV path does; `sample` then skips its pass for greedy
-    rows)."""
-    return path(rows, n) == "gemv"
+    through an n-row weight (`quantized` as for `path`; the GEMV path does; `sample` then
+    skips its pass for greedy rows)."""
+    return path(rows, n, quantized) == "gemv"
 
 
 def linear_key(rows: int, n: int, k: int, fmt: str | None = None) -> tuple:
@@ -397,7 +407,7 @@ def linear_key(rows: int, n: int, k: int, fmt: str | None = None) -> tuple:
     quantized record's format, `ops.quantized`): the path and its variant (the GEMV's x tile
     and form, the skinny GEMM's form and x tile, the GEMM's tile and split). Row counts with
     equal keys launch the same kernels."""
-    kind = path(rows, n)
+    kind = path(rows, n, fmt is not None)
     if kind == "gemv":
         return kind, gemv_launch("float16", rows, n, k, fmt)[0][1:]
     if kind == "skinny":
@@ -431,7 +441,7 @@ def linear(x: Any, w: Any, y: Any, *, residual: Any = None, m: Any = None,
         shapes.tensor(residual, "residual", (cap, n), dt, align=2)
     if shapes.overlap(x, y):
         raise ValueError("y must not overlap x (other blocks still read x while y is written)")
-    kind = path(top, n)  # the path of the most rows: fewer take the GEMV, then the skinny
+    kind = path_of(w, top)  # the path of the most rows: fewer take the GEMV, then the skinny
     if row_max is not None:
         shapes.row_array(row_max, "row_max", np.uint64, cap)
         if kind != "gemv":
@@ -453,7 +463,7 @@ def launch_linear(dt: str, rows: int, x: Any, w: Any, residual: Any, y: Any, m: 
     """Launch what `linear` takes for `rows` rows (m of x's cap rows used; checked by
     `linear`)."""
     n, k = w.shape
-    kind = path(rows, n)
+    kind = path_of(w, rows)
     if kind == "gemv" and isinstance(w, Quantized):
         key, grid, threads = gemv_launch(dt, rows, n, k, w.fmt)
         GEMV_QUANT[w.fmt][0][key].launch(grid, threads, (x, *w.args(), residual, y, m, n, k,

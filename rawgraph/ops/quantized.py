@@ -175,8 +175,7 @@ def wide(w: Any, rows: int, scratch: Any = None, *, stream: Any = None,
         return w.wide
     if scratch is None:
         raise ValueError(f"{rows} rows: a quantized weight without a 16-bit copy (wide) or a "
-                         f"scratch takes only the GEMV's rows (at most {QUANT_ROWS}, fewer "
-                         f"for wide weights)")
+                         f"scratch takes only the GEMV's rows (at most {QUANT_ROWS})")
     n, k = w.shape
     out = scratch[:n * k].reshape(n, k)
     dequantize(w, out, stream=stream, symbols=symbols)

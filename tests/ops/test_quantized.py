@@ -12,7 +12,16 @@ from rawgraph.ops.quantized import I4_NIBBLE, pack_int4, unpack_int4
 FORMATS = ("e4m3", "i4")
 # the GEMV cases of tests/ops/test_quantized_gpu.py: (rows, n, k), every variant of each format
 CASES = [(1, 2048, 2048), (3, 2048, 8192), (8, 2048, 16384), (5, 8200, 1024), (16, 1000, 4096),
-         (12, 2048, 16384), (2, 24, 256), (7, 136, 128), (4, 1024, 65536), (10, 1024, 65536)]
+         (12, 2048, 16384), (2, 24, 256), (7, 136, 128), (4, 1024, 65536), (10, 1024, 65536),
+         (12, 16400, 256)]  # the last: a wide weight, which 16-bit rows take to the skinny GEMM
+
+
+def test_quantized_weights_take_the_gemv_through_16_rows_whatever_their_width():
+    from rawgraph.ops.matmul import WIDE, keeps_row_max, path
+
+    assert path(12, WIDE) == "skinny" and path(12, WIDE, quantized=True) == "gemv"
+    assert path(16, 128256, quantized=True) == "gemv" and path(17, 2048, quantized=True) != "gemv"
+    assert keeps_row_max(16, 128256, quantized=True) and not keeps_row_max(16, 128256)
 
 
 def test_the_gpu_cases_reach_every_quantized_variant():

@@ -80,10 +80,12 @@ def test_the_quantized_gemv_matches_the_reference_of_its_weight(stream, rng, fmt
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("m", "n", "k"), [(1, 50000, 256), (8, 50000, 256), (12, 2000, 8192)])
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 50000, 256), (8, 50000, 256), (12, 50000, 256),
+                                           (12, 2000, 8192)])
 def test_a_quantized_lm_head_keeps_each_rows_greedy_pick(stream, rng, fmt, dtype, m, n, k):
-    # linear(..., row_max=) merges each row's greedy key; sample's greedy rows take it: the
-    # argmax of the logits the kernel wrote
+    # linear(..., row_max=) merges each row's greedy key (a wide head's 12 rows too: the GEMV
+    # takes a quantized weight through 16 rows); sample's greedy rows take it: the argmax of
+    # the logits the kernel wrote
     rows = m + 1
     x, _ = randn(rng, (rows, k), dtype)
     w, _ = make(rng, fmt, n, k, dtype)
