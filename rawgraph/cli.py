@@ -42,8 +42,11 @@ class _Parser(argparse.ArgumentParser):
 
 def model_facts(cfg: ModelConfig, stored: Any = None) -> dict[str, Any]:
     """What `rawgraph info --model` says of a model: its family and what the family adds to
-    LLaMA's layers, its shape, its window, and how its weights are stored (`stored`: the
-    checkpoint's quantized format, `model.quant.Fp8` or `Int4`)."""
+    LLaMA's layers, its shape, its window, how its weights are stored (`stored`: the
+    checkpoint's quantized format, `model.quant.Fp8` or `Int4`), and what they take on the
+    GPU with each `--quantize`, with and without `--quantized-only`."""
+    from rawgraph.model.sizing import weight_bytes
+
     fam = cfg.fam
     adds = [what for what, on in (("q, k, v biases", fam.qkv_bias),
                                   ("q and k head norms", fam.qk_norm)) if on]
@@ -54,7 +57,10 @@ def model_facts(cfg: ModelConfig, stored: Any = None) -> dict[str, Any]:
                      f"vocab {cfg.vocab}",
             "dtype": cfg.dtype, "tied embeddings": cfg.tie_embeddings,
             "sliding window": cfg.sliding_window or "none",
-            "weights": f"{cfg.weight_bytes() / 2**30:.2f} GiB" + _stored(stored)}
+            "weights": f"{cfg.weight_bytes() / 2**30:.2f} GiB" + _stored(stored),
+            **{f"--quantize {q}": f"{weight_bytes(cfg, q) / 2**30:.2f} GiB on the GPU, "
+                                  f"{weight_bytes(cfg, q, False) / 2**30:.2f} GiB with "
+                                  f"--quantized-only" for q in ("fp8", "int4")}}
 
 
 def _stored(fmt: Any) -> str:

@@ -13,6 +13,15 @@ def test_info_runs_anywhere(capsys):
     assert "cuda-bindings" in out and "device" in out
 
 
+def test_info_says_what_a_models_weights_take_quantized(capsys):
+    assert main(["info", "--model", "llama-70b"]) == 0
+    out = capsys.readouterr().out
+    assert "131.42 GiB" in out  # 16-bit: 141.1 GB, all of an H200 and more
+    fp8 = next(line for line in out.splitlines() if line.startswith("--quantize fp8"))
+    alone = float(fp8.split(", ")[1].split()[0])
+    assert 65 < alone < 75 and "with --quantized-only" in fp8
+
+
 def test_check_kernels_reports(capsys, monkeypatch):
     # the compiles themselves are tests/cuda/test_nvcc.py's (once per file); here the command
     from rawgraph.cuda import nvcc
