@@ -101,4 +101,18 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(v);
 }
 
+// Two FP8 e4m3 values (the low byte first) as a half2's bits: exact, every e4m3 value being
+// a half. Hopper's and Ada's cvt takes a pair an instruction (sm_89 on); older GPUs trap
+// (rawgraph.ops.quantized launches no FP8 kernel there), their builds still compiling.
+__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short v) {
+#if __CUDA_ARCH__ >= 890
+  unsigned r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+  return r;
+#else
+  __trap();
+  return v;
+#endif
+}
+
 }  // namespace rg

@@ -121,27 +121,14 @@ template <typename T> __device__ __forceinline__ void add_squares(const uint4& v
   add_squares<T>(v.w, s);
 }
 
-// Two e4m3 values (the low byte first) as a half2's bits: exact, every e4m3 value being a
-// half. Hopper's cvt takes a pair an instruction (sm_89 on); an FP8 GEMV is not launched on
-// older GPUs (ops.gemv.takes_fp8), whose build keeps the kernels compiling.
-__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short v) {
-#if __CUDA_ARCH__ >= 890
-  unsigned r;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
-  return r;
-#else
-  __trap();
-  return v;
-#endif
-}
 // A 16-byte piece of an FP8 W row (16 e4m3 values) as two 16-byte pieces of T, in order
 // (bfloat16 through float: exact too).
 template <typename T> __device__ __forceinline__ unsigned e4m3x2_to(unsigned short v);
 template <> __device__ __forceinline__ unsigned e4m3x2_to<__half>(unsigned short v) {
-  return e4m3x2_f16x2(v);
+  return rg::e4m3x2_f16x2(v);
 }
 template <> __device__ __forceinline__ unsigned e4m3x2_to<__nv_bfloat16>(unsigned short v) {
-  const unsigned h = e4m3x2_f16x2(v);
+  const unsigned h = rg::e4m3x2_f16x2(v);
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
   const __nv_bfloat162 b = __float22bfloat162_rn(f);
   return *reinterpret_cast<const unsigned*>(&b);
@@ -558,7 +545,8 @@ __device__ void gemv_impl(const T* x, const WT* __restrict__ w, const T* residua
       if (out < half && col < m) {
         const float sc = scale(col);
         const int gate = tile * 16 + (ln >> 2);  // its W row (up's: 8 on)
-        const float a = rg::to_float(rg::from_float<T>(dot(part[(4 * j + e) * 32 + ln], gate) * sc));
+        const float a =
+            rg::to_float(rg::from_float<T>(dot(part[(4 * j + e) * 32 + ln], gate) * sc));
         const float up =
             rg::to_float(rg::from_float<T>(dot(part[(4 * j + e + 2) * 32 + ln], gate + 8) * sc));
         y[static_cast<long long>(col) * half + out] =

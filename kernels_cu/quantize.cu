@@ -33,18 +33,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// two e4m3 codes (the low byte first) as a half2's bits: exact
-__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short v) {
-#if __CUDA_ARCH__ >= 890
-  unsigned r;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
-  return r;
-#else
-  __trap();
-  return v;
-#endif
-}
-
 // two floats to e4m3 codes: a in the low byte, b in the high byte
 __device__ __forceinline__ unsigned short e4m3x2(float a, float b) {
 #if __CUDA_ARCH__ >= 890
@@ -130,7 +118,8 @@ __device__ void fp8_dequantize_impl(const unsigned char* codes, const float* sca
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
-      const unsigned pair = e4m3x2_f16x2(static_cast<unsigned short>(words[h] >> (16 * p)));
+      const unsigned pair =
+          rg::e4m3x2_f16x2(static_cast<unsigned short>(words[h] >> (16 * p)));
       const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&pair));
       out[4 * h + 2 * p] = rg::from_float<T>(f.x * s);
       out[4 * h + 2 * p + 1] = rg::from_float<T>(f.y * s);
