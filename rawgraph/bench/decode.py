@@ -297,7 +297,7 @@ def _case(model: Model, runner: Runner, name: str, batch: int, ctx: int,
     return row
 
 
-def quantized_bytes(model: Model) -> int:
+def step_weight_bytes(model: Model) -> int:
     """The weight bytes a decode step of up to 16 rows reads from a quantizing model: the
     config's 16-bit decode bytes, each quantized copy's bytes in place of its 16-bit one."""
     q = [w for w in {id(w): w for w in model.w.values()}.values() if isinstance(w, Quantized)]
@@ -307,7 +307,7 @@ def quantized_bytes(model: Model) -> int:
 def _quantized(name: str, floor_gbps: float, quantize: str) -> list[dict[str, Any]]:
     """Quantized weights (`Model(quantize=)`, "fp8" or "int4") at QUANT_BATCHES x
     QUANT_CONTEXT beside the 16-bit model's same cases, both measured here: the floor counts
-    the quantized bytes (`quantized_bytes`); the goal is max(1.2 x floor, floor + 0.14 ms),
+    the quantized bytes (`step_weight_bytes`); the goal is max(1.2 x floor, floor + 0.14 ms),
     or QUANT_GOAL_MS's where lower, and at least QUANT_SPEEDUP x the 16-bit step. A preset of
     QUANT_ONLY runs quantized alone (`keep_16bit=False`), with no 16-bit row beside."""
     if not takes_quantized({"fp8": "e4m3", "int4": "i4"}[quantize]):
@@ -319,7 +319,7 @@ def _quantized(name: str, floor_gbps: float, quantize: str) -> list[dict[str, An
         model.kv.k.fill(0)
         model.kv.v.fill(0)
         runner = Runner(model, graphs=True, buckets=QUANT_BATCHES, chunks=[512])
-        wb = quantized_bytes(model)
+        wb = step_weight_bytes(model)
         for b in QUANT_BATCHES:
             out[q, b] = _case(model, runner, name, b, QUANT_CONTEXT, floor_gbps, wb)
         runner.close()
